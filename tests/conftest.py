@@ -1,0 +1,34 @@
+"""Shared fixtures. Real data comes from the data directory ($TIBNLP_DATA); tests that need a
+dataset skip with the reason when it is absent (e.g. on a user's machine without the data)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MLFLOW_TRACKING_URI", "")  # never reach a user's server from tests
+
+
+def _require_data(relative: str) -> Path:
+    from tibnlp.data.datadir import data_dir
+
+    path = data_dir() / relative
+    if not path.exists():
+        pytest.skip(
+            f"needs {relative} in the data directory ({path} is absent); "
+            "run `tibnlp data link SOURCE_DIR` or set $TIBNLP_DATA"
+        )
+    return path
+
+
+@pytest.fixture
+def require_data():
+    """`require_data("tncc/tncc_title_train.jsonl")` -> path, or skip with the reason."""
+    return _require_data
+
+
+@pytest.fixture
+def corpus_dir() -> Path:
+    return _require_data("corpora")

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tibnlp.config import Config, dump_yaml, flatten, load_config, to_dict
+from tibnlp.errors import ConfigError
+
+
+def test_defaults_are_albert_tiny() -> None:
+    cfg = load_config()
+    assert (cfg.model.embedding_size, cfg.model.hidden_size, cfg.model.num_layers) == (128, 384, 4)
+    assert cfg.model.ffn_size == 1536 and cfg.vocab.vocab_size == 30000
+
+
+def test_yaml_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  hidden_size: 192\n  heads: {small: 6, large: 12}\n")
+    cfg = load_config(path, ["model.heads.rule=sentence", "pretrain.optimizer.lr=3e-4"])
+    assert cfg.model.hidden_size == 192
+    assert cfg.model.heads.small == 6 and cfg.model.heads.dynamic
+    assert cfg.model.heads.rule == "sentence"
+    assert cfg.pretrain.optimizer.lr == pytest.approx(3e-4)
+
+
+def test_roundtrip(tmp_path: Path) -> None:
+    cfg = load_config(None, ["model.scales.windows=[1, 3, N/4]", "finetune.seeds=[1,2,3]"])
+    dump_yaml(cfg, tmp_path / "out.yaml")
+    again = load_config(tmp_path / "out.yaml")
+    assert again == cfg
+    assert to_dict(again)["model"]["scales"]["windows"] == ["1", "3", "N/4"]
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("model.hiden_size=3", "'model.hiden_size' is unknown; allowed keys here:"),
+        (
+            "model.heads.rule=token",
+            "'model.heads.rule': 'token' is not allowed; allowed values: 'batch', 'sentence'",
+        ),
+        ("model.hidden_size=abc", "'model.hidden_size': expected an integer"),
+        ("model.heads.threshold=median", "'model.heads.threshold'"),
+        ("model.heads.small=7", "not divisible by 7 heads"),
+        ("engine.zero_stage=3", "'engine.zero_stage': allowed values: 0, 1, 2"),
+        ("model.scales.windows=[2]", "'model.scales.windows[0]'"),
+        ("nosuch.key=1", "'nosuch' is unknown"),
+        ("model=3", "'model': expected a mapping"),
+        ("model.hidden_size", "must look like section.key=value"),
+    ],
+)
+def test_errors_name_the_key(override: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert needle in str(info.value)
+
+
+def test_threshold_accepts_int_and_auto() -> None:
+    assert load_config(None, ["model.heads.threshold=17"]).model.heads.threshold == 17
+    assert load_config(None, ["model.heads.threshold=auto"]).model.heads.threshold == "auto"
+
+
+def test_yaml_error_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("model:\n  hidden_size: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:\d+"):
+        load_config(path)
+    path.write_text("model:\n  nope: 1\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: config key 'model.nope'"):
+        load_config(path)
+
+
+def test_flatten_for_params() -> None:
+    flat = flatten(to_dict(Config()))
+    assert flat["model.heads.small"] == 12
+    assert "pretrain.optimizer.lr" in flat

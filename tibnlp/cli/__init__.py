@@ -1,0 +1,1 @@
+"""The `tibnlp` command line: one small module per command group, no logic of its own."""

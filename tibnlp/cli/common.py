@@ -1,0 +1,26 @@
+"""Options shared by every command: `--config FILE` and repeated `--set section.key=value`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tibnlp.config import Config, load_config
+
+console = Console(stderr=True)
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML file with config sections.")
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override a config key: section.key=value (repeatable)."),
+]
+
+
+def resolve_config(config: Path | None, overrides: list[str] | None, *extra: str) -> Config:
+    """Defaults <- file <- command-specific flags (as overrides) <- `--set` values."""
+    return load_config(config, [*extra, *(overrides or [])])

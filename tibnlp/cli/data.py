@@ -1,0 +1,44 @@
+"""`tibnlp data`: what the manifests know and what the data directory holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tibnlp.cli.common import console
+from tibnlp.data.datadir import data_dir, link_into
+from tibnlp.data.manifests import all_manifests
+
+app = typer.Typer(
+    help="Datasets and corpora in the data directory ($TIBNLP_DATA).", no_args_is_help=True
+)
+
+
+@app.command("list")
+def list_datasets(
+    verify: Annotated[bool, typer.Option(help="Check sha256 of every file.")] = True,
+) -> None:
+    """Known datasets and corpora, and whether each is present with matching checksums."""
+    table = Table(title=f"data directory: {data_dir()}")
+    for col in ("name", "kind", "folder", "status", "license"):
+        table.add_column(col, overflow="fold")
+    for m in all_manifests().values():
+        status = m.status() if verify else ("present" if m.path.exists() else "missing")
+        style = "green" if status == "present" else "red" if status != "missing" else "yellow"
+        table.add_row(m.name, m.kind, m.root, f"[{style}]{status}[/]", m.license)
+    console.print(table)
+
+
+@app.command("link")
+def link(
+    source: Annotated[
+        Path, typer.Argument(help="A folder with dataset folders (or data/ and corpora/).")
+    ],
+) -> None:
+    """Symlink an existing copy of the datasets into the data directory (no copying)."""
+    roots = {m.root for m in all_manifests().values()}
+    linked = link_into(source, names=roots)
+    console.print(f"linked {len(linked)} folder(s) into {data_dir()}: {', '.join(linked) or '-'}")

@@ -1,0 +1,33 @@
+"""Entry point: registers the command groups and turns user errors into clean exits."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from tibnlp.cli import data
+from tibnlp.cli.common import console
+from tibnlp.errors import TibnlpError
+
+app = typer.Typer(
+    name="tibnlp",
+    help="Tibetan NLP: corpus, vocabulary, ALBERT pretraining, TNCC fine-tuning; tracked in MLflow.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(data.app, name="data")
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=True)
+    except TibnlpError as exc:
+        console.print(f"[bold red]error:[/] {exc.message}")
+        if exc.hint:
+            console.print(f"[yellow]hint:[/] {exc.hint}")
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+"""Typed configuration: dataclasses <-> YAML, `--set key=value` overrides, validation at load.
+
+Every component declares its settings as a dataclass whose field types are the schema. This
+module turns nested mappings (from YAML or overrides) into those dataclasses and rejects
+anything it cannot type-check, naming the dotted key, the value and what is allowed, so a typo
+in `pipelines/*.yaml` fails at load, not an hour into a run.
+
+Supported field types: bool, int, float, str, `Literal[...]`, `X | None`, unions of scalars
+(e.g. `int | Literal["auto"]`), `list[X]`, `tuple[X, ...]`, `dict[str, X]` and nested dataclasses.
+A dataclass may define `validate(self, prefix: str) -> None` for range checks; it is called
+after its fields are converted (see `check`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+import yaml
+
+from tibnlp.errors import ConfigError
+
+T = TypeVar("T")
+
+_NONE_TYPE = type(None)
+
+
+def check(condition: bool, key: str, message: str) -> None:
+    """Raise a ConfigError naming `key` unless `condition` holds (for `validate` methods)."""
+    if not condition:
+        raise ConfigError(f"config key '{key}': {message}")
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_describe(a) for a in get_args(tp))
+    if tp is _NONE_TYPE:
+        return "null"
+    if origin in (list, tuple):
+        return f"list of {_describe(get_args(tp)[0])}"
+    if origin is dict:
+        return f"mapping of {_describe(get_args(tp)[1])}"
+    if dataclasses.is_dataclass(tp):
+        return f"mapping with keys {', '.join(f.name for f in dataclasses.fields(tp))}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value in allowed and type(value) in {type(a) for a in allowed}:
+            return value
+        raise ConfigError(
+            f"config key '{key}': {value!r} is not allowed; allowed values: "
+            + ", ".join(repr(a) for a in allowed)
+        )
+    if origin in (Union, types.UnionType):
+        options = get_args(tp)
+        if value is None:
+            if _NONE_TYPE in options:
+                return None
+            raise ConfigError(f"config key '{key}': must not be null; expected {_describe(tp)}")
+        errors = []
+        # Try exact-type matches first so `int | str` keeps 3 an int and "3" a str.
+        ordered = sorted(
+            (o for o in options if o is not _NONE_TYPE),
+            key=lambda o: 0 if isinstance(o, type) and type(value) is o else 1,
+        )
+        for option in ordered:
+            try:
+                return _convert(option, value, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"config key '{key}': {value!r} does not match any of: {_describe(tp)}")
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return from_dict(tp, value, key)
+    if origin in (list, tuple):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise ConfigError(f"config key '{key}': expected a list, got {value!r}")
+        item_type = get_args(tp)[0] if get_args(tp) else Any
+        items = [_convert(item_type, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"config key '{key}': expected a mapping, got {value!r}")
+        _, value_type = get_args(tp) or (str, Any)
+        return {str(k): _convert(value_type, v, _join(key, str(k))) for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key '{key}': expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"config key '{key}': expected a string, got {value!r}")
+    if tp is Path:
+        if isinstance(value, (str, Path)):
+            return Path(value)
+        raise ConfigError(f"config key '{key}': expected a path, got {value!r}")
+    raise TypeError(f"unsupported config field type {tp!r} at {key}")
+
+
+def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
+    """Build dataclass `cls` from a mapping, converting and validating every field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        where = f"config key '{prefix}'" if prefix else "config"
+        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+    assert dataclasses.is_dataclass(cls)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        key = _join(prefix, str(unknown[0]))
+        raise ConfigError(
+            f"config key '{key}' is unknown; allowed keys here: {', '.join(sorted(fields))}"
+        )
+    kwargs = {name: _convert(hints[name], data[name], _join(prefix, name)) for name in data}
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        validate(prefix)
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain nested dicts/lists/scalars (YAML- and JSON-safe) from a config dataclass."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}}` -> `{"a.b": 1}`; lists stay values (MLflow params, hashing)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        full = _join(prefix, str(key))
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, full))
+        else:
+            out[full] = value
+    return out
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`"model.hidden=384"` -> (["model", "hidden"], 384); the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r} has an empty key; use section.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from exc
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Set dotted keys in a nested dict (creating sections as needed); returns `data`."""
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = data
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                section = ".".join(parts[: i + 1])
+                raise ConfigError(f"override {text!r}: '{section}' is a value, not a section")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a YAML mapping, with errors naming the file and line."""
+    from tibnlp.errors import DataError
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"config file {path} does not exist", "check the path")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 ({exc})") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return data
+
+
+def load(cls: type[T], path: Path | None = None, overrides: Iterable[str] = ()) -> T:
+    """Defaults, then the YAML file, then `--set` overrides; validated once at the end."""
+    data: dict[str, Any] = read_yaml(path) if path is not None else {}
+    try:
+        return from_dict(cls, apply_overrides(data, overrides))
+    except ConfigError as exc:
+        if path is not None and "config key" in exc.message:
+            raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so readers see either the old or the whole new content, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dump_yaml(obj: Any, path: Path) -> None:
+    """Save a config (dataclass or dict) as YAML, atomically."""
+    atomic_write_text(path, yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True))

@@ -1,0 +1,84 @@
+"""Settings of the encoder: ALBERT-tiny shape plus the attention designs of MODELS.md.
+
+Attention options compose: `attention.heads` (fixed or dynamic head count), `attention.scales`
+(multi-scale windowed heads), `position` (absolute or Transformer-XL relative) and the other
+designs are independent keys, so one config names exactly one model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tibnlp.config.core import check
+
+
+@dataclass
+class HeadsConfig:
+    """Head count. `small == large` is the fixed-head model; otherwise DMA-ALBERT's two routes."""
+
+    small: int = 12
+    large: int = 12
+    threshold: int | Literal["auto"] = "auto"  # tokens; "auto": median real length of the corpus
+    rule: Literal["batch", "sentence"] = "batch"
+
+    @property
+    def dynamic(self) -> bool:
+        return self.small != self.large
+
+    def validate(self, prefix: str) -> None:
+        check(self.small >= 1, f"{prefix}.small", "must be >= 1")
+        check(self.large >= self.small, f"{prefix}.large", "must be >= heads.small")
+        if isinstance(self.threshold, int):
+            check(self.threshold >= 0, f"{prefix}.threshold", "must be >= 0 or 'auto'")
+
+
+@dataclass
+class ScalesConfig:
+    """Multi-scale windowed heads (Guo et al.). Empty `windows`: every head sees everything."""
+
+    windows: list[str] = field(default_factory=list)  # e.g. ["1", "3", "N/16", "N/8", "N/4"]
+    alpha: float = 0.5
+    ffn: bool = True  # False: the paper's FFN-free layer norm(H + ReLU(MSMSA(H)))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.windows)
+
+    def validate(self, prefix: str) -> None:
+        for i, w in enumerate(self.windows):
+            ok = w.isdigit() and int(w) >= 1 and int(w) % 2 == 1
+            ok = ok or (w.startswith("N/") and w[2:].isdigit() and int(w[2:]) >= 1)
+            check(ok, f"{prefix}.windows[{i}]", f"{w!r} must be an odd integer or 'N/k'")
+
+
+@dataclass
+class ModelConfig:
+    """ALBERT-tiny defaults (MODELS.md section 1)."""
+
+    vocab_size: int = 30000  # replaced by the vocabulary's real size at pretraining start
+    embedding_size: int = 128
+    hidden_size: int = 384
+    num_layers: int = 4
+    ffn_size: int = 1536
+    max_len: int = 512
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    position: Literal["absolute", "relative"] = "absolute"
+    pooling: Literal["cls", "cls_max"] = "cls"  # cls_max: [CLS] ++ max-pool (multi-scale paper)
+    heads: HeadsConfig = field(default_factory=HeadsConfig)
+    scales: ScalesConfig = field(default_factory=ScalesConfig)
+
+    def validate(self, prefix: str) -> None:
+        for key in ("embedding_size", "hidden_size", "num_layers", "ffn_size", "max_len"):
+            check(getattr(self, key) >= 1, f"{prefix}.{key}", "must be >= 1")
+        for h in {self.heads.small, self.heads.large}:
+            check(
+                self.hidden_size % h == 0,
+                f"{prefix}.heads",
+                f"hidden_size {self.hidden_size} is not divisible by {h} heads",
+            )
+        for key in ("dropout", "attention_dropout"):
+            check(0.0 <= getattr(self, key) < 1.0, f"{prefix}.{key}", "must be in [0, 1)")

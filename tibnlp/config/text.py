@@ -1,0 +1,62 @@
+"""Settings of the text stages: corpus preparation and the SentencePiece vocabulary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tibnlp.config.core import check
+
+
+@dataclass
+class CorpusConfig:
+    """`tibnlp corpus prepare`: how raw text becomes the prepared corpus."""
+
+    field: str = "text"  # JSONL field holding the text
+    min_tibetan_ratio: float = 0.5  # share of Tibetan letters among non-space characters
+    min_syllables: int = 2
+    dedup: bool = True
+    heldout_fraction: float = 0.01  # documents held out for pretraining evaluation
+    join_spaced_syllables: bool = False  # "ཀ ཁ" (TNCC form) -> "ཀ་ཁ"
+    on_error: Literal["fail", "skip"] = "fail"
+    num_proc: int = 0  # 0: one per CPU core
+    seed: int = 42
+
+    def validate(self, prefix: str) -> None:
+        check(
+            0.0 <= self.min_tibetan_ratio <= 1.0, f"{prefix}.min_tibetan_ratio", "must be in [0, 1]"
+        )
+        check(self.min_syllables >= 0, f"{prefix}.min_syllables", "must be >= 0")
+        check(0.0 <= self.heldout_fraction < 1.0, f"{prefix}.heldout_fraction", "must be in [0, 1)")
+        check(self.num_proc >= 0, f"{prefix}.num_proc", "must be >= 0 (0 = all cores)")
+
+
+@dataclass
+class VocabConfig:
+    """`tibnlp vocab build`: the SentencePiece unigram model."""
+
+    vocab_size: int = 30000
+    character_coverage: float = 0.9995
+    split_on_tsheg: bool = True  # pieces never cross a syllable boundary
+    input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) for training
+    max_sentence_length: int = 8192  # bytes; longer sentences are skipped by SentencePiece
+    num_threads: int = 0  # 0: one per CPU core
+    special_tokens: list[str] = field(
+        default_factory=lambda: ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    )
+    seed: int = 42
+
+    def validate(self, prefix: str) -> None:
+        check(self.vocab_size >= 16, f"{prefix}.vocab_size", "must be >= 16")
+        check(
+            0.9 <= self.character_coverage <= 1.0,
+            f"{prefix}.character_coverage",
+            "must be in [0.9, 1]",
+        )
+        check(self.input_sentence_size > 0, f"{prefix}.input_sentence_size", "must be > 0")
+        check(self.num_threads >= 0, f"{prefix}.num_threads", "must be >= 0 (0 = all cores)")
+        check(
+            self.special_tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+            f"{prefix}.special_tokens",
+            "must start with [PAD], [UNK], [CLS], [SEP], [MASK] (fixed ids 0-4)",
+        )

@@ -1,0 +1,82 @@
+"""Settings of training: hyperparameters (what is learned) apart from speed knobs (how fast).
+
+As in cramming, `EngineConfig` holds what changes speed but must not change results
+(precision aside): ZeRO stage, threads, compile, loader workers. `PretrainConfig` holds what
+changes the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tibnlp.config.core import check
+
+
+@dataclass
+class OptimizerConfig:
+    name: Literal["adamw", "lamb"] = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-6
+    warmup_steps: int = 100
+    schedule: Literal["linear", "cosine", "constant"] = "linear"
+    min_lr_ratio: float = 0.0
+    grad_clip: float = 1.0
+
+    def validate(self, prefix: str) -> None:
+        check(self.lr > 0, f"{prefix}.lr", "must be > 0")
+        check(len(self.betas) == 2, f"{prefix}.betas", "must be two numbers")
+        check(self.warmup_steps >= 0, f"{prefix}.warmup_steps", "must be >= 0")
+        check(0.0 <= self.min_lr_ratio <= 1.0, f"{prefix}.min_lr_ratio", "must be in [0, 1]")
+
+
+@dataclass
+class EngineConfig:
+    """Speed knobs: DeepSpeed and runtime settings."""
+
+    zero_stage: int = 0
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = (
+        "auto"  # auto: bf16 on capable GPU, else fp32
+    )
+    threads: int = 0  # torch intra-op threads per process; 0: cores / processes
+    compile: bool = False
+    num_workers: int = 0
+
+    def validate(self, prefix: str) -> None:
+        check(self.zero_stage in (0, 1, 2), f"{prefix}.zero_stage", "allowed values: 0, 1, 2")
+        check(self.threads >= 0, f"{prefix}.threads", "must be >= 0")
+
+
+@dataclass
+class PretrainConfig:
+    """MLM + SOP pretraining (MODELS.md section 1)."""
+
+    corpus: str = ""  # prepared corpus directory
+    vocab: str = ""  # vocabulary directory
+    output: str = "runs/pretrain"
+    seq_len: int = 128
+    batch_size: int = 32  # global batch (sequences per optimizer step)
+    micro_batch_size: int = 0  # per process; 0: batch_size / processes (no accumulation)
+    max_steps: int = 1000
+    time_budget: str = ""  # e.g. "2h", "30m"; empty: no limit
+    mask_prob: float = 0.15
+    max_ngram: int = 3
+    sop_prob: float = 0.5
+    eval_every: int = 200
+    eval_batches: int = 20
+    log_every: int = 10
+    checkpoint_every: int = 200
+    keep_checkpoints: int = 2
+    seed: int = 42
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+
+    def validate(self, prefix: str) -> None:
+        check(self.seq_len >= 8, f"{prefix}.seq_len", "must be >= 8")
+        check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")
+        check(0.0 < self.mask_prob < 1.0, f"{prefix}.mask_prob", "must be in (0, 1)")
+        check(1 <= self.max_ngram <= 10, f"{prefix}.max_ngram", "must be in [1, 10]")
+        check(self.max_steps >= 1, f"{prefix}.max_steps", "must be >= 1")
+        for key in ("eval_every", "log_every", "checkpoint_every"):
+            check(getattr(self, key) >= 1, f"{prefix}.{key}", "must be >= 1")

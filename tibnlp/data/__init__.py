@@ -1,0 +1,1 @@
+"""Datasets: the data directory, manifests, task loaders and pretraining examples."""

@@ -1,0 +1,73 @@
+"""Where datasets live: `$TIBNLP_DATA`, else `$XDG_CACHE_HOME/tibnlp/data` (~/.cache/...).
+
+Layout: one folder per dataset (`tncc/`, `tusa/`, ...) plus `corpora/` for raw text, so a
+folder of symlinks to an existing copy works as a data directory (`tibnlp data link`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tibnlp.errors import DataError
+
+ENV_VAR = "TIBNLP_DATA"
+
+
+def data_dir() -> Path:
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "tibnlp" / "data"
+
+
+def dataset_path(relative: str) -> Path:
+    """Absolute path of a file or folder inside the data directory (may not exist)."""
+    return data_dir() / relative
+
+
+def require(relative: str, what: str = "") -> Path:
+    """Like `dataset_path`, but a clear error naming the data directory when it is absent."""
+    path = dataset_path(relative)
+    if not path.exists():
+        raise DataError(
+            f"{what or relative} not found: {path} does not exist",
+            f"put the files under {data_dir()} (set ${ENV_VAR} to use another folder), "
+            "or link an existing copy with `tibnlp data link SOURCE_DIR`",
+        )
+    return path
+
+
+def link_into(source: Path, names: set[str] | None = None, target: Path | None = None) -> list[str]:
+    """Symlink every dataset folder (and `corpora/`) of `source` into the data directory.
+
+    `source` has the data directory's layout, or holds it under `data/` (datasets) and
+    `corpora/`. Only folders in `names` (when given) are linked; existing entries are left
+    alone. Returns the names linked.
+    """
+    source = Path(source).expanduser().resolve()
+    target = target or data_dir()
+    if not source.is_dir():
+        raise DataError(f"{source} is not a directory", "give the folder that holds the datasets")
+    candidates: list[Path] = []
+    for folder in (source, source / "data"):
+        if folder.is_dir():
+            candidates += [
+                p
+                for p in sorted(folder.iterdir())
+                if p.is_dir() and p.name != "data" and (names is None or p.name in names)
+            ]
+    if not candidates:
+        raise DataError(
+            f"{source} holds no dataset folders", "expected folders like tncc/ or corpora/"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    linked = []
+    for path in candidates:
+        dest = target / path.name
+        if dest.exists() or dest.is_symlink():
+            continue
+        dest.symlink_to(path, target_is_directory=True)
+        linked.append(path.name)
+    return linked

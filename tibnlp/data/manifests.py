@@ -1,0 +1,124 @@
+"""Dataset manifests: what the toolkit knows about each dataset and corpus, never the data.
+
+Manifests are the YAML files in the repository's `corpora/` folder, installed with the package
+as `tibnlp.manifests`. Each names its folder in the data directory, its files with sha256,
+license and citation, and for labelled sets the splits and fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from tibnlp.config.core import from_dict
+from tibnlp.data.datadir import data_dir
+from tibnlp.errors import DataError
+
+
+@dataclass
+class Manifest:
+    name: str
+    kind: Literal["classification", "adversarial", "corpus"]
+    description: str
+    root: str  # folder inside the data directory
+    license: str
+    citation: str
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+    splits: dict[str, str] = field(default_factory=dict)
+    targets: dict[str, str] = field(default_factory=dict)  # adversarial: dataset -> file
+    labels_file: str = ""
+    text_field: str = "text"
+    label_field: str = "label"
+    text_form: Literal["spaced_syllables", "tsheg", "word_segmented"] = "tsheg"
+    max_len: int = 0
+    download: str = ""  # what to get and where to put it, for sets not redistributed
+
+    @property
+    def path(self) -> Path:
+        return data_dir() / self.root
+
+    def labels(self) -> list[str]:
+        """Class names in label-id order, from `labels_file`."""
+        path = self.require(self.labels_file)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "labels" in data:
+            data = data["labels"]
+        if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+            raise DataError(f"{path}: expected a list of label names (or {{'labels': [...]}})")
+        return data
+
+    def require(self, relative: str) -> Path:
+        """A file of this dataset, or an error saying what to download and where."""
+        path = self.path / relative
+        if not path.exists():
+            hint = self.download or (
+                f"put the '{self.name}' files in {self.path} (data directory: {data_dir()}; "
+                "set $TIBNLP_DATA or run `tibnlp data link SOURCE_DIR`)"
+            )
+            raise DataError(f"dataset '{self.name}': {path} is missing", hint)
+        return path
+
+    def status(self) -> str:
+        """'present', 'missing', 'partial' or 'checksum mismatch: FILE'."""
+        if not self.path.exists():
+            return "missing"
+        if not self.files:
+            return "present"
+        missing = [f for f in self.files if not (self.path / f).exists()]
+        if missing:
+            return "partial" if len(missing) < len(self.files) else "missing"
+        for rel, digest in self.files.items():
+            if sha256_file(self.path / rel) != digest:
+                return f"checksum mismatch: {rel}"
+        return "present"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _manifest_files() -> list[tuple[str, str]]:
+    """From the source checkout's `corpora/` if there is one, else the installed copy."""
+    checkout = Path(__file__).resolve().parents[2] / "corpora"
+    if checkout.is_dir():
+        entries = [(p.name, p.read_text(encoding="utf-8")) for p in checkout.glob("*.yaml")]
+    else:
+        folder = resources.files("tibnlp.manifests")
+        entries = [
+            (e.name, e.read_text(encoding="utf-8"))
+            for e in folder.iterdir()
+            if e.name.endswith(".yaml")
+        ]
+    return sorted(entries)
+
+
+def all_manifests() -> dict[str, Manifest]:
+    out = {}
+    for filename, text in _manifest_files():
+        try:
+            out_manifest = from_dict(Manifest, yaml.safe_load(text))
+        except Exception as exc:  # a broken manifest is a packaging bug; name the file
+            raise DataError(f"manifest corpora/{filename} is invalid: {exc}") from exc
+        out[out_manifest.name] = out_manifest
+    return out
+
+
+def get_manifest(name: str, kind: str | None = None) -> Manifest:
+    manifests = all_manifests()
+    candidates = {n: m for n, m in manifests.items() if kind is None or m.kind == kind}
+    if name not in candidates:
+        raise DataError(
+            f"unknown dataset '{name}'",
+            f"known{' ' + kind if kind else ''} datasets: {', '.join(sorted(candidates))}",
+        )
+    return candidates[name]

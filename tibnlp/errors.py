@@ -1,0 +1,30 @@
+"""User-facing errors.
+
+Every failure a user can cause (bad input file, bad config key, missing dataset) is raised as a
+`TibnlpError`: the CLI prints its message and hint without a stack trace and exits non-zero.
+Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class TibnlpError(Exception):
+    """An error caused by input, configuration or environment, with a hint on what to do."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+class ConfigError(TibnlpError):
+    """A configuration key or value is invalid; the message names the key and what is allowed."""
+
+
+class DataError(TibnlpError):
+    """An input file or dataset is missing or malformed; the message names the file (and line)."""

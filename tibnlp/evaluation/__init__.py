@@ -1,0 +1,1 @@
+"""Evaluation: metrics (scikit-learn), reports, plots, leakage and robustness splits."""

@@ -1,0 +1,1 @@
+"""Attention designs behind one interface, selected by configuration."""

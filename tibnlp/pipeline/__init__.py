@@ -1,0 +1,1 @@
+"""Pipelines: stages chained from YAML, cached by content hash."""

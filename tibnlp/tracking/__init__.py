@@ -1,0 +1,1 @@
+"""Tracking: the MLflow convention (the only module that imports mlflow)."""

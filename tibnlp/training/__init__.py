@@ -1,0 +1,1 @@
+"""Training: DeepSpeed engine set-up, checkpoints, the one step/eval/log loop."""
