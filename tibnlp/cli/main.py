@@ -12,7 +12,7 @@ from tibnlp.errors import TibnlpError
 
 app = typer.Typer(
     name="tibnlp",
-    help="Tibetan NLP: corpus, vocabulary, ALBERT pretraining, TNCC fine-tuning; tracked in MLflow.",
+    help="Tibetan NLP: corpus, vocabulary, ALBERT pretraining, TNCC fine-tuning, in MLflow.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
