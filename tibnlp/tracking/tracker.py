@@ -57,6 +57,11 @@ class Tracker:
             run = self.client.create_run(experiment_id, run_name=run_name or None, tags=all_tags)
             self.run_id = run.info.run_id
 
+    @property
+    def _rid(self) -> str:
+        assert self.run_id is not None, "tracking is disabled"
+        return self.run_id
+
     def __enter__(self) -> Tracker:
         return self
 
@@ -68,28 +73,28 @@ class Tracker:
             return
         flat = flatten(params)
         for key, value in flat.items():
-            self.client.log_param(self.run_id, key, str(value)[:_PARAM_LIMIT])
+            self.client.log_param(self._rid, key, str(value)[:_PARAM_LIMIT])
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         if not self.enabled:
             return
         for key, value in tags.items():
-            self.client.set_tag(self.run_id, key, str(value))
+            self.client.set_tag(self._rid, key, str(value))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if not self.enabled:
             return
         for key, value in metrics.items():
-            self.client.log_metric(self.run_id, key, float(value), step=step or 0)
+            self.client.log_metric(self._rid, key, float(value), step=step or 0)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         if not self.enabled:
             return
         path = Path(path)
         if path.is_dir():
-            self.client.log_artifacts(self.run_id, str(path), artifact_path)
+            self.client.log_artifacts(self._rid, str(path), artifact_path)
         else:
-            self.client.log_artifact(self.run_id, str(path), artifact_path)
+            self.client.log_artifact(self._rid, str(path), artifact_path)
 
     def end(self, status: str = "FINISHED") -> None:
         if self.enabled and self.run_id:
