@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tibnlp.text.filtering import choose_heldout, dedup_mask, line_drop_reason
+from tibnlp.text import syllables
+from tibnlp.text.filtering import choose_heldout, count_syllables, dedup_mask, line_drop_reason
 from tibnlp.text.normalize import normalize
 from tibnlp.text.sentences import split_sentences
 
@@ -77,3 +78,11 @@ def test_heldout_is_by_source_and_deterministic() -> None:
     assert sum(docs[i] == "b" for i in chosen) == 5
     assert len(choose_heldout({0: "a", 1: "a"}, 0.01, seed=1)) == 1  # never empty by rounding
     assert choose_heldout(docs, 0.0, seed=1) == set()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=[*"ཀཁགངབམ", "་", "།", " ", "༢", "ཱ", "ྲ", "a"], max_size=40))
+def test_fast_syllable_count_agrees(text: str) -> None:
+    assert count_syllables(text) == syllables.count_syllables(text)
+    line = normalize(text)
+    assert count_syllables(line) == sum(count_syllables(s) for s in split_sentences(line))

@@ -18,7 +18,7 @@ import numpy as np
 
 from tibnlp.text.normalize import normalize
 from tibnlp.text.sentences import split_sentences
-from tibnlp.text.syllables import count_syllables
+from tibnlp.text.syllables import SYLLABLE_RE
 
 LINE_REASONS = ("empty", "too_little_tibetan", "too_few_syllables")
 _NON_TIBETAN_RE = re.compile(r"[^\u0f00-\u0fff\s]")
@@ -26,8 +26,17 @@ _SPACE_RE = re.compile(r"\s")
 _LETTER_RE = re.compile("[\u0f40-\u0fbc]")
 
 
-def line_drop_reason(line: str, min_tibetan_ratio: float, min_syllables: int) -> str | None:
-    """Why a normalised line is dropped, or None to keep it (reasons: `LINE_REASONS`)."""
+def count_syllables(text: str) -> int:
+    """`syllables.count_syllables`, faster (findall in C instead of a Python generator)."""
+    return len(SYLLABLE_RE.findall(text))
+
+
+def line_drop_reason(
+    line: str, min_tibetan_ratio: float, min_syllables: int, syllables: int | None = None
+) -> str | None:
+    """Why a normalised line is dropped, or None to keep it (reasons: `LINE_REASONS`).
+
+    `syllables`: the line's syllable count when already known (it is not recounted)."""
     if not line:
         return "empty"
     if _LETTER_RE.search(line) is None:
@@ -35,7 +44,7 @@ def line_drop_reason(line: str, min_tibetan_ratio: float, min_syllables: int) ->
     visible = len(line) - len(_SPACE_RE.findall(line))
     if (visible - len(_NON_TIBETAN_RE.findall(line))) < min_tibetan_ratio * visible:
         return "too_little_tibetan"
-    if count_syllables(line) < min_syllables:
+    if (count_syllables(line) if syllables is None else syllables) < min_syllables:
         return "too_few_syllables"
     return None
 
@@ -64,15 +73,23 @@ def process_documents(
     for lines in batch["lines"]:
         sentences: list[str] = []
         dropped = dict.fromkeys(LINE_REASONS, 0)
+        syllables: list[int] = []
         for raw in lines:
             line = normalize(raw, join_spaced_syllables)
-            reason = line_drop_reason(line, min_tibetan_ratio, min_syllables)
-            if reason is not None:
-                dropped[reason] += 1
-                continue
-            sentences += split_sentences(line, ga_boundary)
+            reason = line_drop_reason(line, min_tibetan_ratio, 0)
+            if reason is None:
+                # Sentences partition the line (a syllable never spans a shad or a space), so
+                # the line's syllables are the sum of its sentences'.
+                parts = split_sentences(line, ga_boundary)
+                counts = [count_syllables(s) for s in parts]
+                if sum(counts) >= min_syllables:
+                    sentences += parts
+                    syllables += counts
+                    continue
+                reason = "too_few_syllables"
+            dropped[reason] += 1
         out["sentences"].append(sentences)
-        out["syllables"].append([count_syllables(s) for s in sentences])
+        out["syllables"].append(syllables)
         out["keys"].append([sentence_key(s) for s in sentences])
         for reason, n in dropped.items():
             out[f"dropped_{reason}"].append(n)

@@ -229,12 +229,17 @@ def prepare_corpus(
         with _staging(output, force) as tmp:
             work = tmp / "work"
             work.mkdir()
+            timings = {"setup": time.perf_counter() - started}
             infos = _read_inputs(files, work / "raw.arrow", cfg, progress)
+            timings["read"] = time.perf_counter() - started - sum(timings.values())
             processed = _process(work, cfg, num_proc)
+            timings["process"] = time.perf_counter() - started - sum(timings.values())
             report = _finish(processed, tmp, cfg, infos)
+            timings["dedup_split_write"] = time.perf_counter() - started - sum(timings.values())
             shutil.rmtree(work)
             report["num_proc"] = num_proc
             report["seconds"] = round(time.perf_counter() - started, 2)
+            report["seconds_by_step"] = {k: round(v, 2) for k, v in timings.items()}
             # Plain writes: the whole directory is staged, so no file needs its own rename.
             (tmp / "report.json").write_text(
                 json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"

@@ -72,6 +72,7 @@ class InputInfo:
             "lines": self.lines,
             "documents": self.documents,
             "text_bytes": self.text_bytes,
+            "has_tibetan": self.has_tibetan,
             "skipped_lines": dict(sorted(self.skipped.items())),
         }
 
