@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from tibnlp.cli import data
+from tibnlp.cli import data, pipeline, runs, ui
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
 
@@ -17,6 +17,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(data.app, name="data")
+app.add_typer(pipeline.app, name="pipeline")
+app.add_typer(runs.app, name="runs")
+app.command("ui")(ui.ui)
 
 
 def main() -> None:
