@@ -40,7 +40,7 @@ def run(
         dry_run=dry_run,
         force=force or [],
         tracking_uri=tracking_uri,
-        echo=lambda line: console.print(line, markup=False, highlight=False),
+        echo=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
         workdir=workdir,
     )
     if not dry_run:

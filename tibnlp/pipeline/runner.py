@@ -167,7 +167,7 @@ class Planner:
                 self.outputs[id(node)] = slot.output_of(manifest)
             elif slot.partial.exists():
                 action, reason = "run", f"resume the interrupted run in {slot.partial}"
-            elif upstream_runs:
+            elif upstream_runs and slot.previous() is not None:
                 action, reason = "run", f"input changed: {', '.join(upstream_runs)} runs first"
             else:
                 action = "run"
