@@ -17,6 +17,7 @@ from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.registry import register_stage
 from tibnlp.pipeline.runner import run_pipeline
 from tibnlp.pipeline.spec import load_pipeline
+from tibnlp.tracking.testing import sqlite_store
 
 TOY_TEXT = "ཀ་ཁ་ག།\n"
 CALLS: list[str] = []
@@ -94,7 +95,7 @@ def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     (data / "toy.txt").write_text(TOY_TEXT, encoding="utf-8")
     monkeypatch.setenv("TIBNLP_DATA", str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = sqlite_store(tmp_path)
     path = tmp_path / "toy.yaml"
     path.write_text(PIPELINE.format(workdir=tmp_path / "work", uri=uri), encoding="utf-8")
     CALLS.clear()
@@ -234,3 +235,25 @@ def test_missing_data_names_the_data_directory(toy: tuple[Path, str]) -> None:
 
     with pytest.raises(DataError, match=r"absent\.txt"):
         _plan(path)
+
+
+def test_finetune_adapter_registers_the_model(toy: tuple[Path, str], tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from tibnlp.config import load_config
+    from tibnlp.pipeline.stages import register_finetuned
+    from tibnlp.tracking import Tracker
+
+    _, uri = toy
+    out = tmp_path / "ft"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"\0")
+    cfg = load_config(overrides=[f"finetune.output={out}", "tracking.register_model=tncc-title"])
+    with Tracker("reg", "finetune", uri=uri) as tracker:
+        ctx = StageContext("finetune", "finetune", "", cfg, [], tmp_path, False, tracker)
+        result = {"test_f1_macro": 0.5, "val_f1_macro": 0.6}
+        register_finetuned(ctx, result)
+        register_finetuned(ctx, result)  # once per result
+    assert result["registered_model"] == "tncc-title"
+    (version,) = MlflowClient(uri).search_model_versions("name='tncc-title'")
+    assert version.tags == {"test_f1_macro": "0.5"}

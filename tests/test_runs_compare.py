@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from tibnlp.cli.main import app
 from tibnlp.tracking import Tracker
+from tibnlp.tracking.testing import sqlite_store
 
 SCORES = {  # (model, small, large, head) -> macro F1 per seed
     ("fixed8", 8, 8, "cnn"): [0.60, 0.62, 0.64],
@@ -24,7 +25,7 @@ SCORES = {  # (model, small, large, head) -> macro F1 per seed
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> str:
     folder = tmp_path_factory.mktemp("compare")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    uri = sqlite_store(folder)
     with Tracker("dma", "pipeline", uri=uri, buffer_dir=folder / "buf") as parent:
         pre = parent.child("pretrain[fixed8]", tags={"tibnlp.model": "fixed8"})
         pre.log_metrics({"loss": 3.0}, step=10)  # no test metric: not in the table

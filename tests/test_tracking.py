@@ -11,12 +11,13 @@ from mlflow.tracking import MlflowClient
 from tibnlp.config import load_config
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.tracking.conventions import TAG_DATA, TAG_GIT_COMMIT, TAG_VOCAB, path_hash
+from tibnlp.tracking.testing import sqlite_store
 
 
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.chdir(tmp_path)
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return sqlite_store(tmp_path)
 
 
 def test_run_records_params_metrics_artifacts_and_children(store: str, tmp_path: Path) -> None:

@@ -12,13 +12,15 @@ from typer.testing import CliRunner
 
 from tibnlp.tracking import Tracker, TrackingOutageWarning
 from tibnlp.tracking.server import free_port, start_server, stop_server, wait_until_up
+from tibnlp.tracking.testing import sqlite_store
 
 pytestmark = pytest.mark.slow
 
 
 def _serve(tmp: Path, port: int):
+    store = tmp / "server.db"
     proc = start_server(
-        f"sqlite:///{tmp / 'server.db'}",
+        f"sqlite:///{store}" if store.exists() else sqlite_store(tmp, "server.db"),
         port=port,
         artifacts=tmp / "artifacts",
         log_file=tmp / "server.log",

@@ -14,12 +14,13 @@ import pytest
 
 from tibnlp.tracking import Tracker
 from tibnlp.tracking.server import free_port
+from tibnlp.tracking.testing import sqlite_store
 
 pytestmark = pytest.mark.slow
 
 
 def test_ui_serves_the_store_on_loopback(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = sqlite_store(tmp_path)
     with Tracker("seen-in-ui", "r", uri=store, buffer_dir=tmp_path / "buf") as tr:
         tr.log_metrics({"loss": 1.0}, step=1)
     port = free_port()

@@ -96,5 +96,24 @@ def finetune(ctx: StageContext) -> dict[str, Any]:
     if model is not None:
         cfg.finetune.model = str(model)
     cfg.finetune.output = str(ctx.output / "finetune")
-    result = _call("tibnlp.training.finetune:run_finetune", cfg)
-    return dict(result or {})
+    result = dict(_call("tibnlp.training.finetune:run_finetune", cfg) or {})
+    register_finetuned(ctx, result)
+    return result
+
+
+def register_finetuned(ctx: StageContext, result: dict[str, Any]) -> None:
+    """Register the fine-tuned model (when `tracking.register_model` names one) with its test
+    metrics, unless the stage function did so itself (`result["registered_model"]`)."""
+    name = ctx.config.tracking.register_model
+    if not name or result.get("registered_model"):
+        return
+    model_dir = Path(result.get("model_dir") or Path(ctx.config.finetune.output))
+    if not model_dir.is_dir():
+        return
+    metrics = {
+        k: float(v)
+        for k, v in result.items()
+        if k.startswith("test") and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    ctx.tracker.register_model(model_dir, name, metrics)
+    result["registered_model"] = name
