@@ -197,6 +197,28 @@ def test_interrupted_stage_resumes_and_never_publishes_half(toy: tuple[Path, str
         (second.outputs["pretrain[small=12]"].parent / ".tibnlp-stage.json").read_text()
     )
     assert manifest["output_rel"] == "model" and manifest["stage"] == "pretrain"
+    # the resumed stage continued its MLflow run (now under the second pipeline run)
+    client = MlflowClient(toy[1])
+    exp = client.get_experiment_by_name("toy-exp")
+    pre = client.search_runs([exp.experiment_id], "attributes.run_name = 'pretrain[small=12]'")
+    assert len(pre) == 1 and pre[0].info.status == "FINISHED"
+    assert pre[0].data.tags["mlflow.parentRunId"] == second.run_id
+
+
+def test_cli_dry_run_and_errors(toy: tuple[Path, str]) -> None:
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    path, _ = toy
+    result = CliRunner().invoke(app, ["pipeline", "run", str(path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "pipeline toy: 7 stage runs" in result.output
+    assert "finetune[small=12,head=linear]" in result.output and CALLS == []
+    result = CliRunner().invoke(
+        app, ["pipeline", "run", str(path), "--dry-run", "-s", "stages.text.bogus=1"]
+    )
+    assert isinstance(result.exception, ConfigError)
 
 
 def test_explicit_variants_and_errors(toy: tuple[Path, str], tmp_path: Path) -> None:

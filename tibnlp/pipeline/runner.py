@@ -266,15 +266,20 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
     tags = {TAG_STAGE: node.stage.name, TAG_VARIANT: node.variant}
     if node.model_label:
         tags[TAG_MODEL] = node.model_label
-    child = parent.child(node.name, tags=tags)
+    resume = slot.partial.exists()
+    run_file = slot.partial / ".tibnlp-run.json"
+    earlier = json.loads(run_file.read_text()).get("run_id") if run_file.is_file() else None
+    child = parent.child(node.name, tags=tags, resume_run_id=earlier)  # resumed: same run
+    if earlier:
+        child.set_tags({**tags, "mlflow.parentRunId": parent.run_id or ""})
     cfg.tracking.experiment = experiment
     cfg.tracking.uri = parent.uri if parent.enabled else cfg.tracking.uri
     cfg.tracking.enabled = parent.enabled
     cfg.tracking.parent_run_id = parent.run_id or ""
     cfg.tracking.run_id = child.run_id or ""
     cfg.tracking.tags = {**cfg.tracking.tags, **tags}
-    resume = slot.partial.exists()
     slot.partial.mkdir(parents=True, exist_ok=True)
+    run_file.write_text(json.dumps({"run_id": child.run_id}), encoding="utf-8")
     params = substitute(node.stage.params, planner._lookup(node, True), "params")
     child.log_params({k: v for k, v in to_dict(cfg).items() if k != "tracking"})
     if params:

@@ -185,8 +185,14 @@ class Tracker:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.end("FAILED" if exc_type else "FINISHED")
 
-    def child(self, run_name: str, tags: Mapping[str, str] | None = None) -> Tracker:
-        """A run nested under this one, in the same experiment, store and buffer folder."""
+    def child(
+        self,
+        run_name: str,
+        tags: Mapping[str, str] | None = None,
+        resume_run_id: str | None = None,
+    ) -> Tracker:
+        """A run nested under this one, in the same experiment, store and buffer folder
+        (or, with `resume_run_id`, that earlier run continued)."""
         if not self.enabled:
             return Tracker(self.experiment, run_name, enabled=False)
         return Tracker(
@@ -194,6 +200,7 @@ class Tracker:
             run_name,
             uri=self.uri,
             parent_run_id=self._rid,
+            resume_run_id=resume_run_id,
             tags=tags,
             buffer_dir=self.buffer_dir,
             retry_seconds=self.retry_seconds,
