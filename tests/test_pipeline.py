@@ -279,3 +279,102 @@ def test_finetune_adapter_registers_the_model(toy: tuple[Path, str], tmp_path: P
     assert result["registered_model"] == "tncc-title"
     (version,) = MlflowClient(uri).search_model_versions("name='tncc-title'")
     assert version.tags == {"test_f1_macro": "0.5"}
+
+
+def test_builtin_adapters_wire_the_real_stage_signatures(
+    toy: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prepare -> vocab -> pretrain -> finetune through the built-in kinds, with stand-ins of
+    the stage functions (same signatures), so the wiring is pinned without training."""
+    import sys
+    import types
+    from dataclasses import dataclass, field
+
+    from tibnlp.tracking import tracker_from_config
+
+    def prepare_corpus(inputs, output, cfg):
+        assert not output.exists()
+        output.mkdir()
+        (output / "docs.txt").write_text("".join(Path(p).read_text() for p in inputs))
+        return {"documents": 1}
+
+    def build_vocabulary(corpus_dir, output_dir, config):
+        output_dir.mkdir()
+        (output_dir / "vocab.txt").write_text(f"{config.vocab_size}")
+        return {}
+
+    def run_pretraining(cfg, resume=False):
+        assert (Path(cfg.pretrain.corpus) / "docs.txt").is_file()
+        assert (Path(cfg.pretrain.vocab) / "vocab.txt").read_text() == "123"
+        with tracker_from_config(cfg.tracking, "pretrain") as tr:
+            tr.log_metrics({"mask_loss": 5.0}, step=1)
+        model = Path(cfg.pretrain.output) / "final"
+        model.mkdir(parents=True)
+        (model / "model.safetensors").write_bytes(b"\0")
+        return model
+
+    @dataclass
+    class FinetuneResult:
+        system: str
+        dataset: str
+        aggregate: dict = field(default_factory=dict)
+        output: Path = Path()
+
+    def run_finetune(cfg, dataset, task="title"):
+        assert (Path(cfg.finetune.model) / "model.safetensors").is_file()
+        out = Path(cfg.finetune.output) / "tncc_title"
+        out.mkdir(parents=True)
+        (out / "model.safetensors").write_bytes(b"\1")
+        agg = {"test": {"f1_macro": (0.5, 0.01)}, "validation": {"f1_macro": (0.6, 0.02)}}
+        return FinetuneResult("albert+cnn", dataset, agg, out)
+
+    for name, fn in [
+        ("tibnlp.text.prepare", prepare_corpus),
+        ("tibnlp.text.vocab_build", build_vocabulary),
+        ("tibnlp.training.pretrain", run_pretraining),
+        ("tibnlp.training.finetune", run_finetune),
+    ]:
+        module = types.ModuleType(name)
+        setattr(module, fn.__name__, fn)
+        monkeypatch.setitem(sys.modules, name, module)
+
+    path, uri = toy
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "chain",
+                "workdir": str(tmp_path / "chain"),
+                "config": {"tracking": {"uri": uri, "register_model": "chain-model"}},
+                "stages": {
+                    "prepare": {"inputs": ["data:corpora/toy.txt"]},
+                    "vocab": {
+                        "inputs": {"corpus": "${stages.prepare.output}"},
+                        "config": {"vocab": {"vocab_size": 123}},
+                    },
+                    "pretrain": {
+                        "inputs": {
+                            "corpus": "${stages.prepare.output}",
+                            "vocab": "${stages.vocab.output}",
+                        }
+                    },
+                    "finetune": {"inputs": {"model": "${stages.pretrain.output}"}},
+                },
+            },
+            sort_keys=False,
+        )
+    )
+    result = run_pipeline(load_pipeline(path), echo=lambda _: None)
+    assert result.ran == ["prepare", "vocab", "pretrain", "finetune"]
+    assert result.outputs["pretrain"].name == "final"
+    assert result.results["finetune"]["test_f1_macro"] == 0.5
+    assert result.results["finetune"]["registered_model"] == "chain-model"
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("pipeline-chain")
+    runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    assert set(runs) == {"chain", "prepare", "vocab", "pretrain", "finetune"}
+    assert runs["pretrain"].data.metrics["mask_loss"] == 5.0  # the stage logged into its run
+    assert runs["finetune"].data.metrics["test_f1_macro_std"] == pytest.approx(0.01)
+    assert "tibnlp.vocab_hash" in runs["pretrain"].data.tags
+    (version,) = client.search_model_versions("name='chain-model'")
+    assert version.run_id == runs["finetune"].info.run_id
+    assert run_pipeline(load_pipeline(path), echo=lambda _: None).ran == []

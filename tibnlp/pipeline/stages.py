@@ -7,7 +7,9 @@ without the heavy layers. Where a function writes is decided here: always inside
 from __future__ import annotations
 
 import importlib
+import inspect
 import lzma
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,47 @@ from tibnlp.errors import ConfigError
 from tibnlp.pipeline.context import StageContext
 
 
-def _call(target: str, *args: Any, **kwargs: Any) -> Any:
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)(*args, **kwargs)
+def _load(*targets: str) -> Any:
+    """The first of `targets` ("module:function") that exists: names may move between
+    releases of a stage; the adapter follows without a hard import."""
+    errors = []
+    for target in targets:
+        module, _, name = target.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            errors.append(f"{target}: {exc}")
+    raise ConfigError("stage function not found: " + "; ".join(errors))
+
+
+def _fresh(path: Path) -> Path:
+    """A stage that cannot resume midway restarts cleanly inside its partial directory."""
+    if path.exists():
+        shutil.rmtree(path)
+    return path
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """A stage's result as a flat dict: `aggregate` {part: {metric: (mean, std)}} becomes
+    `part_metric` (mean) and `part_metric_std`; dataclasses become their fields."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    out: dict[str, Any] = {}
+    aggregate = getattr(value, "aggregate", None)
+    if isinstance(aggregate, dict):
+        for part, metrics in aggregate.items():
+            for metric, stats in metrics.items():
+                mean, std = stats if isinstance(stats, (tuple, list)) else (stats, 0.0)
+                out[f"{part}_{metric}"] = mean
+                out[f"{part}_{metric}_std"] = std
+    for key in ("system", "dataset"):
+        if hasattr(value, key):
+            out[key] = str(getattr(value, key))
+    if getattr(value, "output", None):
+        out["model_dir"] = str(value.output)
+    return out
 
 
 def _named(ctx: StageContext, key: str, required: bool = True) -> Path | None:
@@ -70,15 +110,16 @@ def slice_corpus(ctx: StageContext) -> Path:
 
 def prepare(ctx: StageContext) -> Path:
     files = list(ctx.inputs.values()) if isinstance(ctx.inputs, dict) else list(ctx.inputs)
-    out = ctx.output / "corpus"
-    _call("tibnlp.text.prepare:prepare_corpus", inputs=files, output=out, cfg=ctx.config.corpus)
+    out = _fresh(ctx.output / "corpus")
+    _load("tibnlp.text.prepare:prepare_corpus")(files, out, ctx.config.corpus)
     return out
 
 
 def vocab(ctx: StageContext) -> Path:
     corpus = _named(ctx, "corpus")
-    out = ctx.output / "vocab"
-    _call("tibnlp.text.vocab:build_vocab", corpus_dir=corpus, output=out, cfg=ctx.config.vocab)
+    out = _fresh(ctx.output / "vocab")
+    build = _load("tibnlp.text.vocab_build:build_vocabulary", "tibnlp.text.vocab:build_vocab")
+    build(corpus, out, ctx.config.vocab)
     return out
 
 
@@ -87,7 +128,8 @@ def pretrain(ctx: StageContext) -> Path:
     cfg.pretrain.corpus = str(_named(ctx, "corpus"))
     cfg.pretrain.vocab = str(_named(ctx, "vocab"))
     cfg.pretrain.output = str(ctx.output / "model")
-    return Path(_call("tibnlp.training.pretrain:run_pretraining", cfg, resume=ctx.resume))
+    run = _load("tibnlp.training.pretrain:run_pretraining")
+    return Path(run(cfg, resume=ctx.resume))
 
 
 def finetune(ctx: StageContext) -> dict[str, Any]:
@@ -96,7 +138,13 @@ def finetune(ctx: StageContext) -> dict[str, Any]:
     if model is not None:
         cfg.finetune.model = str(model)
     cfg.finetune.output = str(ctx.output / "finetune")
-    result = dict(_call("tibnlp.training.finetune:run_finetune", cfg) or {})
+    _fresh(Path(cfg.finetune.output))
+    run = _load("tibnlp.training.finetune:run_finetune")
+    if "dataset" in inspect.signature(run).parameters:
+        value = run(cfg, cfg.finetune.dataset, cfg.finetune.task)
+    else:
+        value = run(cfg)
+    result = _as_dict(value)
     register_finetuned(ctx, result)
     return result
 
