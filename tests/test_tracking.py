@@ -36,6 +36,7 @@ def test_run_records_params_metrics_artifacts_and_children(store: str, tmp_path:
     assert run.data.params["model.heads.small"] == "6"
     assert run.data.params["pretrain.optimizer.lr"] == str(cfg.pretrain.optimizer.lr)
     assert run.info.status == "FINISHED"
+    assert run.data.tags["tibnlp.git_commit"]  # every run names its code
     assert [a.path for a in client.list_artifacts(parent.run_id, "config")] == [
         "config/resolved.yaml"
     ]

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ _CHUNK = 1 << 20
 _memo: dict[tuple[str, int, int], str] = {}
 
 
+@lru_cache(maxsize=8)
 def git_commit(cwd: Path | None = None) -> str:
     """Commit of the checkout holding the code (`+dirty` if modified), or "unknown"."""
     where = cwd or Path(__file__).resolve().parent

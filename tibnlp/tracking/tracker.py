@@ -37,7 +37,7 @@ from tibnlp.tracking.buffer import (
     now_ms,
     replay,
 )
-from tibnlp.tracking.conventions import env_default
+from tibnlp.tracking.conventions import TAG_GIT_COMMIT, env_default, git_commit
 
 _PARAM_LIMIT = 6000
 log = logging.getLogger("tibnlp.tracking")
@@ -106,7 +106,8 @@ class Tracker:
                     "experiment": experiment,
                     "run_name": run_name,
                     "parent": parent_run_id,
-                    "tags": {k: str(v) for k, v in (tags or {}).items()},
+                    "tags": {TAG_GIT_COMMIT: git_commit()}
+                    | {k: str(v) for k, v in (tags or {}).items()},
                     "time": now_ms(),
                 }
             )
