@@ -372,6 +372,7 @@ def test_builtin_adapters_wire_the_real_stage_signatures(
     exp = client.get_experiment_by_name("pipeline-chain")
     runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
     assert set(runs) == {"chain", "prepare", "vocab", "pretrain", "finetune"}
+    assert runs["prepare"].data.metrics["documents"] == 1  # the stage's report
     assert runs["pretrain"].data.metrics["mask_loss"] == 5.0  # the stage logged into its run
     assert runs["finetune"].data.metrics["test_f1_macro_std"] == pytest.approx(0.01)
     assert "tibnlp.vocab_hash" in runs["pretrain"].data.tags

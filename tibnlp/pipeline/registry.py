@@ -1,7 +1,8 @@
 """Stage kinds -> stage functions, by dotted import path (nothing is imported until it runs).
 
 A stage function takes a `StageContext` and returns a `Path` inside `ctx.output` (the stage's
-output), a dict of results (logged as metrics), or None (the output is `ctx.output` itself).
+output), a dict of results (logged as metrics), both as `(path, dict)`, or None (the output
+is `ctx.output` itself).
 `sections` lists the config sections that define the stage's result: only they enter its
 content hash, so changing the fine-tuning settings does not re-prepare the corpus.
 """

@@ -155,6 +155,7 @@ class Planner:
             sections = {s: config[s] for s in sdef.sections}
             params = substitute(node.stage.params, self._lookup(node, False), "params")
             key = node_key(node.stage.kind, sections, params, inputs)
+            described = {**sections, "params": params} if params else sections
             self.keys[id(node)] = key
             slot = slot_for(self.workdir, node.stage.name, node.variant, key)
             manifest = slot.manifest(key)
@@ -171,10 +172,10 @@ class Planner:
                 action, reason = "run", f"input changed: {', '.join(upstream_runs)} runs first"
             else:
                 action = "run"
-                reason = explain_change(slot.previous(), sections, inputs)
+                reason = explain_change(slot.previous(), described, inputs)
             if action == "run":
                 stale.add(id(node))
-            steps.append(Step(node, key, slot, action, reason, sections, inputs, manifest))
+            steps.append(Step(node, key, slot, action, reason, described, inputs, manifest))
         return steps
 
 
@@ -263,7 +264,9 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
         if isinstance(inputs, dict)
         else [Path(v) for v in inputs]
     )
-    tags = {TAG_STAGE: node.stage.name, TAG_VARIANT: node.variant}
+    tags = {TAG_STAGE: node.stage.name}
+    if node.variant:
+        tags[TAG_VARIANT] = node.variant
     if node.model_label:
         tags[TAG_MODEL] = node.model_label
     resume = slot.partial.exists()
@@ -293,6 +296,9 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
     try:
         value = stage_def(node.stage.kind).load()(ctx)
         output_rel, res = "", None
+        if isinstance(value, tuple):  # (output path, report)
+            value, res = value
+            child.log_metrics(_numbers(res))
         if isinstance(value, (str, Path)):
             produced = Path(value).resolve()
             base = slot.partial.resolve()

@@ -108,19 +108,19 @@ def slice_corpus(ctx: StageContext) -> Path:
     return out
 
 
-def prepare(ctx: StageContext) -> Path:
+def prepare(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
     files = list(ctx.inputs.values()) if isinstance(ctx.inputs, dict) else list(ctx.inputs)
     out = _fresh(ctx.output / "corpus")
-    _load("tibnlp.text.prepare:prepare_corpus")(files, out, ctx.config.corpus)
-    return out
+    report = _load("tibnlp.text.prepare:prepare_corpus")(files, out, ctx.config.corpus)
+    return out, _as_dict(report)
 
 
-def vocab(ctx: StageContext) -> Path:
+def vocab(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
     corpus = _named(ctx, "corpus")
     out = _fresh(ctx.output / "vocab")
     build = _load("tibnlp.text.vocab_build:build_vocabulary", "tibnlp.text.vocab:build_vocab")
-    build(corpus, out, ctx.config.vocab)
-    return out
+    report = build(corpus, out, ctx.config.vocab)
+    return out, _as_dict(report)
 
 
 def pretrain(ctx: StageContext) -> Path:
