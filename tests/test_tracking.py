@@ -31,6 +31,7 @@ def test_run_records_params_metrics_artifacts_and_children(store: str, tmp_path:
             for step in range(5):
                 child.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
             child.log_text("# report\n", "reports/eval.md")
+            child.log_figure(_curve(), "plots/learning_curve.png")
     client = MlflowClient(store)
     run = client.get_run(parent.run_id)
     assert run.data.params["model.heads.small"] == "6"
@@ -47,7 +48,21 @@ def test_run_records_params_metrics_artifacts_and_children(store: str, tmp_path:
     assert [m.step for m in history] == [0, 1, 2, 3, 4]
     assert history[-1].value == pytest.approx(0.2)
     assert [a.path for a in client.list_artifacts(child.run_id, "reports")] == ["reports/eval.md"]
+    (plot,) = client.list_artifacts(child.run_id, "plots")
+    assert plot.path == "plots/learning_curve.png" and plot.file_size > 1000
+    assert not list((tmp_path / ".tibnlp/tracking-buffer/files").glob("*"))  # staging cleaned
     assert not list((tmp_path / ".tibnlp/tracking-buffer").glob("*.jsonl"))
+
+
+def _curve():  # a learning curve, as stages plot them
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 2], [3.0, 2.0, 1.5])
+    return fig
 
 
 def test_failed_block_marks_run_failed(store: str) -> None:
