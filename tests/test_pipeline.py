@@ -379,3 +379,38 @@ def test_builtin_adapters_wire_the_real_stage_signatures(
     (version,) = client.search_model_versions("name='chain-model'")
     assert version.run_id == runs["finetune"].info.run_id
     assert run_pipeline(load_pipeline(path), echo=lambda _: None).ran == []
+
+
+def test_launched_stage_runs_in_a_child_process(toy: tuple[Path, str], tmp_path: Path) -> None:
+    """`launch:` runs the stage through a launcher (here plain `python -m`, as torchrun would
+    with one process); the output is published and the stage's run gets its report."""
+    import sys
+
+    path, uri = toy
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "launched",
+                "workdir": str(tmp_path / "launched"),
+                "config": {"tracking": {"uri": uri}},
+                "stages": {
+                    "cut": {
+                        "kind": "slice",
+                        "inputs": ["data:corpora/toy.txt"],
+                        "params": {"max_docs": 1},
+                        "launch": f"{sys.executable} -m",
+                    }
+                },
+            },
+            sort_keys=False,
+        )
+    )
+    result = run_pipeline(load_pipeline(path), echo=lambda _: None)
+    out = result.outputs["cut"]
+    assert out.name == "slice.txt" and out.read_text(encoding="utf-8") == TOY_TEXT + "\n"
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        ".tibnlp-run.json",
+        ".tibnlp-stage.json",
+        "slice.txt",
+    ]
+    assert run_pipeline(load_pipeline(path), echo=lambda _: None).skipped == ["cut"]

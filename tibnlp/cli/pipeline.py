@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from tibnlp.cli.common import SetOption, console
+from tibnlp.pipeline.launch import exec_stage
 from tibnlp.pipeline.runner import run_pipeline
 from tibnlp.pipeline.spec import load_pipeline
 
@@ -50,3 +51,11 @@ def run(
         )
         for name, out in result.outputs.items():
             typer.echo(f"{name}\t{out}")
+
+
+@app.command("exec-stage", hidden=True)
+def exec_stage_command(
+    context: Annotated[Path, typer.Argument(help="Stage context written by `pipeline run`.")],
+) -> None:
+    """Run one stage inside a launcher's process (used by stages with `launch:`)."""
+    exec_stage(context)

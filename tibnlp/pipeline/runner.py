@@ -17,6 +17,7 @@ from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.pipeline.cache import Slot, explain_change, node_key, slot_for
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.grid import Node, expand
+from tibnlp.pipeline.launch import launch_stage
 from tibnlp.pipeline.registry import stage_def
 from tibnlp.pipeline.spec import PipelineSpec, substitute
 from tibnlp.tracking import Tracker, path_hash, provenance_tags
@@ -294,7 +295,10 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
     )
     status = "FAILED"
     try:
-        value = stage_def(node.stage.kind).load()(ctx)
+        if node.stage.launch:
+            value = launch_stage(node.stage.launch, node.stage.kind, ctx)
+        else:
+            value = stage_def(node.stage.kind).load()(ctx)
         output_rel, res = "", None
         if isinstance(value, tuple):  # (output path, report)
             value, res = value

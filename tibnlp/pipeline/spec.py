@@ -16,6 +16,7 @@ stages:
   pretrain:
     inputs: {corpus: ${stages.prepare.output}, vocab: ${stages.vocab.output}}
     config: {pretrain: {max_steps: ${vars.steps}}}
+    launch: torchrun --nproc_per_node 8 -m         # optional: a multi-process launcher
     grid: {model.heads.small: [6, 8]}                  # product of the listed values
     variants: [{name: fixed12, set: {model.heads.small: 12}}]   # or an explicit list
   finetune:
@@ -37,7 +38,7 @@ from tibnlp.config.core import apply_overrides, read_yaml
 from tibnlp.errors import ConfigError
 
 TOP_KEYS = {"name", "experiment", "workdir", "vars", "config", "stages", "description"}
-STAGE_KEYS = {"kind", "inputs", "config", "params", "grid", "variants", "description"}
+STAGE_KEYS = {"kind", "inputs", "config", "params", "grid", "variants", "description", "launch"}
 _REF = re.compile(r"\$\{([^}]+)\}")
 
 
@@ -55,6 +56,7 @@ class StageSpec:
     config: dict[str, Any]
     params: dict[str, Any]
     variants: list[Variant]  # [Variant("", {})] when the stage has no grid
+    launch: str = ""  # e.g. "torchrun --nproc_per_node 8 -m": run the stage in N processes
 
     def references(self) -> list[str]:
         """Names of the stages this one reads (through ${stages.NAME....})."""
@@ -196,6 +198,7 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
             inputs=inputs,
             config=dict(body.get("config") or {}),
             params=dict(body.get("params") or {}),
+            launch=str(body.get("launch") or ""),
             variants=expand_variants(str(sname), body.get("grid"), body.get("variants"), at),
         )
         known = [s.name for s in stages]
