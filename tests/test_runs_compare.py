@@ -31,8 +31,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
         pre.log_metrics({"loss": 3.0}, step=10)  # no test metric: not in the table
         pre.end()
         for (model, small, large, head), seeds in SCORES.items():
+            stage = parent.child(f"finetune[{model},{head}]", tags={"tibnlp.model": model})
+            stage.log_params({"finetune": {"head": head}})
+            mean = sum(seeds) / len(seeds)  # the stage's aggregate: not counted again
+            stage.log_metrics({"test_f1_macro": mean, "test_f1_weighted": mean + 0.05})
             for seed, f1 in enumerate(seeds, start=1):
-                run = parent.child(f"finetune[{model},{head}]", tags={"tibnlp.model": model})
+                run = stage.child(f"seed {seed}", tags={"tibnlp.model": model})
                 run.log_params(
                     {
                         "model": {"heads": {"small": small, "large": large}},
@@ -42,6 +46,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
                 run.log_metrics({"test_f1_macro": f1, "test_f1_weighted": f1 + 0.05}, step=0)
                 run.log_metrics({"val_f1_macro": f1 - 0.01}, step=1)
                 run.end()
+            stage.end()
         failed = parent.child("finetune[broken]", tags={"tibnlp.model": "fixed8"})
         failed.log_metrics({"test_f1_macro": 0.0})
         failed.end("FAILED")  # failed runs stay out of the table
@@ -112,6 +117,17 @@ def test_csv_pivot_puts_heads_side_by_side(store: str) -> None:
 def test_glob_metrics_and_table_format(store: str) -> None:
     out = _invoke("-e", "dma", "-m", "val_*", "-g", "tag:tibnlp.model", "--tracking-uri", store)
     assert "val_f1_macro" in out and "fixed8" in out and "test_f1" not in out
+    only = _invoke(
+        "-e",
+        "dma",
+        "-f",
+        "csv",
+        "--filter",
+        "params.finetune.head = 'cnn'",
+        "--tracking-uri",
+        store,
+    )
+    assert "linear" not in only and only.count("\n") == 3  # header + two models
 
 
 def test_unknown_experiment_is_a_clear_error(store: str, tmp_path: Path) -> None:

@@ -43,11 +43,22 @@ def compare(
         Literal["table", "markdown", "csv"], typer.Option("--format", "-f", help="Output format.")
     ] = "table",
     digits: Annotated[int, typer.Option(help="Decimals shown.")] = 4,
+    filter_string: Annotated[
+        str,
+        typer.Option(
+            "--filter", help="MLflow run filter, e.g. \"params.finetune.task = 'title'\"."
+        ),
+    ] = "",
     tracking_uri: UriOption = "",
 ) -> None:
     """Runs side by side, grouped by model configuration: mean ± std over seeds."""
     result = compare_runs(
-        experiment, metric or [], group_by or [], columns_by=columns_by, uri=tracking_uri
+        experiment,
+        metric or [],
+        group_by or [],
+        columns_by=columns_by,
+        uri=tracking_uri,
+        filter_string=filter_string,
     )
     if fmt == "markdown":
         typer.echo(result.markdown(digits), nl=False)

@@ -1,5 +1,7 @@
 """Runs side by side: group an experiment's runs by model configuration, mean and std over seeds.
 
+Runs whose nested runs carry the same metrics (a fine-tuning stage over its seed runs) are
+left out: the seeds are counted, not their aggregate again.
 The grouping follows the toolkit's convention: the `tibnlp.model` tag (set by pipelines to the
 variant's name) when runs carry it, plus the params that describe a model (head counts, scales,
 fine-tuning head) wherever they differ between runs. Runs in one group are repeats (seeds).
@@ -142,6 +144,10 @@ def compare_runs(
             "list metric names in `tibnlp ui`, or pass --metric PATTERN (globs allowed)",
         )
     runs = [r for r in runs if any(k in r.data.metrics for k in names)]
+    # A run whose nested runs carry the metrics is their aggregate (a stage over seeds): count
+    # the leaves (the seeds), not the aggregate a second time.
+    parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
+    runs = [r for r in runs if r.info.run_id not in parents]
     if group_by:
         keys = list(group_by)
     else:  # the model-describing keys whose value differs between runs
