@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from tibnlp.cli import corpus, data
+from tibnlp.cli import corpus, data, pipeline, runs, ui
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
 
@@ -18,6 +18,9 @@ app = typer.Typer(
 )
 app.add_typer(data.app, name="data")
 app.add_typer(corpus.app, name="corpus")
+app.add_typer(pipeline.app, name="pipeline")
+app.add_typer(runs.app, name="runs")
+app.command("ui")(ui.ui)
 
 
 def main() -> None:

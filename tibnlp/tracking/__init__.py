@@ -4,6 +4,22 @@ Stages talk to `Tracker` only, so the convention (nested runs, flattened params,
 tags, buffering when the server is away) lives in one place.
 """
 
-from tibnlp.tracking.tracker import Tracker, default_tracking_uri
+from tibnlp.tracking.conventions import git_commit, path_hash, provenance_tags
+from tibnlp.tracking.tracker import (
+    Tracker,
+    TrackingOutageWarning,
+    default_tracking_uri,
+    sync_buffers,
+    tracker_from_config,
+)
 
-__all__ = ["Tracker", "default_tracking_uri"]
+__all__ = [
+    "Tracker",
+    "TrackingOutageWarning",
+    "default_tracking_uri",
+    "git_commit",
+    "path_hash",
+    "provenance_tags",
+    "sync_buffers",
+    "tracker_from_config",
+]

@@ -4,11 +4,21 @@
   config's `tracking.uri` override it.
 - Params are the flattened typed config; long values are truncated to MLflow's limit.
 - A run can be resumed by id (pretraining `--resume` continues the same run).
+- Tracking never kills training: when the store cannot be reached (at start or mid-run),
+  every call goes to a local JSONL buffer (see `buffer`), a warning is printed once, and the
+  buffer is replayed when the store answers again (probed every `retry_seconds`) or at `end()`.
+  What is still buffered after `end()` is replayed by `tibnlp runs sync`.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import shutil
+import tempfile
+import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,12 +27,37 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from tibnlp.config.core import flatten
+from tibnlp.tracking.buffer import (
+    Applier,
+    Buffer,
+    IdMap,
+    default_buffer_dir,
+    is_outage,
+    new_local_id,
+    now_ms,
+    replay,
+)
+from tibnlp.tracking.conventions import TAG_GIT_COMMIT, env_default, git_commit
 
 _PARAM_LIMIT = 6000
+log = logging.getLogger("tibnlp.tracking")
+_WARNED: set[str] = set()  # stores already reported unreachable: warn once, not per run
+
+
+class TrackingOutageWarning(UserWarning):
+    """The tracking store is unreachable; calls are buffered locally."""
 
 
 def default_tracking_uri(uri: str = "") -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+
+
+def _short_http_retries(uri: str) -> None:
+    """MLflow's defaults retry for minutes; a training step should not wait that long."""
+    if uri.startswith(("http://", "https://")):
+        env_default("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        env_default("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        env_default("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 
 class Tracker:
@@ -37,25 +72,108 @@ class Tracker:
         parent_run_id: str | None = None,
         resume_run_id: str | None = None,
         tags: Mapping[str, str] | None = None,
+        buffer_dir: Path | str | None = None,
+        retry_seconds: float = 30.0,
     ) -> None:
         self.enabled = enabled
         self.run_id: str | None = None
+        self.experiment = experiment
+        self.ended = False
         if not enabled:
             return
         self.uri = default_tracking_uri(uri)
+        _short_http_retries(self.uri)
         mlflow.set_tracking_uri(self.uri)
         self.client = MlflowClient(self.uri)
-        exp = self.client.get_experiment_by_name(experiment)
-        experiment_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
+        self.buffer_dir = default_buffer_dir(str(buffer_dir or ""))
+        self.retry_seconds = retry_seconds
+        self._ids = IdMap(self.buffer_dir)
+        self._applier = Applier(self.client, self._ids)
+        self._offline = False
+        self._last_try = 0.0
+        local_id = resume_run_id or new_local_id()
+        stamp = f"{time.time_ns()}-{local_id[-12:]}"
+        self.buffer = Buffer(self.buffer_dir / f"{stamp}.jsonl", self.uri)
         if resume_run_id:
             self.run_id = resume_run_id
-            self.client.update_run(resume_run_id, status="RUNNING")
+            self._submit({"op": "update_run", "run": resume_run_id, "status": "RUNNING"})
         else:
-            all_tags = dict(tags or {})
-            if parent_run_id:
-                all_tags["mlflow.parentRunId"] = parent_run_id
-            run = self.client.create_run(experiment_id, run_name=run_name or None, tags=all_tags)
-            self.run_id = run.info.run_id
+            self.run_id = local_id
+            self._submit(
+                {
+                    "op": "create_run",
+                    "local_id": local_id,
+                    "experiment": experiment,
+                    "run_name": run_name,
+                    "parent": parent_run_id,
+                    "tags": {TAG_GIT_COMMIT: git_commit()}
+                    | {k: str(v) for k, v in (tags or {}).items()},
+                    "time": now_ms(),
+                }
+            )
+
+    # -- resilience ------------------------------------------------------------------------
+
+    @property
+    def offline(self) -> bool:
+        """True while calls are being buffered locally."""
+        return self.enabled and self._offline
+
+    def _refresh_run_id(self) -> None:
+        if self.run_id and self.run_id in self._ids.ids:
+            self.run_id = self._ids.ids[self.run_id]
+
+    def _go_offline(self, exc: BaseException) -> None:
+        self._offline = True
+        self._last_try = time.monotonic()
+        if self.uri not in _WARNED:
+            _WARNED.add(self.uri)
+            msg = (
+                f"tracking store {self.uri} is unreachable ({type(exc).__name__}: "
+                f"{str(exc)[:200]}); training continues and every tracking call is buffered "
+                f"in {self.buffer.path}, replayed when the store answers again "
+                f"(or later with `tibnlp runs sync {self.buffer.path}`)"
+            )
+            log.warning(msg)
+            warnings.warn(msg, TrackingOutageWarning, stacklevel=3)
+
+    def _flush(self) -> bool:
+        """Replay the buffer; True when it is empty afterwards."""
+        if not self.buffer.path.exists():
+            return True
+        try:
+            replay(self.buffer.path, self._applier)
+        except Exception as exc:  # rejected by the store: dropped from the buffer, reported
+            log.warning("tracking: the store rejected a buffered record: %s", exc)
+        self._refresh_run_id()
+        return not self.buffer.pending()
+
+    def _maybe_reconnect(self) -> bool:
+        if time.monotonic() - self._last_try < self.retry_seconds:
+            return False
+        self._last_try = time.monotonic()
+        if self._flush():
+            self._offline = False
+            _WARNED.discard(self.uri)
+            log.warning("tracking store %s answers again; buffered calls replayed", self.uri)
+            return True
+        return False
+
+    def _submit(self, rec: dict[str, Any]) -> None:
+        if self._offline and not self._maybe_reconnect():
+            self.buffer.append(rec)
+            return
+        try:
+            self._applier.apply(rec)
+        except Exception as exc:
+            if is_outage(exc):
+                self._go_offline(exc)
+                self.buffer.append(rec)
+            else:  # the store said no (e.g. a param re-logged with another value)
+                log.warning("tracking: %s rejected by the store: %s", rec["op"], exc)
+        self._refresh_run_id()
+
+    # -- public API ------------------------------------------------------------------------
 
     @property
     def _rid(self) -> str:
@@ -68,34 +186,194 @@ class Tracker:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.end("FAILED" if exc_type else "FINISHED")
 
+    def child(
+        self,
+        run_name: str,
+        tags: Mapping[str, str] | None = None,
+        resume_run_id: str | None = None,
+    ) -> Tracker:
+        """A run nested under this one, in the same experiment, store and buffer folder
+        (or, with `resume_run_id`, that earlier run continued)."""
+        if not self.enabled:
+            return Tracker(self.experiment, run_name, enabled=False)
+        return Tracker(
+            self.experiment,
+            run_name,
+            uri=self.uri,
+            parent_run_id=self._rid,
+            resume_run_id=resume_run_id,
+            tags=tags,
+            buffer_dir=self.buffer_dir,
+            retry_seconds=self.retry_seconds,
+        )
+
     def log_params(self, params: Mapping[str, Any]) -> None:
         if not self.enabled:
             return
         flat = flatten(params)
-        for key, value in flat.items():
-            self.client.log_param(self._rid, key, str(value)[:_PARAM_LIMIT])
+        pairs = [[k, str(v)[:_PARAM_LIMIT]] for k, v in flat.items()]
+        self._submit(
+            {"op": "log_batch", "run": self._rid, "metrics": [], "params": pairs, "tags": []}
+        )
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         if not self.enabled:
             return
-        for key, value in tags.items():
-            self.client.set_tag(self._rid, key, str(value))
+        pairs = [[k, str(v)] for k, v in tags.items()]
+        self._submit(
+            {"op": "log_batch", "run": self._rid, "metrics": [], "params": [], "tags": pairs}
+        )
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if not self.enabled:
             return
-        for key, value in metrics.items():
-            self.client.log_metric(self._rid, key, float(value), step=step or 0)
+        ts = now_ms()
+        rows = [[k, float(v), int(step or 0), ts] for k, v in metrics.items()]
+        self._submit(
+            {"op": "log_batch", "run": self._rid, "metrics": rows, "params": [], "tags": []}
+        )
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         if not self.enabled:
             return
-        path = Path(path)
-        if path.is_dir():
-            self.client.log_artifacts(self._rid, str(path), artifact_path)
+        rec = {"op": "log_artifact", "run": self._rid, "path": str(Path(path).resolve())}
+        self._submit({**rec, "artifact_path": artifact_path})
+
+    def _staged(self, name: str) -> Path:
+        """A file path that outlives this call (the upload may be buffered until later)."""
+        folder = Path(tempfile.mkdtemp(prefix="staged-", dir=self._staging_root()))
+        return folder / Path(name).name
+
+    def _staging_root(self) -> Path:
+        root = self.buffer_dir / "files"
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+    def _log_staged(self, file: Path, artifact_file: str) -> None:
+        parent = str(Path(artifact_file).parent)
+        rec = {"op": "log_artifact", "run": self._rid, "path": str(file.resolve()), "staged": True}
+        self._submit({**rec, "artifact_path": None if parent == "." else parent})
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """A text artifact (e.g. `reports/eval.md`)."""
+        if not self.enabled:
+            return
+        file = self._staged(artifact_file)
+        file.write_text(text, encoding="utf-8")
+        self._log_staged(file, artifact_file)
+
+    def log_dict(self, data: Any, artifact_file: str) -> None:
+        """A dict as YAML or JSON artifact, by the file's extension (resolved configs, reports)."""
+        if not self.enabled:
+            return
+        if artifact_file.endswith((".yaml", ".yml")):
+            import yaml
+
+            text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
         else:
-            self.client.log_artifact(self._rid, str(path), artifact_path)
+            text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+        self.log_text(text, artifact_file)
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        """A matplotlib figure (learning curve, confusion matrix) as an image artifact."""
+        if not self.enabled:
+            return
+        file = self._staged(artifact_file)
+        figure.savefig(file, bbox_inches="tight", dpi=120)
+        self._log_staged(file, artifact_file)
+
+    def register_model(
+        self,
+        model_dir: Path,
+        name: str,
+        metrics: Mapping[str, float] | None = None,
+        artifact_path: str = "model",
+        description: str = "",
+    ) -> None:
+        """Log a model directory and register it as a new version of registered model `name`.
+
+        The version points at the run's artifact copy; its tags carry the given metrics so the
+        registry lists each version with its scores.
+        """
+        if not self.enabled:
+            return
+        metrics = dict(metrics or {})
+        if metrics:
+            self.log_metrics(metrics)
+        self.log_artifact(Path(model_dir), artifact_path)
+        tags = {k: f"{float(v):.6g}" for k, v in metrics.items()}
+        self._submit(
+            {
+                "op": "register_model",
+                "run": self._rid,
+                "name": name,
+                "artifact_path": artifact_path,
+                "tags": tags,
+                "description": description,
+            }
+        )
 
     def end(self, status: str = "FINISHED") -> None:
-        if self.enabled and self.run_id:
-            self.client.set_terminated(self.run_id, status=status)
+        if not self.enabled or not self.run_id or self.ended:
+            return
+        self.ended = True
+        self._submit({"op": "set_terminated", "run": self._rid, "status": status, "time": now_ms()})
+        if self._offline:
+            self._last_try = 0.0  # one last try now, whatever the probe interval
+            if self._maybe_reconnect():
+                return
+            log.warning(
+                "tracking store %s still unreachable: %d calls kept in %s; "
+                "replay them with `tibnlp runs sync %s`",
+                self.uri,
+                len(self.buffer),
+                self.buffer.path,
+                self.buffer.path,
+            )
+        staging = self.buffer_dir / "files"
+        if staging.is_dir() and not any(staging.iterdir()):
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def sync_buffers(target: Path | None = None, uri: str = "") -> tuple[int, int]:
+    """Replay buffer files (a file or a folder of them). Returns (records sent, files left)."""
+    from tibnlp.tracking.buffer import buffer_files, buffer_uri
+
+    folder = Path(target) if target else default_buffer_dir()
+    sent, left = 0, 0
+    ids = IdMap(folder if folder.is_dir() else folder.parent)
+    appliers: dict[str, Applier] = {}
+    for path in list(buffer_files(folder)):
+        store = default_tracking_uri(uri or buffer_uri(path) or "")
+        _short_http_retries(store)
+        if store not in appliers:
+            appliers[store] = Applier(MlflowClient(store), ids)
+        sent += replay(path, appliers[store])
+        left += path.exists()
+    return sent, left
+
+
+def tracker_from_config(
+    cfg: Any, run_name: str = "", tags: Mapping[str, str] | None = None
+) -> Tracker:
+    """The Tracker a stage should use: `tracker_from_config(config.tracking, "pretrain")`.
+
+    Under `tibnlp pipeline run` the config names the stage's run (`tracking.run_id`), which the
+    stage then logs into; standalone it creates a run (nested under `tracking.parent_run_id`
+    when set) in `tracking.experiment`.
+    """
+    all_tags = {**(cfg.tags or {}), **(tags or {})}
+    tracker = Tracker(
+        cfg.experiment,
+        cfg.run_name or run_name,
+        uri=cfg.uri,
+        enabled=cfg.enabled,
+        parent_run_id=cfg.parent_run_id or None,
+        resume_run_id=cfg.run_id or None,
+        tags=all_tags,
+        buffer_dir=cfg.buffer_dir or None,
+        retry_seconds=cfg.retry_seconds,
+    )
+    if cfg.run_id and all_tags:
+        tracker.set_tags(all_tags)
+    return tracker

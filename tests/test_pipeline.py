@@ -1,0 +1,416 @@
+"""Pipelines: stages chained by YAML, content-addressed outputs, resume, grids, MLflow runs.
+
+The mechanism is pinned with small registered test stages; the real stages are adapters of the
+same shape (tibnlp/pipeline/stages.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from tibnlp.errors import ConfigError
+from tibnlp.pipeline.context import StageContext
+from tibnlp.pipeline.registry import register_stage
+from tibnlp.pipeline.runner import run_pipeline
+from tibnlp.pipeline.spec import load_pipeline
+from tibnlp.tracking.testing import sqlite_store
+
+TOY_TEXT = "ཀ་ཁ་ག།\n"
+CALLS: list[str] = []
+FAIL_ONCE: set[str] = set()
+
+
+def make_text(ctx: StageContext) -> Path:
+    """Concatenate the inputs and repeat them `pretrain.max_steps` times."""
+    CALLS.append(ctx.name)
+    text = "".join(Path(p).read_text(encoding="utf-8") for p in ctx.inputs)
+    out = ctx.output / "text.txt"
+    out.write_text(text * ctx.config.pretrain.max_steps, encoding="utf-8")
+    return out
+
+
+def train(ctx: StageContext) -> Path:
+    """A fake model dir; fails once (after writing a checkpoint) when asked, to test resume."""
+    CALLS.append(f"{ctx.name}{'(resume)' if ctx.resume else ''}")
+    ckpt = ctx.output / "model" / "checkpoint.txt"
+    ckpt.parent.mkdir(exist_ok=True)
+    if ctx.resume:
+        assert ckpt.read_text() == "half"
+    ckpt.write_text("half")
+    if ctx.name in FAIL_ONCE:
+        FAIL_ONCE.discard(ctx.name)
+        raise RuntimeError("interrupted")
+    for step in range(3):
+        ctx.tracker.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+    text = Path(ctx.inputs["text"]).read_text(encoding="utf-8")
+    (ctx.output / "model" / "weights.txt").write_text(f"{ctx.config.model.heads.small}:{len(text)}")
+    return ctx.output / "model"
+
+
+def evaluate(ctx: StageContext) -> dict[str, float]:
+    CALLS.append(ctx.name)
+    weights = (Path(ctx.inputs["model"]) / "weights.txt").read_text()
+    heads = int(weights.split(":")[0])
+    head_bonus = 0.1 if ctx.config.finetune.head == "cnn" else 0.0
+    return {"test_f1_macro": heads / 100 + head_bonus, "test_f1_weighted": heads / 50}
+
+
+register_stage("t_text", make_text, ("pretrain",))
+register_stage("t_train", train, ("model",))
+register_stage("t_eval", evaluate, ("finetune",))
+
+PIPELINE = """
+name: toy
+experiment: toy-exp
+workdir: {workdir}
+vars: {{repeat: 2}}
+config:
+  tracking: {{uri: "{uri}"}}
+stages:
+  text:
+    kind: t_text
+    inputs: ["data:corpora/toy.txt"]
+    config: {{pretrain: {{max_steps: "${{vars.repeat}}"}}}}
+  pretrain:
+    kind: t_train
+    inputs:
+      text: ${{stages.text.output}}
+    grid: {{model.heads.small: [6, 12]}}
+  finetune:
+    kind: t_eval
+    inputs:
+      model: ${{stages.pretrain.output}}
+    grid: {{finetune.head: [cnn, linear]}}
+"""
+
+
+@pytest.fixture
+def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    data = tmp_path / "data" / "corpora"
+    data.mkdir(parents=True)
+    (data / "toy.txt").write_text(TOY_TEXT, encoding="utf-8")
+    monkeypatch.setenv("TIBNLP_DATA", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    uri = sqlite_store(tmp_path)
+    path = tmp_path / "toy.yaml"
+    path.write_text(PIPELINE.format(workdir=tmp_path / "work", uri=uri), encoding="utf-8")
+    CALLS.clear()
+    FAIL_ONCE.clear()
+    return path, uri
+
+
+def _plan(path: Path, *overrides: str) -> dict[str, str]:
+    lines: list[str] = []
+    run_pipeline(load_pipeline(path, overrides), dry_run=True, echo=lines.append)
+    return {ln.split()[1]: ln.split()[0] for ln in lines[1:]}
+
+
+def test_runs_then_skips_everything_and_logs_nested_runs(toy: tuple[Path, str]) -> None:
+    path, uri = toy
+    assert set(_plan(path).values()) == {"run"}
+    first = run_pipeline(load_pipeline(path), echo=lambda _: None)
+    assert len(first.ran) == 7 and not first.skipped  # 1 + 2 + 2x2
+    assert sorted(CALLS) == sorted(first.ran)
+    assert first.results["finetune[small=12,head=cnn]"]["test_f1_macro"] == pytest.approx(0.22)
+    weights = first.outputs["pretrain[small=6]"] / "weights.txt"
+    assert weights.read_text() == f"6:{len(TOY_TEXT) * 2}"
+
+    CALLS.clear()
+    again = run_pipeline(load_pipeline(path), echo=lambda _: None)
+    assert again.ran == [] and len(again.skipped) == 7 and CALLS == []
+    assert again.outputs == first.outputs
+    assert set(_plan(path).values()) == {"skip"}
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("toy-exp")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 2  # one per invocation
+    kids = {r.info.run_name: r for r in runs if "mlflow.parentRunId" in r.data.tags}
+    assert len(kids) == 7
+    ft = kids["finetune[small=6,head=linear]"]
+    assert ft.data.tags["mlflow.parentRunId"] == first.run_id
+    assert ft.data.tags["tibnlp.model"] == "small=6"
+    assert ft.data.tags["tibnlp.stage"] == "finetune"
+    assert ft.data.params["finetune.head"] == "linear"
+    assert ft.data.metrics["test_f1_macro"] == pytest.approx(0.06)
+    assert "tibnlp.parent_model_hash" in ft.data.tags and "tibnlp.git_commit" in ft.data.tags
+    pre = kids["pretrain[small=12]"]
+    assert [m.step for m in client.get_metric_history(pre.info.run_id, "loss")] == [0, 1, 2]
+    assert pre.data.params["model.heads.small"] == "12"
+    names = {a.path for a in client.list_artifacts(pre.info.run_id, "config")}
+    assert names == {"config/resolved.yaml"}
+
+
+def test_change_reruns_only_what_depends_on_it(toy: tuple[Path, str]) -> None:
+    path, _ = toy
+    run_pipeline(load_pipeline(path), echo=lambda _: None)
+    plan = _plan(path, "finetune.epochs=3")  # base config: only finetune hashes it
+    assert [n for n, a in plan.items() if a == "run"] == [
+        "finetune[small=6,head=cnn]",
+        "finetune[small=6,head=linear]",
+        "finetune[small=12,head=cnn]",
+        "finetune[small=12,head=linear]",
+    ]
+    lines: list[str] = []
+    run_pipeline(load_pipeline(path, ["vars.repeat=3"]), dry_run=True, echo=lines.append)
+    text = "\n".join(lines)
+    assert "config changed: pretrain.max_steps: 2 -> 3" in text
+    assert "input changed: text runs first" in text
+    CALLS.clear()
+    run_pipeline(load_pipeline(path, ["vars.repeat=3"]), echo=lambda _: None)
+    assert len(CALLS) == 7
+
+
+def test_data_change_invalidates(toy: tuple[Path, str], tmp_path: Path) -> None:
+    path, _ = toy
+    run_pipeline(load_pipeline(path), echo=lambda _: None)
+    (tmp_path / "data" / "corpora" / "toy.txt").write_text("ཀ་\n", encoding="utf-8")
+    assert set(_plan(path).values()) == {"run"}
+
+
+def test_interrupted_stage_resumes_and_never_publishes_half(toy: tuple[Path, str]) -> None:
+    path, _ = toy
+    FAIL_ONCE.add("pretrain[small=12]")
+    with pytest.raises(RuntimeError, match="interrupted"):
+        run_pipeline(load_pipeline(path), echo=lambda _: None)
+    work = path.parent / "work" / "pretrain"
+    assert [p.name.endswith(".partial") for p in sorted(work.iterdir()) if p.is_dir()].count(
+        True
+    ) == 1
+    assert not any(
+        p.name.startswith("small=12") and not p.name.endswith(".partial") for p in work.iterdir()
+    )
+    lines: list[str] = []
+    run_pipeline(load_pipeline(path), dry_run=True, echo=lines.append)
+    assert any("pretrain[small=12]" in ln and "resume the interrupted run" in ln for ln in lines)
+    CALLS.clear()
+    second = run_pipeline(load_pipeline(path), echo=lambda _: None)
+    assert "pretrain[small=12](resume)" in CALLS
+    assert "text" in second.skipped and "pretrain[small=6]" in second.skipped
+    assert len(second.ran) == 5  # the resumed pretrain and the 4 fine-tunings after it
+    manifest = json.loads(
+        (second.outputs["pretrain[small=12]"].parent / ".tibnlp-stage.json").read_text()
+    )
+    assert manifest["output_rel"] == "model" and manifest["stage"] == "pretrain"
+    # the resumed stage continued its MLflow run (now under the second pipeline run)
+    client = MlflowClient(toy[1])
+    exp = client.get_experiment_by_name("toy-exp")
+    pre = client.search_runs([exp.experiment_id], "attributes.run_name = 'pretrain[small=12]'")
+    assert len(pre) == 1 and pre[0].info.status == "FINISHED"
+    assert pre[0].data.tags["mlflow.parentRunId"] == second.run_id
+
+
+def test_cli_dry_run_and_errors(toy: tuple[Path, str]) -> None:
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    path, _ = toy
+    result = CliRunner().invoke(app, ["pipeline", "run", str(path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "pipeline toy: 7 stage runs" in result.output
+    assert "finetune[small=12,head=linear]" in result.output and CALLS == []
+    result = CliRunner().invoke(
+        app, ["pipeline", "run", str(path), "--dry-run", "-s", "stages.text.bogus=1"]
+    )
+    assert isinstance(result.exception, ConfigError)
+
+
+def test_explicit_variants_and_errors(toy: tuple[Path, str], tmp_path: Path) -> None:
+    path, _ = toy
+    data = yaml.safe_load(path.read_text())
+    data["stages"]["pretrain"].pop("grid")
+    data["stages"]["pretrain"]["variants"] = [
+        {"name": "fixed8", "set": {"model.heads.small": 8, "model.heads.large": 8}},
+        {"name": "dma6-12", "set": {"model.heads.small": 6, "model.heads.large": 12}},
+    ]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    plan = _plan(path)
+    assert "pretrain[fixed8]" in plan and "finetune[dma6-12,head=cnn]" in plan
+
+    bad = dict(data, stages={"b": {"kind": "t_eval", "inputs": {"m": "${stages.later.output}"}}})
+    path.write_text(yaml.safe_dump(bad, sort_keys=False))
+    with pytest.raises(ConfigError, match="references stage 'later'"):
+        load_pipeline(path)
+    data["stages"]["pretrain"]["variants"][0]["set"] = {"model.heads.smal": 8}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"pretrain \[fixed8\].*model.heads.smal"):
+        _plan(path)
+    with pytest.raises(ConfigError, match="unknown variable"):
+        load_pipeline(path, ["config.pretrain.max_steps=${vars.nope}"])
+    data["stagez"] = {}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match="unknown top-level key 'stagez'"):
+        load_pipeline(path)
+
+
+def test_missing_data_names_the_data_directory(toy: tuple[Path, str]) -> None:
+    path, _ = toy
+    text = path.read_text().replace("data:corpora/toy.txt", "data:corpora/absent.txt")
+    path.write_text(text)
+    from tibnlp.errors import DataError
+
+    with pytest.raises(DataError, match=r"absent\.txt"):
+        _plan(path)
+
+
+def test_finetune_adapter_registers_the_model(toy: tuple[Path, str], tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from tibnlp.config import load_config
+    from tibnlp.pipeline.stages import register_finetuned
+    from tibnlp.tracking import Tracker
+
+    _, uri = toy
+    out = tmp_path / "ft"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"\0")
+    cfg = load_config(overrides=[f"finetune.output={out}", "tracking.register_model=tncc-title"])
+    with Tracker("reg", "finetune", uri=uri) as tracker:
+        ctx = StageContext("finetune", "finetune", "", cfg, [], tmp_path, False, tracker)
+        result = {"test_f1_macro": 0.5, "val_f1_macro": 0.6}
+        register_finetuned(ctx, result)
+        register_finetuned(ctx, result)  # once per result
+    assert result["registered_model"] == "tncc-title"
+    (version,) = MlflowClient(uri).search_model_versions("name='tncc-title'")
+    assert version.tags == {"test_f1_macro": "0.5"}
+
+
+def test_builtin_adapters_wire_the_real_stage_signatures(
+    toy: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prepare -> vocab -> pretrain -> finetune through the built-in kinds, with stand-ins of
+    the stage functions (same signatures), so the wiring is pinned without training."""
+    import sys
+    import types
+    from dataclasses import dataclass, field
+
+    from tibnlp.tracking import tracker_from_config
+
+    def prepare_corpus(inputs, output, cfg):
+        assert not output.exists()
+        output.mkdir()
+        (output / "docs.txt").write_text("".join(Path(p).read_text() for p in inputs))
+        return {"documents": 1}
+
+    def build_vocabulary(corpus_dir, output_dir, config):
+        output_dir.mkdir()
+        (output_dir / "vocab.txt").write_text(f"{config.vocab_size}")
+        return {}
+
+    def run_pretraining(cfg, resume=False):
+        assert (Path(cfg.pretrain.corpus) / "docs.txt").is_file()
+        assert (Path(cfg.pretrain.vocab) / "vocab.txt").read_text() == "123"
+        with tracker_from_config(cfg.tracking, "pretrain") as tr:
+            tr.log_metrics({"mask_loss": 5.0}, step=1)
+        model = Path(cfg.pretrain.output) / "final"
+        model.mkdir(parents=True)
+        (model / "model.safetensors").write_bytes(b"\0")
+        return model
+
+    @dataclass
+    class FinetuneResult:
+        system: str
+        dataset: str
+        aggregate: dict = field(default_factory=dict)
+        output: Path = Path()
+
+    def run_finetune(cfg, dataset, task="title"):
+        assert (Path(cfg.finetune.model) / "model.safetensors").is_file()
+        out = Path(cfg.finetune.output) / "tncc_title"
+        out.mkdir(parents=True)
+        (out / "model.safetensors").write_bytes(b"\1")
+        agg = {"test": {"f1_macro": (0.5, 0.01)}, "validation": {"f1_macro": (0.6, 0.02)}}
+        return FinetuneResult("albert+cnn", dataset, agg, out)
+
+    for name, fn in [
+        ("tibnlp.text.prepare", prepare_corpus),
+        ("tibnlp.text.vocab_build", build_vocabulary),
+        ("tibnlp.training.pretrain", run_pretraining),
+        ("tibnlp.training.finetune", run_finetune),
+    ]:
+        module = types.ModuleType(name)
+        setattr(module, fn.__name__, fn)
+        monkeypatch.setitem(sys.modules, name, module)
+
+    path, uri = toy
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "chain",
+                "workdir": str(tmp_path / "chain"),
+                "config": {"tracking": {"uri": uri, "register_model": "chain-model"}},
+                "stages": {
+                    "prepare": {"inputs": ["data:corpora/toy.txt"]},
+                    "vocab": {
+                        "inputs": {"corpus": "${stages.prepare.output}"},
+                        "config": {"vocab": {"vocab_size": 123}},
+                    },
+                    "pretrain": {
+                        "inputs": {
+                            "corpus": "${stages.prepare.output}",
+                            "vocab": "${stages.vocab.output}",
+                        }
+                    },
+                    "finetune": {"inputs": {"model": "${stages.pretrain.output}"}},
+                },
+            },
+            sort_keys=False,
+        )
+    )
+    result = run_pipeline(load_pipeline(path), echo=lambda _: None)
+    assert result.ran == ["prepare", "vocab", "pretrain", "finetune"]
+    assert result.outputs["pretrain"].name == "final"
+    assert result.results["finetune"]["test_f1_macro"] == 0.5
+    assert result.results["finetune"]["registered_model"] == "chain-model"
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("pipeline-chain")
+    runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    assert set(runs) == {"chain", "prepare", "vocab", "pretrain", "finetune"}
+    assert runs["prepare"].data.metrics["documents"] == 1  # the stage's report
+    assert runs["pretrain"].data.metrics["mask_loss"] == 5.0  # the stage logged into its run
+    assert runs["finetune"].data.metrics["test_f1_macro_std"] == pytest.approx(0.01)
+    assert "tibnlp.vocab_hash" in runs["pretrain"].data.tags
+    (version,) = client.search_model_versions("name='chain-model'")
+    assert version.run_id == runs["finetune"].info.run_id
+    assert run_pipeline(load_pipeline(path), echo=lambda _: None).ran == []
+
+
+def test_launched_stage_runs_in_a_child_process(toy: tuple[Path, str], tmp_path: Path) -> None:
+    """`launch:` runs the stage through a launcher (here plain `python -m`, as torchrun would
+    with one process); the output is published and the stage's run gets its report."""
+    import sys
+
+    path, uri = toy
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "launched",
+                "workdir": str(tmp_path / "launched"),
+                "config": {"tracking": {"uri": uri}},
+                "stages": {
+                    "cut": {
+                        "kind": "slice",
+                        "inputs": ["data:corpora/toy.txt"],
+                        "params": {"max_docs": 1},
+                        "launch": f"{sys.executable} -m",
+                    }
+                },
+            },
+            sort_keys=False,
+        )
+    )
+    result = run_pipeline(load_pipeline(path), echo=lambda _: None)
+    out = result.outputs["cut"]
+    assert out.name == "slice.txt" and out.read_text(encoding="utf-8") == TOY_TEXT + "\n"
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        ".tibnlp-run.json",
+        ".tibnlp-stage.json",
+        "slice.txt",
+    ]
+    assert run_pipeline(load_pipeline(path), echo=lambda _: None).skipped == ["cut"]

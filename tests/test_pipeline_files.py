@@ -1,0 +1,60 @@
+"""The shipped pipelines parse, validate and plan against the real data directory; the slice
+stage takes a reproducible slice of a real corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tibnlp.pipeline.grid import expand
+from tibnlp.pipeline.runner import Planner
+from tibnlp.pipeline.spec import load_pipeline
+from tibnlp.pipeline.stages import slice_corpus
+
+PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+
+
+@pytest.mark.parametrize("name", ["smoke", "quickstart", "dma_grid", "paper_tiny"])
+def test_shipped_pipeline_plans(name: str, corpus_dir: Path, tmp_path: Path) -> None:
+    spec = load_pipeline(PIPELINES / f"{name}.yaml")
+    steps = Planner(spec, tmp_path / "work").plan()
+    assert [s.action for s in steps] == ["run"] * len(steps)
+    assert steps[0].reason == "no output yet"
+    kinds = [s.node.stage.kind for s in steps]
+    assert {"prepare", "vocab", "pretrain", "finetune"} <= set(kinds)
+    assert str(corpus_dir) not in (PIPELINES / f"{name}.yaml").read_text()
+
+
+def test_dma_grid_is_the_papers_ten_models_plus_multiscale(corpus_dir: Path) -> None:
+    spec = load_pipeline(PIPELINES / "dma_grid.yaml", ["vars.budget_steps=7"])
+    nodes = expand(spec)
+    pre = [n for n in nodes if n.stage.name == "pretrain"]
+    heads = {(n.overrides["model.heads.small"], n.overrides["model.heads.large"]) for n in pre}
+    fixed = {(h, h) for h in (6, 8, 12, 16)}
+    dynamic = {(a, b) for a in (6, 8, 12, 16) for b in (6, 8, 12, 16) if a < b}
+    assert fixed | dynamic <= heads and len(fixed | dynamic) == 10
+    alphas = sorted(n.overrides.get("model.scales.alpha", -1) for n in pre)
+    assert alphas[-3:] == [0.0, 0.5, 1.0] and len(pre) == 13
+    ft = [n for n in nodes if n.stage.name == "finetune"]
+    assert len(ft) == 26
+    assert {n.model_label for n in ft} == {n.variant for n in pre}
+    planner = Planner(spec)
+    cfg = planner.config_dict(pre[0], real=False)
+    assert cfg["pretrain"]["max_steps"] == 7  # the budget is one parameter for all models
+    assert {planner.config_dict(n, real=False)["finetune"]["task"] for n in ft} == {"title"}
+
+
+def test_slice_takes_the_first_documents(require_data, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    src = require_data("corpora/tibetan_tibettimes_news.txt.xz")
+    ctx = SimpleNamespace(
+        name="slice", inputs=[src], output=tmp_path, params={"max_docs": 5}, config=None
+    )
+    out = slice_corpus(ctx)  # type: ignore[arg-type]
+    docs = [d for d in out.read_text(encoding="utf-8").split("\n\n") if d.strip()]
+    assert len(docs) == 5
+    assert all("\u0f0b" in d for d in docs)  # Tibetan text (tsheg)
+    again = slice_corpus(ctx)  # type: ignore[arg-type]
+    assert again.read_bytes() == out.read_bytes()

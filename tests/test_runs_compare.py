@@ -1,0 +1,140 @@
+"""`tibnlp runs compare`: runs grouped by model configuration, mean and std over seeds."""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tibnlp.cli.main import app
+from tibnlp.tracking import Tracker
+from tibnlp.tracking.testing import sqlite_store
+
+SCORES = {  # (model, small, large, head) -> macro F1 per seed
+    ("fixed8", 8, 8, "cnn"): [0.60, 0.62, 0.64],
+    ("fixed8", 8, 8, "linear"): [0.55, 0.57, 0.53],
+    ("dma6-12", 6, 12, "cnn"): [0.66, 0.65, 0.67],
+    ("dma6-12", 6, 12, "linear"): [0.58, 0.60, 0.59],
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp("compare")
+    uri = sqlite_store(folder)
+    with Tracker("dma", "pipeline", uri=uri, buffer_dir=folder / "buf") as parent:
+        pre = parent.child("pretrain[fixed8]", tags={"tibnlp.model": "fixed8"})
+        pre.log_metrics({"loss": 3.0}, step=10)  # no test metric: not in the table
+        pre.end()
+        for (model, small, large, head), seeds in SCORES.items():
+            stage = parent.child(f"finetune[{model},{head}]", tags={"tibnlp.model": model})
+            stage.log_params({"finetune": {"head": head}})
+            mean = sum(seeds) / len(seeds)  # the stage's aggregate: not counted again
+            stage.log_metrics({"test_f1_macro": mean, "test_f1_weighted": mean + 0.05})
+            for seed, f1 in enumerate(seeds, start=1):
+                run = stage.child(f"seed {seed}", tags={"tibnlp.model": model})
+                run.log_params(
+                    {
+                        "model": {"heads": {"small": small, "large": large}},
+                        "finetune": {"head": head, "seed": seed, "task": "title"},
+                    }
+                )
+                run.log_metrics({"test_f1_macro": f1, "test_f1_weighted": f1 + 0.05}, step=0)
+                run.log_metrics({"val_f1_macro": f1 - 0.01}, step=1)
+                run.end()
+            stage.end()
+        failed = parent.child("finetune[broken]", tags={"tibnlp.model": "fixed8"})
+        failed.log_metrics({"test_f1_macro": 0.0})
+        failed.end("FAILED")  # failed runs stay out of the table
+    return uri
+
+
+def _invoke(*args: str) -> str:
+    result = CliRunner().invoke(app, ["runs", "compare", *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_markdown_groups_by_model_and_head(store: str) -> None:
+    out = _invoke("--experiment", "dma", "--format", "markdown", "--tracking-uri", store)
+    lines = out.strip().splitlines()
+    assert lines[0].split("|")[1:-1] == [
+        " tibnlp.model ",
+        " model.heads.small ",
+        " model.heads.large ",
+        " finetune.head ",
+        " runs ",
+        " test_f1_macro ",
+        " test_f1_weighted ",
+    ]
+    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in lines[2:]]
+    assert [r[:4] for r in rows] == [
+        ["dma6-12", "6", "12", "cnn"],
+        ["dma6-12", "6", "12", "linear"],
+        ["fixed8", "8", "8", "cnn"],
+        ["fixed8", "8", "8", "linear"],
+    ]
+    seeds = SCORES[("fixed8", 8, 8, "cnn")]
+    mean, std = statistics.mean(seeds), statistics.stdev(seeds)
+    assert rows[2][4] == "3"
+    assert rows[2][5] == f"{mean:.4f} ± {std:.4f}"
+
+
+def test_csv_pivot_puts_heads_side_by_side(store: str) -> None:
+    out = _invoke(
+        "-e",
+        "dma",
+        "-f",
+        "csv",
+        "--metric",
+        "test_f1_macro",
+        "--columns-by",
+        "finetune.head",
+        "--tracking-uri",
+        store,
+    )
+    rows = list(csv.reader(io.StringIO(out)))
+    assert rows[0] == [
+        "tibnlp.model",
+        "model.heads.small",
+        "model.heads.large",
+        "runs",
+        "test_f1_macro [cnn] mean",
+        "test_f1_macro [cnn] std",
+        "test_f1_macro [linear] mean",
+        "test_f1_macro [linear] std",
+    ]
+    dma = rows[1]
+    assert dma[0] == "dma6-12"
+    assert float(dma[4]) == pytest.approx(statistics.mean(SCORES[("dma6-12", 6, 12, "cnn")]))
+    assert float(dma[7]) == pytest.approx(statistics.stdev(SCORES[("dma6-12", 6, 12, "linear")]))
+
+
+def test_glob_metrics_and_table_format(store: str) -> None:
+    out = _invoke("-e", "dma", "-m", "val_*", "-g", "tag:tibnlp.model", "--tracking-uri", store)
+    assert "val_f1_macro" in out and "fixed8" in out and "test_f1" not in out
+    only = _invoke(
+        "-e",
+        "dma",
+        "-f",
+        "csv",
+        "--filter",
+        "params.finetune.head = 'cnn'",
+        "--tracking-uri",
+        store,
+    )
+    assert "linear" not in only and only.count("\n") == 3  # header + two models
+
+
+def test_unknown_experiment_is_a_clear_error(store: str, tmp_path: Path) -> None:
+    from tibnlp.errors import TibnlpError
+    from tibnlp.tracking.compare import compare_runs
+
+    with pytest.raises(TibnlpError, match="no experiment named 'nope'"):
+        compare_runs("nope", uri=store)
+    with pytest.raises(TibnlpError, match="no finished run"):
+        compare_runs("dma", ["bleu*"], uri=store)

@@ -1,0 +1,131 @@
+"""The tracking convention on a local store: params, tags, time-series metrics, artifacts,
+nested runs, the model registry, provenance tags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tibnlp.config import load_config
+from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
+from tibnlp.tracking.conventions import TAG_DATA, TAG_GIT_COMMIT, TAG_VOCAB, path_hash
+from tibnlp.tracking.testing import sqlite_store
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.chdir(tmp_path)
+    return sqlite_store(tmp_path)
+
+
+def test_run_records_params_metrics_artifacts_and_children(store: str, tmp_path: Path) -> None:
+    cfg = load_config(overrides=["model.heads.small=6", "model.heads.large=12"])
+    from tibnlp.config import to_dict
+
+    with Tracker("exp", "parent", uri=store) as parent:
+        parent.log_params(to_dict(cfg))
+        parent.log_dict(to_dict(cfg), "config/resolved.yaml")
+        with parent.child("pretrain", tags={"tibnlp.stage": "pretrain"}) as child:
+            for step in range(5):
+                child.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+            child.log_text("# report\n", "reports/eval.md")
+            child.log_figure(_curve(), "plots/learning_curve.png")
+    client = MlflowClient(store)
+    run = client.get_run(parent.run_id)
+    assert run.data.params["model.heads.small"] == "6"
+    assert run.data.params["pretrain.optimizer.lr"] == str(cfg.pretrain.optimizer.lr)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["tibnlp.git_commit"]  # every run names its code
+    assert [a.path for a in client.list_artifacts(parent.run_id, "config")] == [
+        "config/resolved.yaml"
+    ]
+    kid = client.get_run(child.run_id)
+    assert kid.data.tags["mlflow.parentRunId"] == parent.run_id
+    assert kid.data.tags["tibnlp.stage"] == "pretrain"
+    history = client.get_metric_history(child.run_id, "loss")
+    assert [m.step for m in history] == [0, 1, 2, 3, 4]
+    assert history[-1].value == pytest.approx(0.2)
+    assert [a.path for a in client.list_artifacts(child.run_id, "reports")] == ["reports/eval.md"]
+    (plot,) = client.list_artifacts(child.run_id, "plots")
+    assert plot.path == "plots/learning_curve.png" and plot.file_size > 1000
+    assert not list((tmp_path / ".tibnlp/tracking-buffer/files").glob("*"))  # staging cleaned
+    assert not list((tmp_path / ".tibnlp/tracking-buffer").glob("*.jsonl"))
+
+
+def _curve():  # a learning curve, as stages plot them
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 2], [3.0, 2.0, 1.5])
+    return fig
+
+
+def test_failed_block_marks_run_failed(store: str) -> None:
+    with pytest.raises(RuntimeError), Tracker("exp", "boom", uri=store) as tr:
+        raise RuntimeError("x")
+    assert MlflowClient(store).get_run(tr.run_id).info.status == "FAILED"
+
+
+def test_register_model_creates_version_with_metrics(store: str, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * 16)
+    (model / "config.yaml").write_text("model: {}\n")
+    with Tracker("exp", "finetune", uri=store) as tr:
+        tr.register_model(model, "tibnlp-tncc-title", {"test_f1_macro": 0.61})
+        tr.register_model(model, "tibnlp-tncc-title", {"test_f1_macro": 0.61}, artifact_path="m2")
+    client = MlflowClient(store)
+    versions = sorted(
+        client.search_model_versions("name='tibnlp-tncc-title'"), key=lambda v: int(v.version)
+    )
+    assert [str(v.version) for v in versions] == ["1", "2"]
+    assert versions[0].run_id == tr.run_id
+    assert versions[0].tags["test_f1_macro"] == "0.61"
+    assert versions[0].source.endswith("/model")
+    files = {a.path for a in client.list_artifacts(tr.run_id, "model")}
+    assert files == {"model/model.safetensors", "model/config.yaml"}
+    assert client.get_run(tr.run_id).data.metrics["test_f1_macro"] == pytest.approx(0.61)
+
+
+def test_provenance_tags_hash_content_not_location(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        (d / "sub").mkdir(parents=True)
+        (d / "sub" / "x.txt").write_text("ཀ་ཁ་")
+        (d / ".stage.json").write_text(str(d))  # hidden bookkeeping is not content
+    assert path_hash(a) == path_hash(b)
+    (b / "sub" / "x.txt").write_text("ཀ་ག་")
+    assert path_hash(a) != path_hash(b)
+    tags = provenance_tags(data=a, vocab=b / "sub" / "x.txt", parent_model=tmp_path / "absent")
+    assert tags[TAG_DATA] == path_hash(a)
+    assert tags[TAG_VOCAB] == path_hash(b / "sub" / "x.txt")
+    assert "tibnlp.parent_model_hash" not in tags
+    commit = tags[TAG_GIT_COMMIT]
+    assert commit == "unknown" or len(commit.removesuffix("+dirty")) == 40
+
+
+def test_tracker_from_config_logs_into_the_pipeline_stage_run(store: str) -> None:
+    parent = Tracker("exp", "pipeline", uri=store)
+    stage = parent.child("pretrain")
+    cfg = load_config(overrides=[f"tracking.uri={store}", f"tracking.run_id={stage.run_id}"])
+    with tracker_from_config(cfg.tracking, "pretrain", tags={"k": "v"}) as tr:
+        tr.log_metrics({"loss": 2.0}, step=3)
+    assert tr.run_id == stage.run_id
+    run = MlflowClient(store).get_run(stage.run_id)
+    assert run.data.metrics["loss"] == 2.0 and run.data.tags["k"] == "v"
+    parent.end()
+
+
+def test_disabled_tracker_does_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with Tracker("exp", enabled=False) as tr:
+        tr.log_metrics({"a": 1.0}, step=1)
+        tr.log_params({"a": 1})
+        tr.child("x").log_metrics({"b": 1.0})
+    assert tr.run_id is None
+    assert not (tmp_path / "mlflow.db").exists()

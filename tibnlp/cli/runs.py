@@ -1,0 +1,91 @@
+"""`tibnlp runs`: compare an experiment's runs; replay tracking calls buffered during an outage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.table import Table
+
+from tibnlp.cli.common import console
+from tibnlp.tracking import sync_buffers
+from tibnlp.tracking.compare import compare_runs
+
+app = typer.Typer(help="Compare runs and replay buffered tracking calls.", no_args_is_help=True)
+
+UriOption = Annotated[
+    str,
+    typer.Option(
+        "--tracking-uri", help="Store: default $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db."
+    ),
+]
+
+
+@app.command("compare")
+def compare(
+    experiment: Annotated[str, typer.Option("--experiment", "-e", help="Experiment name.")],
+    metric: Annotated[
+        list[str] | None,
+        typer.Option("--metric", "-m", help="Metric name or glob (repeatable); default test*."),
+    ] = None,
+    group_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--group-by", "-g", help="Param or tag:NAME to group by (default: model keys)."
+        ),
+    ] = None,
+    columns_by: Annotated[
+        str,
+        typer.Option(help="Param or tag whose values become column suffixes (finetune.head)."),
+    ] = "",
+    fmt: Annotated[
+        Literal["table", "markdown", "csv"], typer.Option("--format", "-f", help="Output format.")
+    ] = "table",
+    digits: Annotated[int, typer.Option(help="Decimals shown.")] = 4,
+    filter_string: Annotated[
+        str,
+        typer.Option(
+            "--filter", help="MLflow run filter, e.g. \"params.finetune.task = 'title'\"."
+        ),
+    ] = "",
+    tracking_uri: UriOption = "",
+) -> None:
+    """Runs side by side, grouped by model configuration: mean ± std over seeds."""
+    result = compare_runs(
+        experiment,
+        metric or [],
+        group_by or [],
+        columns_by=columns_by,
+        uri=tracking_uri,
+        filter_string=filter_string,
+    )
+    if fmt == "markdown":
+        typer.echo(result.markdown(digits), nl=False)
+    elif fmt == "csv":
+        typer.echo(result.csv(), nl=False)
+    else:
+        table = Table(title=f"experiment {experiment}: mean ± std over runs")
+        for i, head in enumerate(result.headers()):
+            table.add_column(head, justify="left" if i < len(result.group_keys) else "right")
+        for row in result.table(digits):
+            table.add_row(*row)
+        console.print(table)
+
+
+@app.command("sync")
+def sync(
+    buffer: Annotated[
+        Path | None,
+        typer.Argument(help="A buffer file or folder (default: .tibnlp/tracking-buffer)."),
+    ] = None,
+    tracking_uri: Annotated[
+        str, typer.Option("--tracking-uri", help="Replay into this store instead.")
+    ] = "",
+) -> None:
+    """Replay tracking calls buffered while the store was unreachable."""
+    sent, left = sync_buffers(buffer, tracking_uri)
+    console.print(f"replayed {sent} buffered tracking calls; {left} buffer files left")
+    if left:
+        console.print("[yellow]the store is still unreachable for some; run this again later[/]")
+        raise typer.Exit(1)

@@ -1,0 +1,35 @@
+"""`tibnlp ui`: the MLflow UI on the toolkit's store, on loopback unless `--host` says so."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tibnlp.cli.common import console
+from tibnlp.tracking import default_tracking_uri
+from tibnlp.tracking.server import start_server, stop_server, wait_until_up
+
+
+def ui(
+    host: Annotated[str, typer.Option(help="Interface; 0.0.0.0 exposes it to the network.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="Port.")] = 5000,
+    tracking_uri: Annotated[
+        str, typer.Option("--tracking-uri", help="Store (default: as training uses).")
+    ] = "",
+) -> None:
+    """Start the MLflow UI against the same store the stages log to; Ctrl-C stops it."""
+    store = default_tracking_uri(tracking_uri)
+    proc = start_server(store, host=host, port=port)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    try:
+        wait_until_up(f"http://{shown}:{port}", proc)
+        console.print(f"MLflow UI for {store}: [bold]http://{shown}:{port}[/] (Ctrl-C stops it)")
+        typer.echo(f"http://{shown}:{port}")
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_server(proc)

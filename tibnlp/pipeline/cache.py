@@ -1,0 +1,101 @@
+"""Content-addressed stage outputs: a node's key is the hash of its kind, the config sections
+that define it, its params and its inputs (data by content, upstream stages by their keys).
+
+Outputs are built in `<dir>.partial` and renamed to `<dir>` with a manifest only when the stage
+returns, so a published directory is always complete; an interrupted stage leaves its partial
+directory, which the next run resumes into (pretraining continues from its checkpoints).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tibnlp.config.core import atomic_write_text, flatten
+from tibnlp.tracking.conventions import config_hash
+
+MANIFEST = ".tibnlp-stage.json"
+_SALT = "tibnlp-pipeline-v1"
+
+
+def node_key(kind: str, sections: dict[str, Any], params: dict[str, Any], inputs: Any) -> str:
+    return config_hash(
+        {"salt": _SALT, "kind": kind, "config": sections, "params": params, "inputs": inputs}
+    )
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)[:80] or "out"
+
+
+@dataclass
+class Slot:
+    """Where one node's output lives."""
+
+    final: Path
+    partial: Path
+    last: Path  # pointer to the node's latest key, to explain why a stage reruns
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.final / MANIFEST
+
+    def manifest(self, key: str) -> dict[str, Any] | None:
+        """The published manifest when it holds `key` (the output is complete and current)."""
+        try:
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if data.get("key") == key else None
+
+    def output_of(self, manifest: dict[str, Any]) -> Path:
+        rel = manifest.get("output_rel") or ""
+        return self.final / rel if rel else self.final
+
+    def previous(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.last.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def publish(self, manifest: dict[str, Any]) -> None:
+        """Atomically turn the partial directory into the published output."""
+        manifest = {**manifest, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        atomic_write_text(
+            self.partial / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False, default=str)
+        )
+        if self.final.exists():
+            shutil.rmtree(self.final)
+        os.replace(self.partial, self.final)
+        pointer = {k: manifest[k] for k in ("key", "config", "inputs") if k in manifest}
+        atomic_write_text(self.last, json.dumps(pointer, indent=1, ensure_ascii=False, default=str))
+
+
+def slot_for(workdir: Path, stage: str, variant: str, key: str) -> Slot:
+    base = Path(workdir) / _safe(stage)
+    name = f"{_safe(variant) if variant else 'out'}-{key[:12]}"
+    return Slot(
+        base / name, base / f"{name}.partial", base / f".last-{_safe(variant or 'out')}.json"
+    )
+
+
+def explain_change(old: dict[str, Any] | None, config: dict[str, Any], inputs: Any) -> str:
+    """Why a node's key differs from its last published run, in words."""
+    if old is None:
+        return "no output yet"
+    if old.get("inputs") != json.loads(json.dumps(inputs, default=str)):
+        return "inputs changed"
+    before, after = flatten(old.get("config") or {}), flatten(config)
+    changed = [k for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
+    if changed:
+        shown = ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed[:3])
+        more = f" (+{len(changed) - 3} more)" if len(changed) > 3 else ""
+        return f"config changed: {shown}{more}"
+    return "stage definition changed"

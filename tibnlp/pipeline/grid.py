@@ -1,0 +1,55 @@
+"""From stages to runnable nodes: each stage's variants times the variants of what it reads.
+
+A stage that reads a gridded stage fans out over it: `finetune` reading `pretrain` with ten
+variants becomes ten nodes (times its own grid). Each node knows which upstream node feeds
+each `${stages.X...}` reference, its config overrides, and the label of the model it stands
+for (used to group runs in `tibnlp runs compare`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from tibnlp.pipeline.spec import PipelineSpec, StageSpec
+
+
+@dataclass
+class Node:
+    stage: StageSpec
+    variant: str  # "" for a stage without variants; "a,b" joins upstream and own names
+    overrides: dict[str, Any]  # this node's own variant overrides (dotted keys)
+    upstream: dict[str, Node] = field(default_factory=dict)  # stage name -> node it reads
+    model_label: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.stage.name}[{self.variant}]" if self.variant else self.stage.name
+
+
+def _touches_model(overrides: dict[str, Any]) -> bool:
+    return any(k.startswith("model.") for k in overrides)
+
+
+def expand(spec: PipelineSpec) -> list[Node]:
+    """All nodes in a valid run order (upstream before downstream)."""
+    by_stage: dict[str, list[Node]] = {}
+    order: list[Node] = []
+    for stage in spec.stages:
+        refs = stage.references()
+        choices = [by_stage[r] for r in refs]
+        nodes = []
+        for combo in itertools.product(*choices) if refs else [()]:
+            upstream = dict(zip(refs, combo, strict=True))
+            inherited = [n.variant for n in combo if n.variant]
+            inherited_model = [n.model_label for n in combo if n.model_label]
+            for variant in stage.variants:
+                label = ",".join(p for p in [*inherited, variant.name] if p)
+                model = ",".join(inherited_model)
+                if variant.name and _touches_model(variant.overrides):
+                    model = ",".join(p for p in [model, variant.name] if p)
+                nodes.append(Node(stage, label, dict(variant.overrides), upstream, model))
+        by_stage[stage.name] = nodes
+        order += nodes
+    return order

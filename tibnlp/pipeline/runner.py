@@ -1,0 +1,341 @@
+"""Plan and run a pipeline: resolve each node's config and inputs, skip what is cached, run the
+rest under one MLflow parent run with a nested run per stage."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tibnlp.config import Config, from_dict, to_dict
+from tibnlp.config.core import flatten
+from tibnlp.data.datadir import require
+from tibnlp.errors import ConfigError, TibnlpError
+from tibnlp.pipeline.cache import Slot, explain_change, node_key, slot_for
+from tibnlp.pipeline.context import StageContext
+from tibnlp.pipeline.grid import Node, expand
+from tibnlp.pipeline.launch import launch_stage
+from tibnlp.pipeline.registry import stage_def
+from tibnlp.pipeline.spec import PipelineSpec, substitute
+from tibnlp.tracking import Tracker, path_hash, provenance_tags
+from tibnlp.tracking.conventions import TAG_MODEL, TAG_STAGE, TAG_VARIANT, config_hash
+
+DATA_PREFIX = "data:"
+
+
+@dataclass
+class Step:
+    """One node of the plan."""
+
+    node: Node
+    key: str
+    slot: Slot
+    action: Literal["run", "skip"]
+    reason: str
+    config: dict[str, Any]  # resolved config dict (stage outputs as `stage:KEY`)
+    inputs: Any  # inputs as hashed (data by content hash, stages by key)
+    manifest: dict[str, Any] | None = None
+
+
+@dataclass
+class PipelineRun:
+    steps: list[Step]
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    outputs: dict[str, Path] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{where}: '{key}' sets inside a value, not a section")
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+class Planner:
+    """Resolves nodes to configs, inputs and content keys."""
+
+    def __init__(self, spec: PipelineSpec, workdir: Path | None = None) -> None:
+        self.spec = spec
+        self.workdir = Path(workdir or spec.workdir)
+        self.base = spec.source.parent if spec.source else Path.cwd()
+        self.keys: dict[int, str] = {}
+        self.outputs: dict[int, Path] = {}
+
+    def data_path(self, text: str, where: str) -> Path:
+        rel = text[len(DATA_PREFIX) :].strip().lstrip("/")
+        if not rel:
+            raise ConfigError(f"{where}: '{text}' names no file (data:FOLDER/FILE)")
+        return require(rel, f"{where}: {text}")
+
+    def _lookup(self, node: Node, real: bool) -> Callable[[str, str], Any]:
+        def lookup(ref: str, where: str) -> Any:
+            parts = ref.split(".")
+            if parts[0] != "stages" or len(parts) != 3 or parts[2] != "output":
+                raise ConfigError(
+                    f"{self.spec.source}: {where}: unknown reference ${{{ref}}}",
+                    "references are ${vars.NAME} and ${stages.STAGE.output}",
+                )
+            up = node.upstream[parts[1]]
+            return str(self.outputs[id(up)]) if real else f"stage:{self.keys[id(up)]}"
+
+        return lookup
+
+    def _data(self, value: Any, real: bool, where: str) -> Any:
+        if isinstance(value, str) and value.startswith(DATA_PREFIX):
+            path = self.data_path(value, where)
+            return str(path) if real else f"{value}@{path_hash(path)}"
+        if isinstance(value, dict):
+            return {k: self._data(v, real, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._data(v, real, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    def _inputs(self, node: Node, real: bool) -> Any:
+        where = f"stages.{node.stage.name}.inputs"
+        raw = substitute(copy.deepcopy(node.stage.inputs), self._lookup(node, real), where)
+        out = self._data(raw, real, where)
+        if not real:  # plain paths (outside the data directory) count by content
+            if isinstance(out, dict):
+                return {k: self._plain(v) for k, v in out.items()}
+            return [self._plain(v) for v in out]
+        return out
+
+    def _plain(self, value: Any) -> Any:
+        if not isinstance(value, str) or value.startswith(("stage:", DATA_PREFIX)):
+            return value
+        path = Path(value) if Path(value).is_absolute() else self.base / value
+        if not path.exists():
+            raise ConfigError(
+                f"{self.spec.source}: input {value!r} does not exist",
+                "name data files as data:FOLDER/FILE (inside the data directory)",
+            )
+        return f"file@{path_hash(path)}"
+
+    def config_dict(self, node: Node, real: bool) -> dict[str, Any]:
+        where = f"{self.spec.source}: stages.{node.stage.name}"
+        data = _deep_merge(self.spec.config, node.stage.config)
+        for key, value in node.overrides.items():
+            _set_dotted(data, key, value, where)
+        data = substitute(data, self._lookup(node, real), f"stages.{node.stage.name}.config")
+        resolved = self._data(data, real, f"stages.{node.stage.name}.config")
+        try:
+            return to_dict(from_dict(Config, resolved))  # typed, validated, defaults filled
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{where}{' [' + node.variant + ']' if node.variant else ''}: {exc.message}",
+                exc.hint,
+            ) from exc
+
+    def plan(self, force: Iterable[str] = ()) -> list[Step]:
+        forced = set(force)
+        steps: list[Step] = []
+        stale: set[int] = set()
+        for node in expand(self.spec):
+            sdef = stage_def(node.stage.kind)
+            config = self.config_dict(node, real=False)
+            inputs = self._inputs(node, real=False)
+            sections = {s: config[s] for s in sdef.sections}
+            params = substitute(node.stage.params, self._lookup(node, False), "params")
+            key = node_key(node.stage.kind, sections, params, inputs)
+            described = {**sections, "params": params} if params else sections
+            self.keys[id(node)] = key
+            slot = slot_for(self.workdir, node.stage.name, node.variant, key)
+            manifest = slot.manifest(key)
+            action: Literal["run", "skip"]
+            upstream_runs = [u.name for u in node.upstream.values() if id(u) in stale]
+            if node.stage.name in forced or node.name in forced:
+                action, reason = "run", "forced (--force)"
+            elif manifest is not None:
+                action, reason = "skip", f"cached: same config and inputs ({slot.final})"
+                self.outputs[id(node)] = slot.output_of(manifest)
+            elif slot.partial.exists():
+                action, reason = "run", f"resume the interrupted run in {slot.partial}"
+            elif upstream_runs and slot.previous() is not None:
+                action, reason = "run", f"input changed: {', '.join(upstream_runs)} runs first"
+            else:
+                action = "run"
+                reason = explain_change(slot.previous(), described, inputs)
+            if action == "run":
+                stale.add(id(node))
+            steps.append(Step(node, key, slot, action, reason, described, inputs, manifest))
+        return steps
+
+
+def _provenance(inputs: Any) -> dict[str, str]:
+    named = inputs if isinstance(inputs, dict) else {}
+    data = [Path(v) for k, v in named.items() if k not in ("vocab", "model")]
+    if isinstance(inputs, list):
+        data = [Path(v) for v in inputs]
+    return provenance_tags(
+        data=data or None, vocab=named.get("vocab"), parent_model=named.get("model")
+    )
+
+
+def _numbers(result: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for k, v in flatten(result).items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v)
+    return out
+
+
+def run_pipeline(
+    spec: PipelineSpec,
+    dry_run: bool = False,
+    force: Iterable[str] = (),
+    tracking_uri: str = "",
+    echo: Callable[[str], None] = print,
+    workdir: Path | None = None,
+) -> PipelineRun:
+    """Run what is not cached, in order; print the plan first (only the plan with dry_run)."""
+    planner = Planner(spec, workdir)
+    steps = planner.plan(force)
+    result = PipelineRun(steps)
+    width = max(len(s.node.name) for s in steps)
+    echo(f"pipeline {spec.name}: {len(steps)} stage runs, work dir {planner.workdir}")
+    for s in steps:
+        echo(f"  {s.action:4}  {s.node.name:{width}}  {s.reason}")
+    if dry_run:
+        return result
+    base_cfg = from_dict(Config, spec.config)
+    uri = tracking_uri or base_cfg.tracking.uri
+    parent = Tracker(
+        spec.experiment,
+        spec.name,
+        uri=uri,
+        enabled=base_cfg.tracking.enabled,
+        tags={"tibnlp.pipeline": spec.name},
+        buffer_dir=base_cfg.tracking.buffer_dir or None,
+        retry_seconds=base_cfg.tracking.retry_seconds,
+    )
+    parent.log_params({f"vars.{k}": v for k, v in spec.vars.items()})
+    parent.set_tags({"tibnlp.pipeline_hash": config_hash(spec.raw), **provenance_tags()})
+    parent.log_dict(spec.raw, "pipeline.yaml")
+    status = "FAILED"
+    try:
+        for step in steps:
+            node = step.node
+            if step.action == "skip":
+                result.skipped.append(node.name)
+                result.outputs[node.name] = planner.outputs[id(node)]
+                result.results[node.name] = (step.manifest or {}).get("result")
+                continue
+            echo(f"[{len(result.ran) + len(result.skipped) + 1}/{len(steps)}] {node.name}")
+            out, res = _run_step(planner, step, parent, spec.experiment)
+            planner.outputs[id(node)] = out
+            result.outputs[node.name] = out
+            result.results[node.name] = res
+            result.ran.append(node.name)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        result.run_id = parent.run_id
+        parent.end(status)
+    return result
+
+
+def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) -> tuple[Path, Any]:
+    node, slot = step.node, step.slot
+    config_data = planner.config_dict(node, real=True)
+    cfg = from_dict(Config, config_data)
+    inputs = planner._inputs(node, real=True)
+    paths: list[Path] | dict[str, Path] = (
+        {k: Path(v) for k, v in inputs.items()}
+        if isinstance(inputs, dict)
+        else [Path(v) for v in inputs]
+    )
+    tags = {TAG_STAGE: node.stage.name}
+    if node.variant:
+        tags[TAG_VARIANT] = node.variant
+    if node.model_label:
+        tags[TAG_MODEL] = node.model_label
+    resume = slot.partial.exists()
+    run_file = slot.partial / ".tibnlp-run.json"
+    earlier = json.loads(run_file.read_text()).get("run_id") if run_file.is_file() else None
+    child = parent.child(node.name, tags=tags, resume_run_id=earlier)  # resumed: same run
+    if earlier:
+        child.set_tags({**tags, "mlflow.parentRunId": parent.run_id or ""})
+    cfg.tracking.experiment = experiment
+    cfg.tracking.uri = parent.uri if parent.enabled else cfg.tracking.uri
+    cfg.tracking.enabled = parent.enabled
+    cfg.tracking.parent_run_id = parent.run_id or ""
+    cfg.tracking.run_id = child.run_id or ""
+    cfg.tracking.tags = {**cfg.tracking.tags, **tags}
+    slot.partial.mkdir(parents=True, exist_ok=True)
+    run_file.write_text(json.dumps({"run_id": child.run_id}), encoding="utf-8")
+    params = substitute(node.stage.params, planner._lookup(node, True), "params")
+    child.log_params({k: v for k, v in to_dict(cfg).items() if k != "tracking"})
+    if params:
+        child.log_params({"params": params})
+    child.set_tags({**_provenance(paths), "tibnlp.stage_key": step.key})
+    child.log_dict(to_dict(cfg), "config/resolved.yaml")
+    ctx = StageContext(
+        node.name, node.stage.name, node.variant, cfg, paths, slot.partial, resume, child, params
+    )
+    status = "FAILED"
+    try:
+        if node.stage.launch:
+            value = launch_stage(node.stage.launch, node.stage.kind, ctx)
+        else:
+            value = stage_def(node.stage.kind).load()(ctx)
+        output_rel, res = "", None
+        if isinstance(value, tuple):  # (output path, report)
+            value, res = value
+            child.log_metrics(_numbers(res))
+        if isinstance(value, (str, Path)):
+            produced = Path(value).resolve()
+            base = slot.partial.resolve()
+            if produced != base and base not in produced.parents:
+                raise TibnlpError(
+                    f"stage {node.name} returned {produced}, outside its output {slot.partial}",
+                    "stage functions must write inside ctx.output",
+                )
+            output_rel = produced.relative_to(base).as_posix() if produced != base else ""
+        elif isinstance(value, dict):
+            res = value
+            child.log_metrics(_numbers(value))
+            (slot.partial / "results.json").write_text(
+                json.dumps(value, indent=1, ensure_ascii=False, default=str), encoding="utf-8"
+            )
+            child.log_artifact(slot.partial / "results.json")
+        slot.publish(
+            {
+                "key": step.key,
+                "stage": node.stage.name,
+                "variant": node.variant,
+                "kind": node.stage.kind,
+                "output_rel": output_rel,
+                "result": res,
+                "config": step.config,
+                "inputs": step.inputs,
+                "run_id": child.run_id,
+            }
+        )
+        status = "FINISHED"
+        return slot.output_of({"output_rel": output_rel}), res
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        child.end(status)

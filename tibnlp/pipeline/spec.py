@@ -1,0 +1,240 @@
+"""The pipeline file: stages, their configs, how outputs feed inputs, grids of variants.
+
+```yaml
+name: smoke                      # experiment defaults to "pipeline-<name>"
+experiment: tibnlp-smoke
+workdir: runs/pipelines/smoke    # default runs/pipelines/<name>
+vars: {steps: 200}               # referenced as ${vars.steps}; `--set vars.steps=50`
+config:                          # Config sections shared by every stage
+  engine: {threads: 2}
+stages:
+  prepare:                       # stage name; kind defaults to the name
+    inputs: [data:corpora/tibetan_tibettimes_news.txt.xz]   # data directory, by name
+    config: {corpus: {min_syllables: 3}}
+  vocab:
+    inputs: {corpus: ${stages.prepare.output}}
+  pretrain:
+    inputs: {corpus: ${stages.prepare.output}, vocab: ${stages.vocab.output}}
+    config: {pretrain: {max_steps: ${vars.steps}}}
+    launch: torchrun --nproc_per_node 8 -m         # optional: a multi-process launcher
+    grid: {model.heads.small: [6, 8]}                  # product of the listed values
+    variants: [{name: fixed12, set: {model.heads.small: 12}}]   # or an explicit list
+  finetune:
+    inputs: {model: ${stages.pretrain.output}}         # fans out over pretrain's variants
+```
+
+A stage may only reference stages above it, so the file order is a valid run order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tibnlp.config.core import apply_overrides, read_yaml
+from tibnlp.errors import ConfigError
+
+TOP_KEYS = {"name", "experiment", "workdir", "vars", "config", "stages", "description"}
+STAGE_KEYS = {"kind", "inputs", "config", "params", "grid", "variants", "description", "launch"}
+_REF = re.compile(r"\$\{([^}]+)\}")
+
+
+@dataclass
+class Variant:
+    name: str
+    overrides: dict[str, Any]  # dotted config key -> value
+
+
+@dataclass
+class StageSpec:
+    name: str
+    kind: str
+    inputs: list[Any] | dict[str, Any]
+    config: dict[str, Any]
+    params: dict[str, Any]
+    variants: list[Variant]  # [Variant("", {})] when the stage has no grid
+    launch: str = ""  # e.g. "torchrun --nproc_per_node 8 -m": run the stage in N processes
+
+    def references(self) -> list[str]:
+        """Names of the stages this one reads (through ${stages.NAME....})."""
+        found: list[str] = []
+        for text in _strings([self.inputs, self.config, self.params]):
+            for ref in _REF.findall(text):
+                parts = ref.strip().split(".")
+                if parts[0] == "stages" and len(parts) >= 3 and parts[1] not in found:
+                    found.append(parts[1])
+        return found
+
+
+@dataclass
+class PipelineSpec:
+    name: str
+    experiment: str
+    workdir: Path
+    config: dict[str, Any]
+    stages: list[StageSpec]
+    source: Path | None = None
+    vars: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def _strings(obj: Any) -> Iterable[str]:
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _strings(v)
+
+
+def substitute(obj: Any, lookup: Any, where: str) -> Any:
+    """Replace `${a.b}` references with `lookup("a.b")`; a whole-string reference keeps type."""
+    if isinstance(obj, str):
+        whole = _REF.fullmatch(obj.strip())
+        if whole:
+            return lookup(whole.group(1).strip(), where)
+        return _REF.sub(lambda m: str(lookup(m.group(1).strip(), where)), obj)
+    if isinstance(obj, dict):
+        return {k: substitute(v, lookup, f"{where}.{k}") for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [substitute(v, lookup, f"{where}[{i}]") for i, v in enumerate(obj)]
+    return obj
+
+
+def _variant_label(key: str, value: Any) -> str:
+    short = key.split(".")[-1]
+    if isinstance(value, list):
+        value = "-".join(map(str, value)) or "none"
+    return f"{short}={value}"
+
+
+def expand_variants(stage: str, grid: Any, variants: Any, where: str) -> list[Variant]:
+    """Explicit `variants` x the product of `grid` values; one unnamed variant when neither."""
+    base = [Variant("", {})]
+    if variants is not None:
+        if not isinstance(variants, list) or not variants:
+            raise ConfigError(f"{where}.variants: expected a non-empty list of {{name, set}}")
+        base = []
+        for i, v in enumerate(variants):
+            if not isinstance(v, dict) or set(v) - {"name", "set"} or "set" not in v:
+                raise ConfigError(f"{where}.variants[{i}]: expected {{name: ..., set: {{...}}}}")
+            if not isinstance(v["set"], dict):
+                raise ConfigError(f"{where}.variants[{i}].set: expected a mapping of dotted keys")
+            name = str(v.get("name") or ",".join(_variant_label(k, x) for k, x in v["set"].items()))
+            base.append(Variant(name, dict(v["set"])))
+        names = [v.name for v in base]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}.variants: names must be unique, got {names}")
+    if grid is None:
+        return base
+    if not isinstance(grid, dict) or not grid:
+        raise ConfigError(f"{where}.grid: expected a mapping of dotted key -> list of values")
+    out = base
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}.grid.{key}: expected a non-empty list of values")
+        out = [
+            Variant(
+                ",".join(p for p in (v.name, _variant_label(key, x)) if p),
+                {**v.overrides, key: x},
+            )
+            for v in out
+            for x in values
+        ]
+    return out
+
+
+def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> PipelineSpec:
+    where = str(source) if source else "pipeline"
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown top-level key '{unknown[0]}'; allowed: {', '.join(sorted(TOP_KEYS))}"
+        )
+    name = str(data.get("name") or (source.stem if source else "pipeline"))
+    vars_ = data.get("vars") or {}
+    if not isinstance(vars_, dict):
+        raise ConfigError(f"{where}: 'vars' must be a mapping")
+
+    def var_lookup(ref: str, at: str) -> Any:
+        parts = ref.split(".")
+        if parts[0] == "vars":
+            if len(parts) != 2 or parts[1] not in vars_:
+                raise ConfigError(f"{where}: {at}: unknown variable ${{{ref}}}")
+            return vars_[parts[1]]
+        if parts[0] == "name":
+            return name
+        return "${" + ref + "}"  # stage references are resolved when the stage runs
+
+    data = substitute(data, var_lookup, "")
+    stages_raw = data.get("stages")
+    if not isinstance(stages_raw, dict) or not stages_raw:
+        raise ConfigError(f"{where}: 'stages' must be a non-empty mapping of stage name -> spec")
+    stages: list[StageSpec] = []
+    for sname, body in stages_raw.items():
+        at = f"{where}: stages.{sname}"
+        body = body or {}
+        if not isinstance(body, dict):
+            raise ConfigError(f"{at}: expected a mapping")
+        bad = sorted(set(body) - STAGE_KEYS)
+        if bad:
+            raise ConfigError(
+                f"{at}: unknown key '{bad[0]}'; allowed: {', '.join(sorted(STAGE_KEYS))}"
+            )
+        inputs = body.get("inputs") or []
+        if not isinstance(inputs, (list, dict)):
+            raise ConfigError(f"{at}.inputs: expected a list or a mapping")
+        for key in ("config", "params"):
+            if not isinstance(body.get(key) or {}, dict):
+                raise ConfigError(f"{at}.{key}: expected a mapping")
+        spec = StageSpec(
+            name=str(sname),
+            kind=str(body.get("kind") or sname),
+            inputs=inputs,
+            config=dict(body.get("config") or {}),
+            params=dict(body.get("params") or {}),
+            launch=str(body.get("launch") or ""),
+            variants=expand_variants(str(sname), body.get("grid"), body.get("variants"), at),
+        )
+        known = [s.name for s in stages]
+        for ref in spec.references():
+            if ref not in known:
+                raise ConfigError(
+                    f"{at}: references stage '{ref}', which is not defined above it",
+                    f"stages defined before {sname}: {', '.join(known) or 'none'}",
+                )
+        stages.append(spec)
+    config = data.get("config") or {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"{where}: 'config' must be a mapping of config sections")
+    return PipelineSpec(
+        name=name,
+        experiment=str(data.get("experiment") or f"pipeline-{name}"),
+        workdir=Path(data.get("workdir") or f"runs/pipelines/{name}"),
+        config=config,
+        stages=stages,
+        source=source,
+        vars=vars_,
+        raw=data,
+    )
+
+
+def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
+    """Read a pipeline file; `--set` overrides address its keys (`vars.steps=50`,
+    `stages.pretrain.config.pretrain.max_steps=10`) or, for config sections, every stage
+    (`pretrain.max_steps=10` is `config.pretrain.max_steps=10`)."""
+    data = read_yaml(Path(path))
+    fixed = []
+    for text in overrides:
+        head = text.split("=", 1)[0].split(".", 1)[0].strip()
+        fixed.append(text if head in TOP_KEYS else f"config.{text}")
+    try:
+        apply_overrides(data, fixed)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
+    return parse_pipeline(data, Path(path))

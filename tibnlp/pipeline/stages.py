@@ -1,0 +1,167 @@
+"""The built-in stage kinds: thin adapters from a `StageContext` to the toolkit's stage functions.
+
+Each adapter imports its function only when it runs, so a pipeline can be planned (and tested)
+without the heavy layers. Where a function writes is decided here: always inside `ctx.output`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import lzma
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tibnlp.errors import ConfigError
+from tibnlp.pipeline.context import StageContext
+
+
+def _load(*targets: str) -> Any:
+    """The first of `targets` ("module:function") that exists: names may move between
+    releases of a stage; the adapter follows without a hard import."""
+    errors = []
+    for target in targets:
+        module, _, name = target.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            errors.append(f"{target}: {exc}")
+    raise ConfigError("stage function not found: " + "; ".join(errors))
+
+
+def _fresh(path: Path) -> Path:
+    """A stage that cannot resume midway restarts cleanly inside its partial directory."""
+    if path.exists():
+        shutil.rmtree(path)
+    return path
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """A stage's result as a flat dict: `aggregate` {part: {metric: (mean, std)}} becomes
+    `part_metric` (mean) and `part_metric_std`; dataclasses become their fields."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    out: dict[str, Any] = {}
+    aggregate = getattr(value, "aggregate", None)
+    if isinstance(aggregate, dict):
+        for part, metrics in aggregate.items():
+            for metric, stats in metrics.items():
+                mean, std = stats if isinstance(stats, (tuple, list)) else (stats, 0.0)
+                out[f"{part}_{metric}"] = mean
+                out[f"{part}_{metric}_std"] = std
+    for key in ("system", "dataset"):
+        if hasattr(value, key):
+            out[key] = str(getattr(value, key))
+    if getattr(value, "output", None):
+        out["model_dir"] = str(value.output)
+    return out
+
+
+def _named(ctx: StageContext, key: str, required: bool = True) -> Path | None:
+    if isinstance(ctx.inputs, dict) and key in ctx.inputs:
+        return ctx.inputs[key]
+    if required:
+        raise ConfigError(
+            f"stage {ctx.name}: needs an input named '{key}' (inputs: {{{key}: ...}})"
+        )
+    return None
+
+
+def _documents(path: Path) -> Iterator[str]:
+    """Blank-line separated documents of a plain or .xz text file, streamed."""
+    opener = lzma.open if path.suffix == ".xz" else open
+    lines: list[str] = []
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                lines.append(line.rstrip("\n"))
+            elif lines:
+                yield "\n".join(lines)
+                lines = []
+    if lines:
+        yield "\n".join(lines)
+
+
+def slice_corpus(ctx: StageContext) -> Path:
+    """The first `max_docs` documents (at most `max_chars` characters) of each input file.
+
+    For smoke tests and quick starts on a reproducible slice of a real corpus.
+    """
+    max_docs = int(ctx.params.get("max_docs", 1000))
+    max_chars = int(ctx.params.get("max_chars", 0))
+    files = list(ctx.inputs.values()) if isinstance(ctx.inputs, dict) else list(ctx.inputs)
+    if not files:
+        raise ConfigError(f"stage {ctx.name}: give the corpus files to slice as inputs")
+    out = ctx.output / "slice.txt"
+    with out.open("w", encoding="utf-8") as fh:
+        for path in files:
+            chars = 0
+            for i, doc in enumerate(_documents(Path(path))):
+                if i >= max_docs or (max_chars and chars >= max_chars):
+                    break
+                fh.write(doc + "\n\n")
+                chars += len(doc)
+    return out
+
+
+def prepare(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
+    files = list(ctx.inputs.values()) if isinstance(ctx.inputs, dict) else list(ctx.inputs)
+    out = _fresh(ctx.output / "corpus")
+    report = _load("tibnlp.text.prepare:prepare_corpus")(files, out, ctx.config.corpus)
+    return out, _as_dict(report)
+
+
+def vocab(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
+    corpus = _named(ctx, "corpus")
+    out = _fresh(ctx.output / "vocab")
+    build = _load("tibnlp.text.vocab_build:build_vocabulary", "tibnlp.text.vocab:build_vocab")
+    report = build(corpus, out, ctx.config.vocab)
+    return out, _as_dict(report)
+
+
+def pretrain(ctx: StageContext) -> Path:
+    cfg = ctx.config
+    cfg.pretrain.corpus = str(_named(ctx, "corpus"))
+    cfg.pretrain.vocab = str(_named(ctx, "vocab"))
+    cfg.pretrain.output = str(ctx.output / "model")
+    run = _load("tibnlp.training.pretrain:run_pretraining")
+    return Path(run(cfg, resume=ctx.resume))
+
+
+def finetune(ctx: StageContext) -> dict[str, Any]:
+    cfg = ctx.config
+    model = _named(ctx, "model", required=False)
+    if model is not None:
+        cfg.finetune.model = str(model)
+    cfg.finetune.output = str(ctx.output / "finetune")
+    _fresh(Path(cfg.finetune.output))
+    run = _load("tibnlp.training.finetune:run_finetune")
+    if "dataset" in inspect.signature(run).parameters:
+        value = run(cfg, cfg.finetune.dataset, cfg.finetune.task)
+    else:
+        value = run(cfg)
+    result = _as_dict(value)
+    register_finetuned(ctx, result)
+    return result
+
+
+def register_finetuned(ctx: StageContext, result: dict[str, Any]) -> None:
+    """Register the fine-tuned model (when `tracking.register_model` names one) with its test
+    metrics, unless the stage function did so itself (`result["registered_model"]`)."""
+    name = ctx.config.tracking.register_model
+    if not name or result.get("registered_model"):
+        return
+    model_dir = Path(result.get("model_dir") or Path(ctx.config.finetune.output))
+    if not model_dir.is_dir():
+        return
+    metrics = {
+        k: float(v)
+        for k, v in result.items()
+        if k.startswith("test") and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    ctx.tracker.register_model(model_dir, name, metrics)
+    result["registered_model"] = name

@@ -1,0 +1,290 @@
+"""The offline buffer: every tracking call as one JSON line, replayed when the server is back.
+
+A record is a self-contained operation (`create_run`, `log_batch`, `log_artifact`,
+`register_model`, `update_run`, `set_terminated`) with its original timestamps, so a replay
+writes exactly what would have been written live. Runs created while the server was away get
+a local id (`offline-...`); replay maps them to real ids and remembers the mapping in
+`ids.json` beside the buffers, so nested runs buffered in other files resolve their parent.
+
+Metric records keep their original timestamp: MLflow's SQL store treats (key, step,
+timestamp, value) as one row, so a record replayed twice (the server took it but the answer
+was lost) is still stored once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from tibnlp.config.core import atomic_write_text
+
+OFFLINE_PREFIX = "offline-"
+IDS_FILE = "ids.json"
+_BATCH = 100  # MLflow accepts at most 100 params / 1000 metrics per log_batch
+
+
+class PendingParent(Exception):
+    """A record names a run that was created offline and is not replayed yet."""
+
+
+def default_buffer_dir(configured: str = "") -> Path:
+    return Path(configured or os.environ.get("TIBNLP_TRACKING_BUFFER") or ".tibnlp/tracking-buffer")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_local_id() -> str:
+    return OFFLINE_PREFIX + uuid.uuid4().hex
+
+
+def is_outage(exc: BaseException) -> bool:
+    """True when the store could not be reached (worth buffering), not when it said no."""
+    import requests
+
+    if isinstance(exc, (requests.RequestException, ConnectionError, TimeoutError, OSError)):
+        return True
+    if isinstance(exc, PendingParent):
+        return True
+    if isinstance(exc, MlflowException):
+        if exc.error_code in {
+            "INTERNAL_ERROR",
+            "TEMPORARILY_UNAVAILABLE",
+            "REQUEST_LIMIT_EXCEEDED",
+        }:
+            return True
+        text = str(exc)
+        markers = ("API request to", "Max retries", "Connection", "timed out", "database is locked")
+        return any(m in text for m in markers)
+    # sqlalchemy OperationalError (locked / unreachable database) surfaces unwrapped sometimes
+    return type(exc).__name__ in {"OperationalError", "DisconnectionError"}
+
+
+class IdMap:
+    """offline id -> real run id, shared by all buffers of one directory."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = Path(folder) / IDS_FILE
+        self.ids: dict[str, str] = {}
+        if self.path.is_file():
+            with contextlib.suppress(ValueError, OSError):
+                self.ids = json.loads(self.path.read_text(encoding="utf-8"))
+
+    def resolve(self, run_id: str | None) -> str | None:
+        if run_id is None or not run_id.startswith(OFFLINE_PREFIX):
+            return run_id
+        if run_id in self.ids:
+            return self.ids[run_id]
+        if self.path.is_file():  # another tracker (a parent) may have replayed it meanwhile
+            with contextlib.suppress(ValueError, OSError):
+                self.ids.update(json.loads(self.path.read_text(encoding="utf-8")))
+        if run_id in self.ids:
+            return self.ids[run_id]
+        raise PendingParent(run_id)
+
+    def add(self, local: str, real: str, persist: bool) -> None:
+        self.ids[local] = real
+        if persist:  # only runs created from a buffer can be named by other buffers
+            atomic_write_text(self.path, json.dumps(self.ids, indent=1))
+
+
+class Applier:
+    """Applies records to one MLflow store (used live and by replay: one code path)."""
+
+    def __init__(self, client: MlflowClient, ids: IdMap) -> None:
+        self.client = client
+        self.ids = ids
+        self._experiments: dict[str, str] = {}
+        self.replaying = False
+
+    def experiment_id(self, name: str) -> str:
+        if name not in self._experiments:
+            exp = self.client.get_experiment_by_name(name)
+            if exp is not None and exp.lifecycle_stage == "deleted":
+                self.client.restore_experiment(exp.experiment_id)
+            self._experiments[name] = (
+                exp.experiment_id if exp else self.client.create_experiment(name)
+            )
+        return self._experiments[name]
+
+    def apply(self, rec: dict[str, Any]) -> None:
+        getattr(self, "_op_" + rec["op"])(rec)
+
+    def _run(self, rec: dict[str, Any]) -> str:
+        run = self.ids.resolve(rec["run"])
+        assert run is not None
+        return run
+
+    def _op_header(self, rec: dict[str, Any]) -> None:
+        pass
+
+    def _op_create_run(self, rec: dict[str, Any]) -> None:
+        if rec["local_id"] in self.ids.ids:
+            return  # created by an earlier replay whose bookkeeping was interrupted
+        tags = dict(rec.get("tags") or {})
+        parent = self.ids.resolve(rec.get("parent"))
+        if parent:
+            tags["mlflow.parentRunId"] = parent
+        run = self.client.create_run(
+            self.experiment_id(rec["experiment"]),
+            run_name=rec.get("run_name") or None,
+            start_time=rec.get("time"),
+            tags=tags,
+        )
+        self.ids.add(rec["local_id"], run.info.run_id, persist=self.replaying)
+
+    def _op_update_run(self, rec: dict[str, Any]) -> None:
+        self.client.update_run(self._run(rec), status=rec["status"])
+
+    def _op_log_batch(self, rec: dict[str, Any]) -> None:
+        run = self._run(rec)
+        metrics = [Metric(k, float(v), int(ts), int(step)) for k, v, step, ts in rec["metrics"]]
+        params = [Param(k, v) for k, v in rec["params"]]
+        tags = [RunTag(k, v) for k, v in rec["tags"]]
+        for i in range(0, max(len(metrics), len(params), len(tags)), _BATCH):
+            self.client.log_batch(
+                run,
+                metrics=metrics[i : i + _BATCH],
+                params=params[i : i + _BATCH],
+                tags=tags[i : i + _BATCH],
+                synchronous=True,
+            )
+
+    def _op_log_artifact(self, rec: dict[str, Any]) -> None:
+        run, path = self._run(rec), Path(rec["path"])
+        if not path.exists():
+            raise FileNotFoundError(f"buffered artifact {path} no longer exists")
+        if path.is_dir():
+            self.client.log_artifacts(run, str(path), rec.get("artifact_path"))
+        else:
+            self.client.log_artifact(run, str(path), rec.get("artifact_path"))
+        if rec.get("staged"):
+            shutil.rmtree(path if path.is_dir() else path.parent, ignore_errors=True)
+
+    def _op_register_model(self, rec: dict[str, Any]) -> None:
+        run_id = self._run(rec)
+        name = rec["name"]
+        try:
+            self.client.get_registered_model(name)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            self.client.create_registered_model(name, description=rec.get("description") or None)
+        run = self.client.get_run(run_id)
+        source = f"{run.info.artifact_uri.rstrip('/')}/{rec['artifact_path']}"
+        for version in self.client.search_model_versions(f"name='{name}'"):
+            if version.run_id == run_id and version.source == source:
+                return  # already registered (replay after a lost answer)
+        self.client.create_model_version(
+            name,
+            source,
+            run_id=run_id,
+            tags=rec.get("tags") or None,
+            description=rec.get("description") or None,
+        )
+
+    def _op_set_terminated(self, rec: dict[str, Any]) -> None:
+        self.client.set_terminated(self._run(rec), status=rec["status"], end_time=rec.get("time"))
+
+
+class Buffer:
+    """Append-only JSONL file of records waiting for the store."""
+
+    def __init__(self, path: Path, uri: str) -> None:
+        self.path = Path(path)
+        self.uri = uri
+
+    def append(self, rec: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not self.path.exists()
+        with self.path.open("a", encoding="utf-8") as fh:
+            if new:
+                fh.write(json.dumps({"op": "header", "uri": self.uri, "version": 1}) + "\n")
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            fh.flush()
+
+    def __len__(self) -> int:
+        return sum(1 for r in read_records(self.path) if r["op"] != "header")
+
+    def pending(self) -> bool:
+        return self.path.exists() and len(self) > 0
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    if not Path(path).is_file():
+        return []
+    records = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue  # a torn last line from a crash mid-write: nothing complete was in it
+    return records
+
+
+def buffer_uri(path: Path) -> str | None:
+    for rec in read_records(path):
+        if rec["op"] == "header":
+            return str(rec["uri"])
+    return None
+
+
+def replay(path: Path, applier: Applier, on_applied: Callable[[int], None] | None = None) -> int:
+    """Apply a buffer's records in order; keep (atomically rewrite) what could not be sent.
+
+    Stops at the first outage so order is preserved. Returns the number of records applied;
+    removes the file when nothing is left. Raises non-outage errors after saving progress.
+    """
+    records = read_records(path)
+    header = [r for r in records if r["op"] == "header"]
+    todo = [r for r in records if r["op"] != "header"]
+    done = 0
+    error: BaseException | None = None
+    applier.replaying = True
+    try:
+        for rec in todo:
+            try:
+                applier.apply(rec)
+            except Exception as exc:
+                if not is_outage(exc):
+                    error = exc
+                break
+            done += 1
+            if on_applied:
+                on_applied(done)
+    finally:
+        applier.replaying = False
+        rest = todo[done:]
+        if error is not None:
+            rest = rest[1:]  # a record the store rejects would block the file forever
+        if rest:
+            text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in header + rest)
+            atomic_write_text(path, text)
+        else:
+            Path(path).unlink(missing_ok=True)
+    if error is not None:
+        raise error
+    return done
+
+
+def buffer_files(target: Path) -> Iterator[Path]:
+    """The buffer files of a folder in creation order (names start with a time stamp)."""
+    target = Path(target)
+    if target.is_file():
+        yield target
+    elif target.is_dir():
+        yield from sorted(target.glob("*.jsonl"))

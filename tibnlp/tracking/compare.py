@@ -1,0 +1,188 @@
+"""Runs side by side: group an experiment's runs by model configuration, mean and std over seeds.
+
+Runs whose nested runs carry the same metrics (a fine-tuning stage over its seed runs) are
+left out: the seeds are counted, not their aggregate again.
+The grouping follows the toolkit's convention: the `tibnlp.model` tag (set by pipelines to the
+variant's name) when runs carry it, plus the params that describe a model (head counts, scales,
+fine-tuning head) wherever they differ between runs. Runs in one group are repeats (seeds).
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mlflow.tracking import MlflowClient
+
+from tibnlp.errors import TibnlpError
+from tibnlp.tracking.conventions import TAG_MODEL
+from tibnlp.tracking.tracker import default_tracking_uri
+
+DEFAULT_GROUP_KEYS = (
+    f"tag:{TAG_MODEL}",
+    "model.heads.small",
+    "model.heads.large",
+    "model.heads.rule",
+    "model.scales.windows",
+    "model.scales.alpha",
+    "finetune.task",
+    "finetune.head",
+)
+DEFAULT_METRICS = ("test*",)
+
+
+@dataclass
+class Cell:
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values) if self.values else math.nan
+
+    @property
+    def std(self) -> float:
+        n = len(self.values)
+        if n < 2:
+            return 0.0
+        m = self.mean
+        return math.sqrt(sum((v - m) ** 2 for v in self.values) / (n - 1))
+
+    def text(self, digits: int = 4) -> str:
+        if not self.values:
+            return ""
+        if len(self.values) == 1:
+            return f"{self.mean:.{digits}f}"
+        return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
+
+
+@dataclass
+class Comparison:
+    group_keys: list[str]
+    metrics: list[str]  # column names (metric, or "metric [pivot value]")
+    rows: list[tuple[list[str], int, list[Cell]]]  # group values, runs, cells
+
+    def headers(self) -> list[str]:
+        return [k.removeprefix("tag:") for k in self.group_keys] + ["runs", *self.metrics]
+
+    def table(self, digits: int = 4) -> list[list[str]]:
+        return [[*g, str(n), *(c.text(digits) for c in cells)] for g, n, cells in self.rows]
+
+    def markdown(self, digits: int = 4) -> str:
+        head = self.headers()
+        lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in self.table(digits)]
+        return "\n".join(lines) + "\n"
+
+    def csv(self) -> str:
+        """Machine-readable: mean and std in separate columns, full precision."""
+        out = io.StringIO()
+        writer = csv.writer(out)
+        head = [k.removeprefix("tag:") for k in self.group_keys] + ["runs"]
+        for m in self.metrics:
+            head += [f"{m} mean", f"{m} std"]
+        writer.writerow(head)
+        for g, n, cells in self.rows:
+            row = [*g, n]
+            for c in cells:
+                row += [repr(c.mean) if c.values else "", repr(c.std) if c.values else ""]
+            writer.writerow(row)
+        return out.getvalue()
+
+
+def _value(run: object, key: str) -> str | None:
+    data = run.data  # type: ignore[attr-defined]
+    if key.startswith("tag:"):
+        return data.tags.get(key[4:])
+    return data.params.get(key)
+
+
+def compare_runs(
+    experiment: str,
+    metrics: Sequence[str] = (),
+    group_by: Sequence[str] = (),
+    columns_by: str = "",
+    uri: str = "",
+    filter_string: str = "",
+) -> Comparison:
+    """Group the finished runs of `experiment` and aggregate `metrics` (glob patterns).
+
+    `group_by`: param names or `tag:NAME`; default: the model-describing keys that vary.
+    `columns_by`: a param or tag whose values become column suffixes (e.g. `finetune.head`
+    puts "with CNN" and "without" side by side, as the papers' tables do).
+    """
+    client = MlflowClient(default_tracking_uri(uri))
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        names = sorted(e.name for e in client.search_experiments())
+        raise TibnlpError(
+            f"no experiment named {experiment!r} in {default_tracking_uri(uri)}",
+            f"known experiments: {', '.join(names) or 'none'}",
+        )
+    runs, token = [], None
+    while True:
+        page = client.search_runs(
+            [exp.experiment_id],
+            filter_string=filter_string,
+            max_results=1000,
+            page_token=token,
+        )
+        runs += [r for r in page if r.info.status == "FINISHED"]
+        token = page.token
+        if not token:
+            break
+    patterns = list(metrics) or list(DEFAULT_METRICS)
+    names = sorted(
+        {k for r in runs for k in r.data.metrics if any(fnmatch.fnmatch(k, p) for p in patterns)}
+    )
+    if not names:
+        raise TibnlpError(
+            f"no finished run of {experiment!r} has a metric matching {', '.join(patterns)}",
+            "list metric names in `tibnlp ui`, or pass --metric PATTERN (globs allowed)",
+        )
+    runs = [r for r in runs if any(k in r.data.metrics for k in names)]
+    # A run whose nested runs carry the metrics is their aggregate (a stage over seeds): count
+    # the leaves (the seeds), not the aggregate a second time.
+    parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
+    runs = [r for r in runs if r.info.run_id not in parents]
+    if group_by:
+        keys = list(group_by)
+    else:  # the model-describing keys whose value differs between runs
+        keys = [
+            k
+            for k in DEFAULT_GROUP_KEYS
+            if k != columns_by and len({_value(r, k) for r in runs}) > 1
+        ]
+        if not keys and any(_value(r, DEFAULT_GROUP_KEYS[0]) for r in runs):
+            keys = [DEFAULT_GROUP_KEYS[0]]
+    pivots = sorted({_value(r, columns_by) or "" for r in runs}) if columns_by else [""]
+    columns = [(m, p) for m in names for p in pivots]
+    groups: dict[tuple[str, ...], dict[tuple[str, str], Cell]] = {}
+    for r in runs:
+        gkey = tuple(_value(r, k) or "" for k in keys)
+        pivot = (_value(r, columns_by) or "") if columns_by else ""
+        cells = groups.setdefault(gkey, {c: Cell() for c in columns})
+        for m in names:
+            if m in r.data.metrics:
+                cells[(m, pivot)].values.append(float(r.data.metrics[m]))
+    rows = []
+    for gkey in sorted(groups, key=_natural):
+        cells = groups[gkey]
+        n = max(len(c.values) for c in cells.values()) if cells else 0
+        rows.append((list(gkey), n, [cells[c] for c in columns]))
+    labels = [f"{m} [{p}]" if columns_by else m for m, p in columns]
+    return Comparison(keys, labels, rows)
+
+
+def _natural(key: tuple[str, ...]) -> tuple[tuple[int, float, str], ...]:
+    """Sort "6" before "12" and text alphabetically."""
+    out = []
+    for part in key:
+        try:
+            out.append((0, float(part), ""))
+        except ValueError:
+            out.append((1, 0.0, part))
+    return tuple(out)
