@@ -171,3 +171,20 @@ def test_dynamic_heads_get_their_own_distribution() -> None:
     ids = torch.randint(1, 40, (2, 20))
     mask = (torch.arange(20)[None, :] < torch.tensor([20, 5])[:, None]).long()
     assert enc(ids, mask).large.tolist() == [True, False]
+
+
+def test_model_describe_command() -> None:
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    args = ["model", "describe", "-s", "model.scales.windows=[1, 3, N/4]"]
+    args += ["-s", "model.heads={small: 6, large: 12, threshold: auto}"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "h=6" in result.output and "h=12" in result.output and "N/4" in result.output
+    from tibnlp.models.summary import describe
+
+    s = describe(ModelConfig(scales=ScalesConfig(windows=["1", "3", "N/4"])))
+    assert s.distributions[12][-1] == [4, 4, 4]
+    assert s.parameters["total"] > s.parameters["encoder"] > 0
