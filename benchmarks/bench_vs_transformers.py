@@ -7,7 +7,8 @@ them in turn, round after round (alternating), so machine load hits all of them 
 Ablations of our model isolate the levers: `dense MLM` projects every position onto the
 vocabulary (as HF does); `manual attention` replaces fused SDPA by matmul + softmax.
 
-    PYTHONPATH=. python benchmarks/bench_vs_transformers.py --out benchmarks/results/vs_transformers.md
+    PYTHONPATH=. python benchmarks/bench_vs_transformers.py \
+        --out benchmarks/results/vs_transformers.md
 """
 
 from __future__ import annotations
@@ -169,13 +170,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
-    results = {(s, b): run_shape(b, s, args.rounds, args.steps, args.threads) for s, b in [(128, 32), (512, 8)]}
+    results = {
+        (s, b): run_shape(b, s, args.rounds, args.steps, args.threads)
+        for s, b in [(128, 32), (512, 8)]
+    }
     load1 = os.getloadavg()[0]
     import torch
     import transformers
 
     lines = [
-        "# Pretraining throughput: tibnlp AlbertForPretraining vs transformers AlbertForPreTraining",
+        "# Pretraining throughput: tibnlp AlbertForPretraining vs transformers "
+        "AlbertForPreTraining",
         "",
         f"`PYTHONPATH=. python benchmarks/bench_vs_transformers.py --rounds {args.rounds} "
         f"--steps {args.steps} --threads {args.threads}`",
@@ -190,7 +195,7 @@ def main() -> None:
         "dropout 0 in both (ALBERT's setting). Batches are fully packed (no padding), 15% MLM "
         "targets. Tokens/s: median over rounds; peak RSS: each variant's own worker process "
         "(max resident set, includes the Python/torch runtime; 'training' is the growth over "
-        "the RSS right after the first step).",
+        "the RSS before the first training step).",
         "",
         "| seq | batch | variant | tokens/s (median) | vs transformers | peak RSS MiB | "
         "training MiB |",
@@ -202,7 +207,9 @@ def main() -> None:
             med = statistics.median(r["rates"][v])
             peak = r["peak_kib"][v] / 1024
             grow = (r["peak_kib"][v] - r["base_kib"][v]) / 1024
-            lines.append(f"| {s} | {b} | {v} | {med:,.0f} | {med / hf:.2f}x | {peak:,.0f} | {grow:,.0f} |")
+            lines.append(
+                f"| {s} | {b} | {v} | {med:,.0f} | {med / hf:.2f}x | {peak:,.0f} | {grow:,.0f} |"
+            )
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

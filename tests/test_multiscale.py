@@ -188,3 +188,22 @@ def test_model_describe_command() -> None:
     s = describe(ModelConfig(scales=ScalesConfig(windows=["1", "3", "N/4"])))
     assert s.distributions[12][-1] == [4, 4, 4]
     assert s.parameters["total"] > s.parameters["encoder"] > 0
+
+
+def test_route_skips_qk_of_width_one_heads_without_changing_the_result() -> None:
+    torch.manual_seed(0)
+    enc = Encoder(ms_cfg(["1", "3", "N/4"], heads=6, layers=2)).eval()
+    route = enc.layer.attention.route(6)
+    core = route.core
+    assert isinstance(core, MultiScaleCore)
+    x = torch.randn(2, 30, 24)
+    lengths = torch.tensor([30, 19])
+    mask = torch.arange(30)[None, :] < lengths[:, None]
+    for layer in range(2):
+        ctx = AttentionContext(mask, lengths, layer, 2)
+        assert core.pointwise_heads(ctx) == core.distribution[layer][0]
+        q, k, v = route.qkv(x).view(2, 30, 3, 6, 4).permute(2, 0, 3, 1, 4)
+        ref = core.reference(q, k, v, ctx)
+        expected = route.out(ref.transpose(1, 2).reshape(2, 30, 24))
+        real = mask[..., None]
+        torch.testing.assert_close(route(x, ctx) * real, expected * real)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -41,11 +42,19 @@ class AttentionContext:
 
 
 class AttentionCore(nn.Module):
-    """Per-head attention: `q, k, v` [B, h, N, d] -> [B, h, N, d]. Parameter-free by default."""
+    """Per-head attention: `q, k, v` [B, h, N, d] -> [B, h, N, d]. Parameter-free by default.
+
+    A core may declare leading "pointwise" heads (attending to their own position only, e.g.
+    a window of width 1) through `pointwise_heads`: for those the route skips the Q and K
+    projections, and `q`, `k` then hold only heads `pointwise_heads(ctx):`.
+    """
 
     def __init__(self, heads: int) -> None:
         super().__init__()
         self.heads = heads
+
+    def pointwise_heads(self, ctx: AttentionContext) -> int:
+        return 0
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext
@@ -67,6 +76,19 @@ class Route(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         b, n, d = x.shape
-        qkv = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        ctx_out = self.core(qkv[0], qkv[1], qkv[2], ctx)  # [B, h, N, hd]
+        skip = self.core.pointwise_heads(ctx)
+        if skip == 0:
+            qkv = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+        else:  # project Q and K only for the heads that read them
+            w, bias = self.qkv.weight, self.qkv.bias
+            rows = [slice(skip * self.head_dim, d), slice(d + skip * self.head_dim, 2 * d)]
+            rows.append(slice(2 * d, 3 * d))
+            y = F.linear(x, torch.cat([w[r] for r in rows]), torch.cat([bias[r] for r in rows]))
+            kept = (self.heads - skip) * self.head_dim
+            q, k, v = (
+                part.view(b, n, -1, self.head_dim).transpose(1, 2)
+                for part in y.split([kept, kept, d], dim=-1)
+            )
+        ctx_out = self.core(q, k, v, ctx)  # [B, h, N, hd]
         return self.dropout(self.out(ctx_out.transpose(1, 2).reshape(b, n, d)))

@@ -5,11 +5,12 @@ sequence and never to padding. Scales are constants ("3") or fractions of each s
 real length ("N/16"), rounded to the nearest odd number >= 1 (ties to the larger).
 
 Speed on CPU (FlexAttention cannot train through inductor there): heads of width 1 return
-their value vector; small windows gather their neighbours with `unfold` (a banded product,
-O(N w)); wide windows use blocked local attention (blocks of at least the radius, each query
-block scores its own and the two neighbouring key blocks, O(3 N r)); a window that covers the
-whole sequence falls back to fused dense attention. `reference_window_attention` is the dense
-masked softmax that tests check the fast paths against.
+their value vector (and the route skips their Q/K projections); width 3 scores shifted
+slices (a banded product, O(N w)); wider windows use blocked local attention (blocks of at
+least the radius, each query block scores its own and both neighbouring key blocks, O(3 N r),
+through fused SDPA over the blocks); a window covering the whole sequence is plain dense SDPA.
+`reference_window_attention` is the dense masked softmax that tests check the fast paths
+against.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 
 from tibnlp.models.attention.base import AttentionContext, AttentionCore
 
-BAND_MAX_RADIUS = 4  # up to w = 9 the unfold band beats blocked matmuls
+BAND_MAX_RADIUS = 1  # w = 3: shifted slices; wider windows: blocked fused SDPA (measured)
 MIN_BLOCK = 16
 
 
@@ -122,18 +123,27 @@ def _banded(
     dropout: float,
     training: bool,
 ) -> torch.Tensor:
+    """One shifted slice per offset: O(N w d) with no gather (slices backprop as cheap pads)."""
     big_r = int(radius.max())
-    w = 2 * big_r + 1
     n = q.shape[-2]
-    kw = F.pad(k, (0, 0, big_r, big_r)).unfold(2, w, 1)  # [B,h,N,d,w]
-    vw = F.pad(v, (0, 0, big_r, big_r)).unfold(2, w, 1)
-    scores = (q.unsqueeze(-1) * kw).sum(-2) / math.sqrt(q.shape[-1])  # [B,h,N,w]
+    kp = F.pad(k, (0, 0, big_r, big_r))
+    vp = F.pad(v, (0, 0, big_r, big_r))
+    offsets = range(2 * big_r + 1)
+    scores = torch.stack([(q * kp[:, :, o : o + n]).sum(-1) for o in offsets], -1)
+    scores = scores / math.sqrt(q.shape[-1])  # [B,h,N,w]
     pos = torch.arange(n, device=q.device)
     kpos = pos[:, None] + torch.arange(-big_r, big_r + 1, device=q.device)[None, :]
     mask = _allowed(pos[:, None], kpos, radius, lengths).unsqueeze(1)  # [B,1,N,w]
     p = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     p = F.dropout(p, dropout, training)
-    return (vw * p.unsqueeze(-2)).sum(-1)
+    return sum((p[..., o : o + 1] * vp[:, :, o : o + n] for o in offsets), torch.zeros_like(q))
+
+
+def _neighbour_blocks(x: torch.Tensor, s: int, nb: int, tail: int) -> torch.Tensor:
+    """[B,h,N,d] -> [B,h,nb,3s,d]: for each block of s positions, it and both neighbours."""
+    b, h, _, d = x.shape
+    xp = F.pad(x, (0, 0, s, s + tail)).reshape(b, h, nb + 2, s, d)
+    return torch.cat([xp[:, :, :-2], xp[:, :, 1:-1], xp[:, :, 2:]], dim=3)
 
 
 def _blocked(
@@ -145,22 +155,29 @@ def _blocked(
     dropout: float,
     training: bool,
 ) -> torch.Tensor:
+    """Blocked local attention: blocks of s >= radius, each scoring 3s keys: O(3 N s d)."""
     big_r = int(radius.max())
     s = max(MIN_BLOCK, 8 * math.ceil(big_r / 8))  # block >= radius: neighbours suffice
     b, h, n, d = q.shape
     nb = math.ceil(n / s)
     tail = nb * s - n
-    qb = F.pad(q, (0, 0, 0, tail)).view(b, h, nb, s, d)
-    kb = F.pad(k, (0, 0, s, s + tail)).unfold(2, 3 * s, s)  # [B,h,nb,d,3s]
-    vb = F.pad(v, (0, 0, s, s + tail)).unfold(2, 3 * s, s).transpose(-1, -2)  # [B,h,nb,3s,d]
-    scores = (qb @ kb) / math.sqrt(d)  # [B,h,nb,s,3s]
+    qb = F.pad(q, (0, 0, 0, tail)).reshape(b, h, nb, s, d)
+    kb = _neighbour_blocks(k, s, nb, tail)
+    vb = _neighbour_blocks(v, s, nb, tail)
     blk = torch.arange(nb, device=q.device).view(nb, 1, 1) * s
     qpos = blk + torch.arange(s, device=q.device).view(1, s, 1)
     kpos = blk - s + torch.arange(3 * s, device=q.device).view(1, 1, 3 * s)
-    mask = _allowed(qpos, kpos, radius, lengths).unsqueeze(1)  # [B,1,nb,s,3s]
-    p = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    p = F.dropout(p, dropout, training)
-    return (p @ vb).reshape(b, h, nb * s, d)[:, :, :n]
+    mask = _allowed(qpos, kpos, radius, lengths)  # [B,nb,s,3s]
+    mask = mask.unsqueeze(1).expand(b, h, nb, s, 3 * s).reshape(b, h * nb, s, 3 * s)
+    # Fused SDPA over blocks (4-D: heads x blocks merged) beats matmul + softmax here.
+    out = F.scaled_dot_product_attention(
+        qb.reshape(b, h * nb, s, d),
+        kb.view(b, h * nb, 3 * s, d),
+        vb.view(b, h * nb, 3 * s, d),
+        attn_mask=mask,
+        dropout_p=dropout if training else 0.0,
+    )
+    return out.view(b, h, nb * s, d)[:, :, :n]
 
 
 def window_attention(
@@ -208,36 +225,48 @@ class MultiScaleCore(AttentionCore):
         self.distribution = head_distribution(num_layers, heads, len(self.scales), alpha)
         self.dropout = dropout
 
+    def counts(self, ctx: AttentionContext) -> list[int]:
+        return self.distribution[min(ctx.layer, len(self.distribution) - 1)]
+
+    def pointwise_heads(self, ctx: AttentionContext) -> int:
+        first = self.scales[0]
+        return self.counts(ctx)[0] if first.width == 1 else 0
+
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext
     ) -> torch.Tensor:
-        counts = self.distribution[min(ctx.layer, len(self.distribution) - 1)]
-        outs, start = [], 0
-        for scale, count in zip(self.scales, counts, strict=True):
-            if count == 0:
-                continue
-            sl = slice(start, start + count)
-            radius = scale.radii(ctx.lengths)
-            outs.append(
-                window_attention(
-                    q[:, sl], k[:, sl], v[:, sl], radius, ctx.lengths, self.dropout, self.training
-                )
-            )
-            start += count
-        return torch.cat(outs, dim=1)
+        return self._run(q, k, v, ctx, reference=False)
 
     def reference(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext
     ) -> torch.Tensor:
         """Same result through the dense masked softmax (tests only)."""
-        counts = self.distribution[min(ctx.layer, len(self.distribution) - 1)]
+        return self._run(q, k, v, ctx, reference=True)
+
+    def _run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        ctx: AttentionContext,
+        reference: bool,
+    ) -> torch.Tensor:
+        offset = v.shape[1] - q.shape[1]  # heads whose q/k the route did not project
         outs, start = [], 0
-        for scale, count in zip(self.scales, counts, strict=True):
-            if count:
-                sl = slice(start, start + count)
-                r = scale.radii(ctx.lengths)
-                outs.append(
-                    reference_window_attention(q[:, sl], k[:, sl], v[:, sl], r, ctx.lengths)
-                )
-                start += count
+        for scale, count in zip(self.scales, self.counts(ctx), strict=True):
+            if count == 0:
+                continue
+            sl = slice(start, start + count)
+            radius = scale.radii(ctx.lengths)
+            if start < offset:  # pointwise heads: q and k are absent
+                assert scale.width == 1 and start + count <= offset
+                outs.append(F.dropout(v[:, sl], self.dropout, self.training and not reference))
+            else:
+                qsl = slice(start - offset, start - offset + count)
+                args = (q[:, qsl], k[:, qsl], v[:, sl], radius, ctx.lengths)
+                if reference:
+                    outs.append(reference_window_attention(*args))
+                else:
+                    outs.append(window_attention(*args, self.dropout, self.training))
+            start += count
         return torch.cat(outs, dim=1)
