@@ -7,6 +7,7 @@ import sys
 import typer
 
 from tibnlp.cli import corpus, data, pipeline, runs, ui
+from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
 
@@ -21,6 +22,7 @@ app.add_typer(corpus.app, name="corpus")
 app.add_typer(pipeline.app, name="pipeline")
 app.add_typer(runs.app, name="runs")
 app.command("ui")(ui.ui)
+app.add_typer(model_cli.app, name="model")
 
 
 def main() -> None:
