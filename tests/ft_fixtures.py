@@ -24,7 +24,7 @@ COMMON = ["གི", "ལ", "དང", "ནི", "བོད", "ཀྱི"]
 def make_title(label: int, rng: random.Random) -> str:
     """Space-separated syllables without tsheg: the TNCC title form."""
     n = rng.randint(3, 8)
-    sylls = [rng.choice(CLASS_SYLLABLES[label] if rng.random() < 0.6 else COMMON) for _ in range(n)]
+    sylls = [rng.choice(CLASS_SYLLABLES[label] if rng.random() < 0.8 else COMMON) for _ in range(n)]
     return " ".join(sylls)
 
 
@@ -72,7 +72,7 @@ def make_data_dir(root: Path, sizes: tuple[int, int, int] = (90, 30, 30)) -> Pat
     return root
 
 
-def make_vocab(directory: Path) -> Path:
+def make_vocab(directory: Path, size: int = 60) -> Path:
     """A SentencePiece model with ids 0-4 = [PAD] [UNK] [CLS] [SEP] [MASK], on tsheg text."""
     directory.mkdir(parents=True, exist_ok=True)
     rng = random.Random(0)
@@ -82,7 +82,7 @@ def make_vocab(directory: Path) -> Path:
     spm.SentencePieceTrainer.train(
         input=str(text),
         model_prefix=str(directory / "spm"),
-        vocab_size=60,
+        vocab_size=size,
         model_type="unigram",
         pad_id=0,
         unk_id=1,

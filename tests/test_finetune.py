@@ -1,0 +1,142 @@
+"""Fine-tuning end to end on a tiny synthetic task: seeds, aggregation, files, MLflow, errors."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tests.ft_fixtures import make_data_dir, make_vocab
+from tibnlp.config import load_config
+from tibnlp.errors import ConfigError, DataError
+from tibnlp.training import finetune as ft_mod
+from tibnlp.training.finetune import run_finetune
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIBNLP_DATA", str(make_data_dir(tmp_path / "data")))
+    vocab = make_vocab(tmp_path / "vocab")
+    return SimpleNamespace(tmp=tmp_path, vocab=vocab)
+
+
+def _cfg(env, *extra: str):
+    return load_config(
+        None,
+        [
+            f"finetune.vocab={env.vocab}",
+            f"finetune.output={env.tmp / 'runs'}",
+            "finetune.encoder=none",
+            "finetune.epochs=5",
+            "finetune.batch_size=16",
+            "finetune.embedding_size=16",
+            "finetune.cnn_channels=8",
+            "finetune.optimizer.lr=0.01",
+            "tracking.enabled=false",
+            *extra,
+        ],
+    )
+
+
+def test_scratch_textcnn_trains_and_aggregates_seeds(env) -> None:
+    result = run_finetune(_cfg(env, "finetune.seeds=[1,2]", "finetune.eval_also=[advts]"), "tncc")
+    assert result.system == "textcnn-pieces(scratch)" and result.dataset == "tncc-title"
+    assert [s.seed for s in result.seeds] == [1, 2]
+    # the synthetic classes are separable: training must get well above chance (1/3)
+    assert result.aggregate["validation"]["accuracy"][0] > 0.6
+    # aggregation = mean and sample std of the per-seed values
+    values = [s.metrics["test"]["macro_f1"] for s in result.seeds]
+    mean, std = result.aggregate["test"]["macro_f1"]
+    assert mean == pytest.approx(np.mean(values)) and std == pytest.approx(np.std(values, ddof=1))
+    # leakage: the fixture puts exactly one train title in test
+    assert result.seeds[0].metrics["test_unseen"].count == 29
+    assert result.seeds[0].metrics["advts"].count == 12
+    assert result.notes["input_form"].startswith("tsheg")
+    seed_dir = result.seeds[0].directory
+    for name in ("classifier.yaml", "model.safetensors", "spm.model", "confusion_test.png"):
+        assert (seed_dir / name).is_file()
+    saved = json.loads((result.output / "results.json").read_text("utf-8"))
+    assert saved["aggregate"]["test"]["macro_f1"]["mean"] == pytest.approx(mean)
+
+
+def test_best_epoch_is_restored(env, monkeypatch) -> None:
+    logged: list[dict] = []
+
+    class Recorder:
+        run_id = None
+
+        def log_metrics(self, metrics, step=None):
+            logged.append(dict(metrics))
+
+    data = ft_mod.load_task_data("tncc", "title")
+    cfg = _cfg(env, "finetune.epochs=4", "finetune.patience=4")
+    setup = ft_mod.prepare(cfg, data)
+    from tibnlp.models.classifier_io import build_classifier
+
+    model = build_classifier(setup.meta)
+    best, ran = ft_mod.train_one_seed(
+        model,
+        setup.ids["train"],
+        data.targets("train"),
+        setup.ids["validation"],
+        data.targets("validation"),
+        cfg.finetune,
+        1,
+        Recorder(),  # type: ignore[arg-type]
+    )
+    history = [m["validation_macro_f1"] for m in logged]
+    assert ran == 4 and best == int(np.argmax(history)) + 1
+    probs = ft_mod.predict_proba(model, setup.ids["validation"])
+    final = ft_mod.compute_metrics(
+        data.targets("validation"), probs.argmax(1).tolist(), data.labels
+    )["macro_f1"]
+    assert final == pytest.approx(max(history))
+
+
+def test_one_mlflow_run_per_seed_under_a_parent(env) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{env.tmp / 'mlflow.db'}"
+    tracking = [f"tracking.uri={uri}", "tracking.enabled=true"]
+    cfg = _cfg(env, "finetune.seeds=[1,2]", "finetune.epochs=1", *tracking)
+    result = run_finetune(cfg, "tncc")
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("tibnlp")
+    runs = client.search_runs([experiment.experiment_id])
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    parents = [r for r in runs if not r.data.tags.get("mlflow.parentRunId")]
+    assert len(parents) == 1 and len(children) == 2
+    assert {r.info.run_id for r in children} == {s.run_id for s in result.seeds}
+    assert "test_macro_f1_mean" in parents[0].data.metrics
+    assert "test_unseen_weighted_f1" in children[0].data.metrics
+
+
+def test_config_errors() -> None:
+    with pytest.raises(ConfigError, match=r"finetune.head"):
+        load_config(None, ["finetune.encoder=none", "finetune.vocab=v", "finetune.head=linear"])
+    with pytest.raises(ConfigError, match=r"finetune.task"):
+        load_config(None, ["finetune.task=summary"])
+    with pytest.raises(ConfigError, match=r"finetune.eval_also"):
+        load_config(None, ["finetune.eval_also=[sst2]"])
+
+
+def test_missing_vocabulary_and_model_dirs(env) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        run_finetune(_cfg(env, f"finetune.vocab={env.tmp / 'nope'}"), "tncc")
+    cfg = _cfg(env, "finetune.encoder=albert", f"finetune.model={env.tmp / 'nope'}")
+    with pytest.raises(DataError, match=r"model directory .* does not exist"):
+        run_finetune(cfg, "tncc")
+
+
+def test_advts_only_for_tncc_titles_and_tusa() -> None:
+    setup = SimpleNamespace(data=SimpleNamespace(name="wcm_bo"))
+    with pytest.raises(DataError, match="AdvTS has no adversarial set for 'wcm_bo'"):
+        ft_mod._advts(setup, ["advts"])  # type: ignore[arg-type]
+
+
+def test_document_task_absent_fails_before_training(env) -> None:
+    with pytest.raises(DataError) as err:
+        run_finetune(_cfg(env, "finetune.task=document"), "tncc", "document")
+    assert "FudanNLP" in (err.value.hint or "")
