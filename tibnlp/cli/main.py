@@ -7,6 +7,7 @@ import sys
 import typer
 
 from tibnlp.cli import data, finetune, predict
+from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
 
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.add_typer(data.app, name="data")
 app.add_typer(finetune.app, name="finetune")
 app.command("predict")(predict.predict)
+app.add_typer(model_cli.app, name="model")
 
 
 def main() -> None:
