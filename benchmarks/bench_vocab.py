@@ -4,7 +4,10 @@ SentencePiece trains in C++, so tracemalloc would miss it: the build runs as a c
 (`tibnlp vocab build`) and its peak resident set is the children's `ru_maxrss`. Each setting
 runs in its own child, one after the other, so the figures sit side by side.
 
-    python benchmarks/bench_vocab.py --corpus DIR --out-root DIR [--vocab-size 30000]
+    python benchmarks/bench_vocab.py --corpus DIR --out-root DIR \
+        [--runs true:16000,false:16000,false:30000]   # split_on_tsheg:vocab_size
+
+Outputs go to OUT_ROOT/vocab-<split|nosplit>-<size>.
 """
 
 from __future__ import annotations
@@ -20,9 +23,19 @@ from pathlib import Path
 
 def build(corpus: Path, output: Path, vocab_size: int, split: bool) -> dict[str, object]:
     cmd = [
-        sys.executable, "-m", "tibnlp.cli.main", "vocab", "build", "--corpus", str(corpus),
-        "--output", str(output), "--vocab-size", str(vocab_size),
-        "--set", f"vocab.split_on_tsheg={'true' if split else 'false'}",
+        sys.executable,
+        "-m",
+        "tibnlp.cli.main",
+        "vocab",
+        "build",
+        "--corpus",
+        str(corpus),
+        "--output",
+        str(output),
+        "--vocab-size",
+        str(vocab_size),
+        "--set",
+        f"vocab.split_on_tsheg={'true' if split else 'false'}",
     ]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd)
@@ -44,13 +57,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", type=Path, required=True)
     parser.add_argument("--out-root", type=Path, required=True)
-    parser.add_argument("--vocab-size", type=int, default=30000)
+    parser.add_argument("--runs", default="true:16000,false:16000,false:30000")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    rows = [
-        build(args.corpus, args.out_root / "vocab-full", args.vocab_size, True),
-        build(args.corpus, args.out_root / "vocab-full-nosplit", args.vocab_size, False),
-    ]
+    rows = []
+    for run in args.runs.split(","):
+        split_text, size_text = run.split(":")
+        split = split_text == "true"
+        name = f"vocab-{'split' if split else 'nosplit'}-{size_text}"
+        rows.append(build(args.corpus, args.out_root / name, int(size_text), split))
     text = json.dumps({"cpus": os.cpu_count(), "load": os.getloadavg(), "runs": rows}, indent=2)
     print(text)
     if args.json:

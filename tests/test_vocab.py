@@ -45,7 +45,11 @@ def test_special_tokens_have_fixed_ids(vocab: Vocabulary) -> None:
     pieces = [vocab.id_to_piece(i) for i in range(5)]
     assert pieces == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert (vocab.pad_id, vocab.unk_id, vocab.cls_id, vocab.sep_id, vocab.mask_id) == (
-        0, 1, 2, 3, 4,
+        0,
+        1,
+        2,
+        3,
+        4,
     )
     assert vocab.size == SIZE
     # control symbols: text that spells them is not turned into the special id
@@ -167,9 +171,23 @@ def test_existing_output_is_refused(corpus: Path, built: tuple[Path, dict]) -> N
 def test_cli_reports_errors_without_traceback(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(
-        [sys.executable, "-m", "tibnlp.cli.main", "vocab", "build", "--corpus", str(tmp_path),
-         "--output", str(tmp_path / "v"), "--vocab-size", "100"],
-        capture_output=True, text=True, env=env, check=False,
+        [
+            sys.executable,
+            "-m",
+            "tibnlp.cli.main",
+            "vocab",
+            "build",
+            "--corpus",
+            str(tmp_path),
+            "--output",
+            str(tmp_path / "v"),
+            "--vocab-size",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     assert proc.returncode != 0
     message = " ".join(proc.stderr.split())  # rich wraps long lines

@@ -18,7 +18,9 @@ app = typer.Typer(help="SentencePiece unigram vocabulary.", no_args_is_help=True
 def build(
     corpus: Annotated[Path, typer.Option(help="Prepared corpus folder (`tibnlp corpus prepare`).")],
     output: Annotated[Path, typer.Option(help="New folder for the vocabulary.")],
-    vocab_size: Annotated[int | None, typer.Option(help="Pieces (default: vocab.vocab_size).")] = None,
+    vocab_size: Annotated[
+        int | None, typer.Option(help="Pieces (default: vocab.vocab_size).")
+    ] = None,
     config: ConfigOption = None,
     overrides: SetOption = None,
 ) -> None:
@@ -31,9 +33,15 @@ def build(
     table.add_column("figure")
     table.add_column("value", overflow="fold")
     for key in (
-        "vocab_size", "split_on_tsheg", "unk_share", "pieces_per_syllable",
-        "syllable_type_coverage", "syllable_type_single_piece", "syllable_token_single_piece",
-        "syllable_types", "heldout_syllables",
+        "vocab_size",
+        "split_on_tsheg",
+        "unk_share",
+        "pieces_per_syllable",
+        "syllable_type_coverage",
+        "syllable_type_single_piece",
+        "syllable_token_single_piece",
+        "syllable_types",
+        "heldout_syllables",
     ):
         value = report[key]
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))

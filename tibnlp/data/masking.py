@@ -74,7 +74,7 @@ def sample_spans(
         return []
     max_n = len(probs)
     order = torch.randperm(len(units), generator=generator).tolist()
-    draws = (torch.multinomial(probs, len(units), replacement=True, generator=generator) + 1)
+    draws = torch.multinomial(probs, len(units), replacement=True, generator=generator) + 1
     draws_l = draws.tolist()
     covered = [False] * len(units)
     spans: list[list[int]] = []
@@ -151,9 +151,7 @@ class MlmCollator:
                     chosen[row, units[u]] = True
         labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
         roll = torch.rand((batch, width), generator=g)
-        random_ids = self._regular[
-            torch.randint(len(self._regular), (batch, width), generator=g)
-        ]
+        random_ids = self._regular[torch.randint(len(self._regular), (batch, width), generator=g)]
         masked = input_ids.clone()
         masked[chosen & (roll < 0.8)] = self.mask_id
         swap = chosen & (roll >= 0.8) & (roll < 0.9)

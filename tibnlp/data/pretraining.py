@@ -179,7 +179,9 @@ def build_pretraining_dataset(
         "seq_len": seq_len,
         "vocab_sha256": vocab.sha256,
         "corpus_report_sha256": _sha256_file(corpus_dir / "report.json"),
-        "corpus_fingerprints": {s: getattr(corpus[s], "_fingerprint", None) for s in sorted(corpus)},
+        "corpus_fingerprints": {
+            s: getattr(corpus[s], "_fingerprint", None) for s in sorted(corpus)
+        },
         "seed": seed,
         "short_seq_prob": short_seq_prob,
     }
@@ -208,7 +210,10 @@ def build_pretraining_dataset(
             features=_features(),
             num_proc=min(procs, max(1, len(ds))) if procs > 1 else None,
             fn_kwargs={
-                "vocab": vocab, "seq_len": seq_len, "seed": seed, "split": split,
+                "vocab": vocab,
+                "seq_len": seq_len,
+                "seed": seed,
+                "split": split,
                 "short": short_seq_prob,
             },
             desc=f"tokenising {split}",

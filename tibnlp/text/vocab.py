@@ -37,15 +37,13 @@ MODEL_FILE = "spm.model"
 WORD_START = "\u2581"  # SentencePiece's whitespace marker
 # Syllable characters: the same class as `tibnlp.text.syllables` (its regex without `[]+`).
 _SYLLABLE_CHARS = frozenset(
-    chr(c)
-    for c in range(0x0F00, 0x1000)
-    if SYLLABLE_RE.fullmatch(chr(c)) is not None
+    chr(c) for c in range(0x0F00, 0x1000) if SYLLABLE_RE.fullmatch(chr(c)) is not None
 )
 
 _SPACE_AFTER_SYLLABLE = re.compile(f"(?<={SYLLABLE_RE.pattern[:-1]}) (?=[^ A-Za-z0-9])")
 
 try:  # the Tibetan normaliser arrives from a parallel branch; NFC until it is merged
-    from tibnlp.text.normalize import normalize as _normalize  # type: ignore[import-not-found]
+    from tibnlp.text.normalize import normalize as _normalize
 except ImportError:  # pragma: no cover - exercised only before the merge
 
     def _normalize(text: str, join_spaced_syllables: bool = False) -> str:
@@ -142,8 +140,9 @@ class Vocabulary:
 
         A piece continues the current unit when the piece before it ended on a syllable
         letter (so this piece carries more of that syllable, or the tsheg/shad closing it) or
-        was a lone `▁` (a space belongs to the syllable after it), unless it starts with `▁`. Special tokens are units of
-        their own. With `split_on_tsheg: false` a piece that spans syllables is one unit.
+        was a lone `▁` (a space belongs to the syllable after it), unless it starts with `▁`.
+        Special tokens are units of their own. With `split_on_tsheg: false` a piece that
+        spans syllables is one unit.
         """
         out: list[bool] = []
         prev = -1

@@ -70,7 +70,7 @@ def _sentences(split: Any) -> Iterator[str]:
 def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> bytes:
     model = io.BytesIO()
     specials = config.special_tokens
-    rules: dict[str, str] = {"normalization_rule_name": "identity"}
+    rules: dict[str, Any] = {"normalization_rule_name": "identity"}
     if config.split_on_tsheg:
         tsv = workdir / "syllable_rules.tsv"
         tsv.write_text("".join(f"{k}\t{v}\n" for k, v in SYLLABLE_RULES.items()))
@@ -125,16 +125,17 @@ def evaluate(vocab: Vocabulary, sentences: list[str]) -> dict[str, Any]:
     types = Counter(syl for s in sentences for syl in syllables(s))
     encoded = vocab.encode_batch(list(types))
     single = known = single_tokens = known_tokens = 0
-    for (_syl, count), pieces in zip(types.items(), encoded, strict=True):
-        pieces = [p for p in pieces if vocab.id_to_piece(p) != WORD_START]
-        if vocab.unk_id not in pieces:
+    for (_syl, count), type_ids in zip(types.items(), encoded, strict=True):
+        type_ids = [p for p in type_ids if vocab.id_to_piece(p) != WORD_START]
+        if vocab.unk_id not in type_ids:
             known += 1
             known_tokens += count
-        if len(pieces) == 1 and pieces[0] != vocab.unk_id:
+        if len(type_ids) == 1 and type_ids[0] != vocab.unk_id:
             single += 1
             single_tokens += count
     n_types, n_tokens = len(types) or 1, sum(types.values()) or 1
-    pieces = [vocab.id_to_piece(i) for i in range(vocab.size) if i not in vocab.special_ids]
+    regular = (i for i in range(vocab.size) if i not in vocab.special_ids and i != vocab.unk_id)
+    pieces = [vocab.id_to_piece(i) for i in regular]
     return {
         "heldout_sentences": len(sentences),
         "heldout_pieces": n_pieces,
@@ -146,7 +147,7 @@ def evaluate(vocab: Vocabulary, sentences: list[str]) -> dict[str, Any]:
         "syllable_type_single_piece": single / n_types,  # types that are one piece
         "syllable_token_single_piece": single_tokens / n_tokens,
         "syllable_token_coverage": known_tokens / n_tokens,
-        "longest_pieces": sorted(pieces, key=lambda p: (-len(p), p))[:20],
+        "longest_pieces": sorted(pieces, key=lambda p: (-len(p.lstrip(WORD_START)), p))[:20],
     }
 
 
