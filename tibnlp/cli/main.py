@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from tibnlp.cli import data, finetune, predict, vocab
+from tibnlp.cli import corpus, data, finetune, predict, vocab
 from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
@@ -22,6 +22,7 @@ app.add_typer(finetune.app, name="finetune")
 app.command("predict")(predict.predict)
 app.add_typer(model_cli.app, name="model")
 app.add_typer(vocab.app, name="vocab")
+app.add_typer(corpus.app, name="corpus")
 
 
 def main() -> None:

@@ -13,11 +13,15 @@ class CorpusConfig:
     """`tibnlp corpus prepare`: how raw text becomes the prepared corpus."""
 
     field: str = "text"  # JSONL field holding the text
-    min_tibetan_ratio: float = 0.5  # share of Tibetan letters among non-space characters
+    min_tibetan_ratio: float = 0.5  # share of Tibetan-block chars among non-space chars of a line
     min_syllables: int = 2
-    dedup: bool = True
+    dedup: bool = True  # exact dedup of sentences across the corpus (first occurrence kept)
+    # Shorter sentences are never dropped as duplicates: short formulae ("དེས་སྨྲས་པ།") recur in
+    # many documents and dropping them would cut documents apart (see text/filtering.py).
+    dedup_min_syllables: int = 8
     heldout_fraction: float = 0.01  # documents held out for pretraining evaluation
     join_spaced_syllables: bool = False  # "ཀ ཁ" (TNCC form) -> "ཀ་ཁ"
+    split_on_ga_space: bool = True  # "...འདུག རྒྱ..." (no shad after ག/ཀ) ends a sentence
     on_error: Literal["fail", "skip"] = "fail"
     num_proc: int = 0  # 0: one per CPU core
     seed: int = 42
@@ -27,6 +31,8 @@ class CorpusConfig:
             0.0 <= self.min_tibetan_ratio <= 1.0, f"{prefix}.min_tibetan_ratio", "must be in [0, 1]"
         )
         check(self.min_syllables >= 0, f"{prefix}.min_syllables", "must be >= 0")
+        check(self.dedup_min_syllables >= 0, f"{prefix}.dedup_min_syllables", "must be >= 0")
+        check(bool(self.field), f"{prefix}.field", "must name the JSONL text field")
         check(0.0 <= self.heldout_fraction < 1.0, f"{prefix}.heldout_fraction", "must be in [0, 1)")
         check(self.num_proc >= 0, f"{prefix}.num_proc", "must be >= 0 (0 = all cores)")
 

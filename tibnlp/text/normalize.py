@@ -1,7 +1,36 @@
-"""STAND-IN until the `text` branch lands (its module replaces this one at merge).
+"""Tibetan text normalisation: one canonical spelling for every stage.
 
-Only what fine-tuning needs: NFC, U+0F0C -> U+0F0B, and optionally syllables separated by
-spaces joined with tsheg.
+Corpus preparation, the vocabulary, fine-tuning and prediction all call `normalize`, so the
+same text typed differently (NFC or not, U+0F0C or U+0F0B, zero-width characters, stray
+spaces, syllables separated by spaces as TNCC titles are stored) maps to one string and thus
+to the same tokens. `normalize` works on one line or segment: newlines become spaces.
+
+The rules, applied in this order (the result is a fixed point: `normalize(normalize(x)) ==
+normalize(x)`, checked by property tests):
+
+1. Control characters (Unicode Cc) and format characters (Cf: zero-width space/joiners, BOM,
+   soft hyphen, bidi marks) are removed; whitespace controls (tab, newline, ...) count as
+   whitespace.
+2. The non-breaking tsheg U+0F0C becomes the tsheg U+0F0B (they differ only in line breaking).
+3. Every run of whitespace (any Unicode space, NBSP included) becomes one ASCII space; leading
+   and trailing spaces are removed.
+4. Unicode NFC. (For Tibetan NFC *decomposes* the precomposed letters and vowels that are
+   composition exclusions, e.g. U+0F43 -> U+0F42 U+0FB7 and U+0F73 -> U+0F71 U+0F72, so both
+   spellings meet.)
+5. Only when asked (`join_spaced_syllables=True`, config `corpus.join_spaced_syllables`): a
+   space between two Tibetan syllable characters becomes a tsheg: "བྲག ཡེར པ" -> "བྲག་ཡེར་པ"
+   (the TNCC "text" -> "text_tsheg" rule). Spaces next to shad, brackets or non-Tibetan text
+   stay.
+6. Tsheg spacing: no space before a tsheg, no space between a tsheg and the consonant starting
+   the next syllable, and repeated tshegs collapse to one ("ཀ ་ ་ཁ" -> "ཀ་ཁ").
+7. Shad spacing (shad = U+0F0D-U+0F12, U+0F14): no space between a syllable and the shad that
+   closes it ("ཀ །" -> "ཀ།"); a closing shad run directly followed by a Tibetan letter, digit
+   or head mark gets one space after it ("ལ།དེ" -> "ལ། དེ"). The space inside a double shad
+   "། །" is kept as one space, so the classical "ལོ། །བདག" (closing shad, space, opening
+   shad) is left as it is.
+
+Nothing else is changed: no tsheg is added or removed before a shad (the "ང་།" convention),
+digits and Latin text are kept.
 """
 
 from __future__ import annotations
@@ -9,12 +38,77 @@ from __future__ import annotations
 import re
 import unicodedata
 
-_SPACED = re.compile("(?<=[\u0f40-\u0fbc])[ \t\u00a0]+(?=[\u0f40-\u0fbc])")
+TSHEG = "\u0f0b"
+NBSP_TSHEG = "\u0f0c"
+
+# Cc and Cf characters that are not whitespace (generated from Unicode 14 data; the test checks
+# each is still Cc/Cf). ZWNJ/ZWJ go too: they carry no meaning in Tibetan.
+_INVISIBLE = (
+    "\u0000-\u0008\u000e-\u001b\u007f-\u0084\u0086-\u009f\u00ad\u0600-\u0605\u061c\u06dd"
+    "\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f"
+    "\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+)
+_INVISIBLE_RE = re.compile(f"[{_INVISIBLE}]+")
+_SPACE_RE = re.compile(r"\s+")
+
+_SHAD = "\u0f0d-\u0f12\u0f14"
+# What starts a syllable or a token after a space: consonants, digits, head marks.
+_START = "\u0f00-\u0f0a\u0f20-\u0f33\u0f40-\u0f6c\u0f88-\u0f8c"
+# Tibetan characters that can end a syllable (everything but tsheg/shad/gter tsheg/brackets).
+_SYLLABLE_END = "\u0f00-\u0f0a\u0f13\u0f15-\u0f39\u0f3e-\u0fff"
+
+# Patterns start with a literal or a character set where possible: `re` then scans for that
+# prefix in C instead of trying every position (several times faster on long lines).
+_JOIN_RE = re.compile(f" (?<=[{_SYLLABLE_END}] )(?=[{_START}])")
+_TSHEG_RUN_RE = re.compile(f"{TSHEG}{TSHEG}+")
+_SPACE_AFTER_TSHEG_RE = re.compile(f"{TSHEG} (?=[\u0f40-\u0f6c])")
+_SPACE_BEFORE_SHAD_RE = re.compile(f" (?<=[^{_SHAD} ] )(?=[{_SHAD}])")
+_SHAD_BEFORE_START_RE = re.compile(f"[{_SHAD}]+(?=[{_START}])")
+_SHADS = frozenset("\u0f0d\u0f0e\u0f0f\u0f10\u0f11\u0f12\u0f14 ")
+
+
+def _clean(text: str) -> str:
+    """Rules 1-4: invisible characters, U+0F0C, whitespace, NFC."""
+    if not text.isprintable():  # false for any Cc, Cf or non-ASCII space: the slow path
+        text = _SPACE_RE.sub(" ", _INVISIBLE_RE.sub("", text))
+    elif "  " in text:
+        text = _SPACE_RE.sub(" ", text)
+    text = text.replace(NBSP_TSHEG, TSHEG).strip(" ")
+    return unicodedata.normalize("NFC", text)
+
+
+def join_spaced_syllables(text: str) -> str:
+    """Space-separated syllables (TNCC titles) -> tsheg-separated: "བྲག ཡེར པ" -> "བྲག་ཡེར་པ".
+
+    Only single ASCII spaces between Tibetan syllable characters are replaced; call it on
+    `normalize`d text (or use `normalize(text, join_spaced_syllables=True)`).
+    """
+    return _JOIN_RE.sub(TSHEG, text)
+
+
+def _space_closing_shad(match: re.Match[str]) -> str:
+    start = match.start()
+    if start == 0 or match.string[start - 1] in _SHADS:  # an opening shad: leave it
+        return match.group()
+    return match.group() + " "
+
+
+def _fix_spacing(text: str) -> str:
+    """Rules 6-7 on text with single spaces."""
+    if TSHEG in text:
+        text = text.replace(" " + TSHEG, TSHEG)
+        if TSHEG + TSHEG in text:
+            text = _TSHEG_RUN_RE.sub(TSHEG, text)
+        if TSHEG + " " in text:
+            text = _SPACE_AFTER_TSHEG_RE.sub(TSHEG, text)
+    text = _SPACE_BEFORE_SHAD_RE.sub("", text)
+    return _SHAD_BEFORE_START_RE.sub(_space_closing_shad, text)
 
 
 def normalize(text: str, join_spaced_syllables: bool = False) -> str:
-    text = unicodedata.normalize("NFC", text).replace("\u0f0c", "\u0f0b")
+    """The canonical form of one line of Tibetan text (rules in the module docstring)."""
+    text = _clean(text)
     if join_spaced_syllables:
-        text = _SPACED.sub("\u0f0b", text)
-    text = re.sub("\u0f0b{2,}", "\u0f0b", text)
-    return " ".join(text.split())
+        text = _JOIN_RE.sub(TSHEG, text)
+    return _fix_spacing(text)

@@ -1,0 +1,366 @@
+"""`tibnlp corpus prepare`: raw text files -> a prepared corpus directory.
+
+Output layout (a contract: vocabulary and pretraining read it through `load_prepared`):
+
+    OUT/dataset/           datasets.DatasetDict (save_to_disk), splits `train` and `heldout`,
+                           one row per document: doc_id int64 (position of the document in the
+                           inputs, in reading order), source string (input file name),
+                           sentences list[string] (normalised, in document order)
+    OUT/report.json        figures per split and total, dropped lines/sentences/documents by
+                           reason, inputs with size and sha256
+    OUT/corpus.yaml        the CorpusConfig used and the inputs
+    OUT/tibnlp-corpus.json {"kind": "prepared_corpus", "version": 1}
+
+Steps: read the inputs into a raw Arrow file (documents = blank-line separated blocks, or JSONL
+records); `datasets.map(num_proc=...)` normalises, filters and splits each document (documents
+are shuffled first so the process shards get similar amounts of text); then, in document order,
+exact sentence dedup across the whole corpus and the held-out split by document.
+
+Nothing half-written: the corpus is built in a hidden temporary directory beside OUT and renamed
+into place only on success. An existing OUT is refused unless `force=True`, and even then only a
+previous prepared corpus (or an empty directory) is replaced, never an unrelated folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import yaml
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from tibnlp.config.core import to_dict
+from tibnlp.config.text import CorpusConfig
+from tibnlp.errors import DataError
+from tibnlp.text.filtering import LINE_REASONS, choose_heldout, dedup_mask, process_documents
+from tibnlp.text.readers import InputInfo, expand_inputs, read_documents
+
+MARKER = "tibnlp-corpus.json"
+MARKER_CONTENT = {"kind": "prepared_corpus", "version": 1}
+SPLITS = ("train", "heldout")
+FEATURES = datasets.Features(
+    {
+        "doc_id": datasets.Value("int64"),
+        "source": datasets.Value("string"),
+        "sentences": datasets.Sequence(datasets.Value("string")),
+    }
+)
+_RAW_FEATURES = datasets.Features(
+    {
+        "doc_id": datasets.Value("int64"),
+        "source": datasets.Value("string"),
+        "line": datasets.Value("int64"),
+        "lines": datasets.Sequence(datasets.Value("string")),
+    }
+)
+
+
+def load_prepared(path: Path) -> datasets.DatasetDict:
+    """The `train`/`heldout` DatasetDict of a prepared corpus directory."""
+    path = Path(path)
+    marker = path / MARKER
+    if not marker.is_file():
+        raise DataError(
+            f"{path} is not a prepared corpus (no {MARKER} in it)",
+            "run `tibnlp corpus prepare --input FILE... --output DIR` and pass DIR",
+        )
+    try:
+        meta = json.loads(marker.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{marker}: not valid JSON ({exc})", "run tibnlp corpus prepare") from exc
+    if meta.get("kind") != "prepared_corpus" or meta.get("version") != 1:
+        raise DataError(
+            f"{marker}: unsupported prepared corpus {meta!r} (expected {MARKER_CONTENT})",
+            "re-run tibnlp corpus prepare with this version of tibnlp",
+        )
+    dataset = datasets.load_from_disk(str(path / "dataset"))
+    assert isinstance(dataset, datasets.DatasetDict)
+    return dataset
+
+
+def _check_output(output: Path, force: bool) -> None:
+    if not output.exists() and not output.is_symlink():
+        return
+    replaceable = output.is_dir() and ((output / MARKER).is_file() or not any(output.iterdir()))
+    if not force:
+        raise DataError(
+            f"output {output} already exists",
+            "pass --force to replace a previous prepared corpus, or choose another --output",
+        )
+    if not replaceable:
+        raise DataError(
+            f"output {output} exists and is not a prepared corpus; refusing to replace it",
+            "choose another --output (only a previous prepared corpus is replaced by --force)",
+        )
+
+
+@contextmanager
+def _staging(output: Path, force: bool) -> Iterator[Path]:
+    """A temporary directory beside `output`, renamed to it when the block succeeds."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the corpus is meant to be shared
+    try:
+        yield tmp
+        _check_output(output, force)
+        if output.exists():
+            old = output.with_name(f".{output.name}.old-{os.getpid()}")
+            output.rename(old)
+            tmp.rename(output)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(output)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """No `datasets` progress bars for steps that take no time worth showing."""
+    enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if enabled:
+            datasets.enable_progress_bars()
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        disable=not enabled,
+    )
+
+
+def _read_inputs(
+    files: list[Path], raw_path: Path, cfg: CorpusConfig, progress: bool
+) -> list[InputInfo]:
+    """Stream every input into one raw Arrow file of documents (one row per document)."""
+    infos = []
+    doc_id = 0
+    with (
+        ArrowWriterCtx(raw_path, _RAW_FEATURES) as writer,
+        _progress(progress) as bar,
+    ):
+        task = bar.add_task("reading", total=sum(f.stat().st_size for f in files))
+        for i, path in enumerate(files, 1):
+            bar.update(task, description=f"reading {i}/{len(files)} {path.name}")
+            info = InputInfo(path=str(path.resolve()), size=path.stat().st_size)
+            docs = read_documents(
+                path, info, cfg.field, cfg.on_error, lambda n: bar.advance(task, n)
+            )
+            for doc in docs:
+                writer.write(
+                    {"doc_id": doc_id, "source": doc.source, "line": doc.line, "lines": doc.lines}
+                )
+                doc_id += 1
+            if not info.has_tibetan and cfg.on_error == "fail":
+                raise DataError(
+                    f"{path}: no Tibetan text in {info.lines} line(s)",
+                    "check the file (and --field for JSONL), or pass --on-error skip",
+                )
+            infos.append(info)
+    return infos
+
+
+class ArrowWriterCtx:
+    """`datasets` ArrowWriter as a context manager that always closes its file."""
+
+    def __init__(self, path: Path, features: datasets.Features) -> None:
+        from datasets.arrow_writer import ArrowWriter
+
+        self.writer = ArrowWriter(features=features, path=str(path), writer_batch_size=256)
+
+    def __enter__(self) -> Any:
+        return self.writer
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.writer.finalize()
+        self.writer.close()
+
+
+def _figures() -> dict[str, int]:
+    return {"documents": 0, "sentences": 0, "syllables": 0, "characters": 0}
+
+
+def prepare_corpus(
+    inputs: list[Path],
+    output: Path,
+    cfg: CorpusConfig,
+    progress: bool = True,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Prepare `inputs` into `output` (layout in the module docstring); returns the report."""
+    started = time.perf_counter()
+    output = Path(output)
+    files = expand_inputs([Path(p) for p in inputs])
+    _check_output(output, force)
+    num_proc = cfg.num_proc or os.cpu_count() or 1
+    was_enabled = datasets.is_progress_bar_enabled()
+    if not progress:
+        datasets.disable_progress_bars()
+    try:
+        with _staging(output, force) as tmp:
+            work = tmp / "work"
+            work.mkdir()
+            timings = {"setup": time.perf_counter() - started}
+            infos = _read_inputs(files, work / "raw.arrow", cfg, progress)
+            timings["read"] = time.perf_counter() - started - sum(timings.values())
+            processed = _process(work, cfg, num_proc)
+            timings["process"] = time.perf_counter() - started - sum(timings.values())
+            report = _finish(processed, tmp, cfg, infos)
+            timings["dedup_split_write"] = time.perf_counter() - started - sum(timings.values())
+            shutil.rmtree(work)
+            report["num_proc"] = num_proc
+            report["seconds"] = round(time.perf_counter() - started, 2)
+            report["seconds_by_step"] = {k: round(v, 2) for k, v in timings.items()}
+            # Plain writes: the whole directory is staged, so no file needs its own rename.
+            (tmp / "report.json").write_text(
+                json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
+            (tmp / "corpus.yaml").write_text(
+                yaml.safe_dump(
+                    {"corpus": to_dict(cfg), "inputs": [i.path for i in infos]},
+                    sort_keys=False,
+                    allow_unicode=True,
+                ),
+                encoding="utf-8",
+            )
+            (tmp / MARKER).write_text(json.dumps(MARKER_CONTENT) + "\n", encoding="utf-8")
+    finally:
+        if was_enabled and not progress:
+            datasets.enable_progress_bars()
+    return report
+
+
+def _process(work: Path, cfg: CorpusConfig, num_proc: int) -> datasets.Dataset:
+    raw = datasets.Dataset.from_file(str(work / "raw.arrow"))
+    if len(raw) == 0:
+        raise DataError(
+            "the inputs hold no documents (all files empty?)", "check the --input files"
+        )
+    # Shuffled so that each process gets a similar share of text (documents are very unequal
+    # and sorted by source); the order is restored (by doc_id) before dedup.
+    shuffled = raw.shuffle(seed=cfg.seed, keep_in_memory=True)
+    return shuffled.map(
+        process_documents,
+        batched=True,
+        batch_size=8,
+        writer_batch_size=64,
+        num_proc=min(num_proc, len(raw)) if num_proc > 1 else None,
+        remove_columns=["lines", "line"],
+        fn_kwargs={
+            "join_spaced_syllables": cfg.join_spaced_syllables,
+            "min_tibetan_ratio": cfg.min_tibetan_ratio,
+            "min_syllables": cfg.min_syllables,
+            "ga_boundary": cfg.split_on_ga_space,
+        },
+        cache_file_name=str(work / "processed.arrow"),
+        load_from_cache_file=False,
+        desc="normalise, filter, split",
+    )
+
+
+def _finish(
+    processed: datasets.Dataset, tmp: Path, cfg: CorpusConfig, infos: list[InputInfo]
+) -> dict[str, Any]:
+    """Dedup sentences in document order, split by document, write the DatasetDict."""
+    order = np.argsort(np.asarray(processed["doc_id"]), kind="stable")
+    ordered = processed.select(order, keep_in_memory=True)
+    dropped_lines: Counter[str] = Counter()
+    for info in infos:
+        dropped_lines.update(info.skipped)
+    for reason in LINE_REASONS:
+        dropped_lines[reason] += sum(processed[f"dropped_{reason}"])
+    nonempty = {
+        int(d): s
+        for d, s, sents in zip(
+            processed["doc_id"], processed["source"], processed["syllables"], strict=True
+        )
+        if sents
+    }
+    heldout = choose_heldout(nonempty, cfg.heldout_fraction, cfg.seed)
+    figures = {split: _figures() for split in SPLITS}
+    per_source: dict[str, dict[str, int]] = {}
+    seen: set[int] = set()
+    duplicates = 0
+    empty_docs = len(processed) - len(nonempty)
+    writers = {s: ArrowWriterCtx(tmp / "work" / f"{s}.arrow", FEATURES) for s in SPLITS}
+    with writers["train"] as train_w, writers["heldout"] as heldout_w:
+        for row in ordered.select_columns(["doc_id", "source", "sentences", "syllables", "keys"]):
+            if cfg.dedup:
+                keep = dedup_mask(row["keys"], seen, cfg.dedup_min_syllables, row["syllables"])
+            else:
+                keep = [True] * len(row["keys"])
+            sentences = [s for s, k in zip(row["sentences"], keep, strict=True) if k]
+            duplicates += len(keep) - len(sentences)
+            if not sentences:
+                empty_docs += bool(row["sentences"])
+                continue
+            split = "heldout" if row["doc_id"] in heldout else "train"
+            (heldout_w if split == "heldout" else train_w).write(
+                {"doc_id": row["doc_id"], "source": row["source"], "sentences": sentences}
+            )
+            syl = sum(n for n, k in zip(row["syllables"], keep, strict=True) if k)
+            for fig in (figures[split], per_source.setdefault(row["source"], _figures())):
+                fig["documents"] += 1
+                fig["sentences"] += len(sentences)
+                fig["syllables"] += syl
+                fig["characters"] += sum(len(s) for s in sentences)
+    total = {k: figures["train"][k] + figures["heldout"][k] for k in figures["train"]}
+    if total["sentences"] == 0:
+        raise DataError(
+            "the prepared corpus would be empty: every line was dropped "
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(dropped_lines.items()) if v)})",
+            "check the inputs, or lower corpus.min_tibetan_ratio / corpus.min_syllables",
+        )
+    dataset = datasets.DatasetDict(
+        {
+            s: datasets.Dataset.from_file(str(tmp / "work" / f"{s}.arrow"))
+            if figures[s]["documents"]
+            else datasets.Dataset.from_dict({k: [] for k in FEATURES}, features=FEATURES)
+            for s in SPLITS
+        }
+    )
+    with _quiet():
+        # An empty split must be saved as one (empty) shard, or load_from_disk fails on it.
+        shards = {s: None if figures[s]["documents"] else 1 for s in SPLITS}
+        dataset.save_to_disk(str(tmp / "dataset"), num_shards=shards)
+    return {
+        "kind": "prepared_corpus",
+        "version": 1,
+        "splits": figures,
+        "total": total,
+        "by_source": dict(sorted(per_source.items())),
+        "dropped_lines": {k: v for k, v in sorted(dropped_lines.items())},
+        "dropped_sentences": {"duplicate": duplicates},
+        "dropped_documents": {"empty": empty_docs},
+        "inputs": [i.as_dict() for i in infos],
+        "text_bytes": sum(i.text_bytes for i in infos),
+    }

@@ -1,0 +1,250 @@
+"""Input formats for corpus preparation: plain, .xz/.gz/.bz2 text and JSONL, as documents.
+
+Plain text: documents are separated by blank lines (the `corpora/` convention), one paragraph
+or sentence per line. JSONL: one record is one document; its text field (`--field`) may hold
+several lines. Compression is recognised by suffix or by magic bytes.
+
+Errors name the file and, where it applies, the line: a missing path, a corrupt or truncated
+compressed stream (always fatal), invalid UTF-8, bad JSON or a missing field (fatal, or counted
+and skipped with `on_error="skip"`).
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import json
+import lzma
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from tibnlp.errors import DataError
+from tibnlp.text.syllables import has_tibetan_letter
+
+TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".json")
+# Each opener takes an open binary file object and returns a binary stream of the content.
+COMPRESSED: dict[str, Callable[[Any], IO[bytes]]] = {
+    ".xz": lzma.open,
+    ".gz": gzip.open,  # type: ignore[dict-item]
+    ".bz2": bz2.open,
+}
+_MAGIC = {b"\xfd7zXZ\x00": ".xz", b"\x1f\x8b": ".gz", b"BZh": ".bz2"}
+_CORRUPT = (lzma.LZMAError, gzip.BadGzipFile, zlib.error, EOFError, OSError)
+
+
+@dataclass
+class Document:
+    """Raw lines of one document, with where it starts (1-based line number)."""
+
+    source: str
+    line: int
+    lines: list[str]
+
+
+@dataclass
+class InputInfo:
+    """What was read from one input file (goes into the report)."""
+
+    path: str
+    size: int
+    sha256: str = ""
+    format: str = "text"
+    compression: str = ""
+    lines: int = 0
+    documents: int = 0
+    text_bytes: int = 0
+    has_tibetan: bool = False
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "name": Path(self.path).name,
+            "size": self.size,
+            "sha256": self.sha256,
+            "format": self.format,
+            "compression": self.compression or None,
+            "lines": self.lines,
+            "documents": self.documents,
+            "text_bytes": self.text_bytes,
+            "has_tibetan": self.has_tibetan,
+            "skipped_lines": dict(sorted(self.skipped.items())),
+        }
+
+
+def expand_inputs(paths: list[Path]) -> list[Path]:
+    """Files to read: each path itself, or the text files (sorted) of a directory."""
+    if not paths:
+        raise DataError("no input given", "pass one or more --input PATH")
+    files: list[Path] = []
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            found = sorted(
+                p
+                for p in path.iterdir()
+                if p.is_file() and _base_suffix(p) in TEXT_SUFFIXES and not p.name.startswith(".")
+            )
+            if not found:
+                raise DataError(
+                    f"input directory {path} holds no .txt/.jsonl files (plain or .xz/.gz/.bz2)",
+                    "give the files themselves or a folder that holds them",
+                )
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise DataError(f"input {path} does not exist", "check the --input path")
+    return files
+
+
+def _base_suffix(path: Path) -> str:
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSED:
+        suffixes = suffixes[:-1]
+    return suffixes[-1] if suffixes else ".txt"
+
+
+def _compression(path: Path, raw: IO[bytes]) -> str:
+    suffix = path.suffix.lower()
+    if suffix in COMPRESSED:
+        return suffix
+    head = raw.read(6)
+    raw.seek(0)
+    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), "")
+
+
+def read_documents(
+    path: Path,
+    info: InputInfo,
+    field_name: str = "text",
+    on_error: Literal["fail", "skip"] = "fail",
+    advance: Callable[[int], None] | None = None,
+) -> Iterator[Document]:
+    """Documents of one file, streamed; fills `info` (counts, sha256) as it goes.
+
+    `advance(n)` is called with the number of file bytes consumed since the last call (for a
+    progress bar over the compressed sizes).
+    """
+    is_jsonl = _base_suffix(path) in (".jsonl", ".json")
+    info.format = "jsonl" if is_jsonl else "text"
+    digest = hashlib.sha256()
+    with path.open("rb") as raw:
+        info.compression = _compression(path, raw)
+        stream = COMPRESSED[info.compression](raw) if info.compression else raw
+        lines = _decoded_lines(path, stream, raw, info, on_error, advance)
+        yield from (_jsonl_docs if is_jsonl else _text_docs)(
+            path, lines, info, field_name, on_error
+        )
+    with path.open("rb") as raw:  # hashed separately: the stream above may stop early on error
+        for chunk in iter(lambda: raw.read(1 << 20), b""):
+            digest.update(chunk)
+    info.sha256 = digest.hexdigest()
+
+
+def _decoded_lines(
+    path: Path,
+    stream: IO[bytes],
+    raw: IO[bytes],
+    info: InputInfo,
+    on_error: str,
+    advance: Callable[[int], None] | None,
+) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line that decodes as UTF-8."""
+    position = 0
+    lineno = 0
+    iterator = iter(stream)
+    while True:
+        try:
+            data = next(iterator)
+        except StopIteration:
+            break
+        except _CORRUPT as exc:
+            where = f"{path} (after line {lineno})" if lineno else str(path)
+            raise DataError(
+                f"{where}: cannot decompress {info.compression or 'the'} stream ({exc})",
+                "the file is corrupt or truncated; re-download or re-compress it",
+            ) from exc
+        lineno += 1
+        info.text_bytes += len(data)
+        if advance is not None and lineno % 2048 == 0:
+            now = raw.tell()
+            advance(now - position)
+            position = now
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if on_error == "skip":
+                info.skipped["invalid_utf8"] += 1
+                continue
+            raise DataError(
+                f"{path}:{lineno}: invalid UTF-8 (byte {exc.start} of the line: "
+                f"{data[exc.start : exc.start + 4]!r})",
+                "convert the file to UTF-8, or pass --on-error skip to drop such lines",
+            ) from exc
+        if lineno == 1:
+            text = text.removeprefix("\ufeff")
+        yield lineno, text.rstrip("\r\n")
+    info.lines = lineno
+    if advance is not None:
+        advance(raw.tell() - position)
+
+
+def _note_tibetan(info: InputInfo, text: str) -> None:
+    if not info.has_tibetan and has_tibetan_letter(text):
+        info.has_tibetan = True
+
+
+def _text_docs(
+    path: Path, lines: Iterator[tuple[int, str]], info: InputInfo, _field: str, _on_error: str
+) -> Iterator[Document]:
+    current: list[str] = []
+    start = 0
+    for lineno, text in lines:
+        if text.strip():
+            if not current:
+                start = lineno
+            current.append(text)
+            _note_tibetan(info, text)
+        elif current:
+            info.documents += 1
+            yield Document(path.name, start, current)
+            current = []
+    if current:
+        info.documents += 1
+        yield Document(path.name, start, current)
+
+
+def _jsonl_docs(
+    path: Path, lines: Iterator[tuple[int, str]], info: InputInfo, field_name: str, on_error: str
+) -> Iterator[Document]:
+    for lineno, text in lines:
+        if not text.strip():
+            continue
+        problem, reason, value = "", "", None
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            problem, reason = f"invalid JSON ({exc.msg})", "invalid_json"
+        else:
+            value = record.get(field_name) if isinstance(record, dict) else None
+            if not isinstance(value, str):
+                problem, reason = f"no string field {field_name!r}", "missing_field"
+        if problem or not isinstance(value, str):
+            if on_error == "skip":
+                info.skipped[reason] += 1
+                continue
+            raise DataError(
+                f"{path}:{lineno}: {problem}",
+                "pass --field NAME for the text field, or --on-error skip to drop such records",
+            )
+        doc_lines = [s for s in value.splitlines() if s.strip()]
+        if doc_lines:
+            _note_tibetan(info, value)
+            info.documents += 1
+            yield Document(path.name, lineno, doc_lines)
