@@ -12,6 +12,9 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from tibnlp.text.vocab import MARKER
+from tibnlp.text.vocab_build import SYLLABLE_RULES
+
 LABELS = ["Politics", "Economics", "Education"]
 CLASS_SYLLABLES = [
     ["རྒྱལ", "ཁབ", "སྲིད", "བློན"],
@@ -73,8 +76,11 @@ def make_data_dir(root: Path, sizes: tuple[int, int, int] = (90, 30, 30)) -> Pat
 
 
 def make_vocab(directory: Path, size: int = 60) -> Path:
-    """A SentencePiece model with ids 0-4 = [PAD] [UNK] [CLS] [SEP] [MASK], on tsheg text."""
+    """A tiny `tibnlp.text.vocab.Vocabulary` directory trained the way `vocab build` trains
+    (ids 0-4 = [PAD] [UNK] [CLS] [SEP] [MASK], tsheg as the syllable boundary)."""
     directory.mkdir(parents=True, exist_ok=True)
+    rules = directory.parent / f"{directory.name}-rules.tsv"
+    rules.write_text("".join(f"{k}\t{v}\n" for k, v in SYLLABLE_RULES.items()))
     rng = random.Random(0)
     lines = [make_title(i % len(LABELS), rng).replace(" ", "\u0f0b") for i in range(400)]
     text = directory.parent / f"{directory.name}-train.txt"
@@ -84,12 +90,16 @@ def make_vocab(directory: Path, size: int = 60) -> Path:
         model_prefix=str(directory / "spm"),
         vocab_size=size,
         model_type="unigram",
+        normalization_rule_tsv=str(rules),
         pad_id=0,
+        pad_piece="[PAD]",
         unk_id=1,
+        unk_piece="[UNK]",
         bos_id=-1,
         eos_id=-1,
-        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        control_symbols=["[CLS]", "[SEP]", "[MASK]"],
         hard_vocab_limit=False,
         minloglevel=2,
     )
+    (directory / MARKER).write_text(json.dumps({"kind": "vocabulary", "version": 1}))
     return directory

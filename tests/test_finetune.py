@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
 from tests.ft_fixtures import make_data_dir, make_vocab
 from tibnlp.config import load_config
@@ -140,3 +141,76 @@ def test_document_task_absent_fails_before_training(env) -> None:
     with pytest.raises(DataError) as err:
         run_finetune(_cfg(env, "finetune.task=document"), "tncc", "document")
     assert "FudanNLP" in (err.value.hint or "")
+
+
+TINY_MODEL = [
+    "model.embedding_size=8",
+    "model.hidden_size=16",
+    "model.num_layers=1",
+    "model.ffn_size=32",
+    "model.max_len=64",
+    "model.heads.small=2",
+    "model.heads.large=2",
+]
+
+
+def _pretrained_dir(env, vocab_size: int | None = None):
+    """A model directory as pretraining writes it: weights + model.yaml + vocabulary files."""
+    import shutil
+
+    from tibnlp.models.encoder import Encoder
+    from tibnlp.models.io import save_pretrained
+    from tibnlp.text.vocab import Vocabulary
+
+    cfg = load_config(None, TINY_MODEL).model
+    cfg.vocab_size = vocab_size or Vocabulary.load(env.vocab).size
+    out = env.tmp / f"pretrained-{cfg.vocab_size}"
+    save_pretrained(Encoder(cfg), cfg, out)
+    for f in env.vocab.iterdir():
+        shutil.copy2(f, out / f.name)
+    return out
+
+
+@pytest.mark.parametrize("head", ["cnn", "linear"])
+def test_random_init_albert_baseline_with_both_heads(env, head) -> None:
+    cfg = _cfg(
+        env, "finetune.encoder=albert", f"finetune.head={head}", "finetune.epochs=2", *TINY_MODEL
+    )
+    result = run_finetune(cfg, "tncc")
+    assert result.system == f"albert-random+{'cnn' if head == 'cnn' else 'linear-cls'}"
+    assert result.seeds[0].metrics["test"].count == 30
+
+
+def test_pretrained_model_dir_is_fine_tuned_and_frozen(env) -> None:
+    model_dir = _pretrained_dir(env)
+    cfg = _cfg(
+        env,
+        "finetune.encoder=albert",
+        f"finetune.model={model_dir}",
+        "finetune.vocab=",
+        "finetune.freeze_encoder=true",
+        "finetune.epochs=1",
+    )
+    result = run_finetune(cfg, "tncc")
+    assert result.system.startswith("albert-pretrained(") and result.system.endswith("+frozen")
+    # the frozen encoder's weights are exactly the pretrained ones
+    from safetensors.torch import load_file
+
+    saved = load_file(str(result.seeds[0].directory / "model.safetensors"))
+    original = load_file(str(model_dir / "model.safetensors"))
+    for key, value in original.items():
+        assert torch.equal(saved[f"encoder.{key}"], value)
+
+
+def test_vocabulary_mismatch_and_ids_out_of_range(env) -> None:
+    model_dir = _pretrained_dir(env)
+    other = make_vocab(env.tmp / "other-vocab", size=50)
+    cfg = _cfg(
+        env, "finetune.encoder=albert", f"finetune.model={model_dir}", f"finetune.vocab={other}"
+    )
+    with pytest.raises(DataError, match="is not the one model"):
+        run_finetune(cfg, "tncc")
+    small = _pretrained_dir(env, vocab_size=10)
+    cfg = _cfg(env, "finetune.encoder=albert", f"finetune.model={small}", "finetune.vocab=")
+    with pytest.raises(DataError, match="ids would be out of range"):
+        run_finetune(cfg, "tncc")

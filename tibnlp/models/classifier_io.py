@@ -25,6 +25,7 @@ from tibnlp.config.core import from_dict, to_dict
 from tibnlp.config.model import ModelConfig
 from tibnlp.errors import DataError
 from tibnlp.models.classifier import Classifier, EmbeddingEncoder, HeadConfig
+from tibnlp.models.encoder import Encoder
 
 META_FILE = "classifier.yaml"
 WEIGHTS_FILE = "model.safetensors"
@@ -51,8 +52,6 @@ class ClassifierMeta:
 def build_encoder(meta: ClassifierMeta) -> nn.Module:
     if meta.encoder == "embedding":
         return EmbeddingEncoder(meta.vocab_size, meta.embedding_size, meta.head.dropout)
-    from tibnlp.models.encoder import Encoder
-
     return Encoder(meta.model)
 
 
@@ -72,7 +71,11 @@ def save_classifier(
         text = yaml.safe_dump(to_dict(meta), sort_keys=False, allow_unicode=True)
         (tmp / META_FILE).write_text(text, encoding="utf-8")
         for f in Path(vocab_dir).iterdir():
-            if f.is_file() and f.name not in (META_FILE, WEIGHTS_FILE, "model.yaml"):
+            if (
+                f.is_file()
+                and f.name not in (META_FILE, WEIGHTS_FILE, "model.yaml")
+                and not (f.name.endswith((".safetensors", ".pt", ".txt")))
+            ):
                 shutil.copy2(f, tmp / f.name)
         if directory.exists():
             shutil.rmtree(directory)

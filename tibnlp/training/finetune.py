@@ -43,7 +43,8 @@ from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
 from tibnlp.models.classifier import HeadConfig
 from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
-from tibnlp.text.vocab import Vocabulary
+from tibnlp.models.io import load_encoder
+from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking.tracker import Tracker
 
 TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
@@ -103,12 +104,17 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         model_dir = Path(ft.model)
         if not model_dir.is_dir():
             raise DataError(f"model directory {model_dir} does not exist")
-        from tibnlp.models.io import load_pretrained
-
-        model_cfg, pretrained = load_pretrained(model_dir)
-        vocab_dir = model_dir
+        model_cfg, encoder = load_encoder(model_dir)
+        pretrained = encoder.state_dict()
+        # the vocabulary is copied beside the weights at pretraining; --vocab must match it
+        vocab_dir = model_dir if (model_dir / MODEL_FILE).is_file() else Path(ft.vocab or ".")
+        if vocab_dir != model_dir and not ft.vocab:
+            raise DataError(
+                f"model directory {model_dir} holds no vocabulary ({MODEL_FILE})",
+                "pass --vocab DIR with the vocabulary the model was pretrained with",
+            )
     vocab = _load_vocab(vocab_dir)
-    if not ft.random_init and ft.vocab:
+    if not ft.random_init and ft.vocab and vocab_dir != Path(ft.vocab):
         other = _load_vocab(Path(ft.vocab))
         if other.sha256 != vocab.sha256:
             raise DataError(
@@ -245,7 +251,7 @@ def _run_seed(
     set_seed(seed)
     model = build_classifier(setup.meta)
     if setup.pretrained is not None:
-        model.encoder.load_state_dict(setup.pretrained)
+        model.encoder.load_state_dict(setup.pretrained)  # same keys: built from the same config
     model.freeze_encoder(ft.freeze_encoder)
     data, ids, labels = setup.data, setup.ids, setup.data.labels
     y_train = data.targets("train")[: len(ids["train"])]
