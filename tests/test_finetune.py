@@ -214,3 +214,16 @@ def test_vocabulary_mismatch_and_ids_out_of_range(env) -> None:
     cfg = _cfg(env, "finetune.encoder=albert", f"finetune.model={small}", "finetune.vocab=")
     with pytest.raises(DataError, match="ids would be out of range"):
         run_finetune(cfg, "tncc")
+
+
+def test_rerun_resumes_finished_seeds(env) -> None:
+    cfg = _cfg(env, "finetune.epochs=1")
+    first = run_finetune(cfg, "tncc")
+    weights = first.seeds[0].directory / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    again = run_finetune(cfg, "tncc")
+    assert weights.stat().st_mtime_ns == stamp  # not retrained
+    assert again.aggregate == first.aggregate
+    changed = run_finetune(_cfg(env, "finetune.epochs=1", "finetune.dropout=0.2"), "tncc")
+    assert weights.stat().st_mtime_ns != stamp  # another setting: trained again
+    assert changed.seeds[0].metrics["test"].count == 30

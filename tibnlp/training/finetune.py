@@ -1,39 +1,29 @@
 """Fine-tuning a classifier: data, encoder and head from config; seeds; metrics; MLflow.
 
-The loop is kept to one small function (`train_one_seed`: AdamW with warmup, an epoch of steps,
-validation macro-F1, early stopping, best state restored) so that it can move onto the shared
-step/eval/log loop of `training/loop.py` when that exists: what is specific to fine-tuning is
-only the batches (`_batches`), the loss (cross-entropy on logits) and the selection metric.
+One parent MLflow run per command, one child run per seed. Each finished seed leaves its
+classifier directory and `seed_result.json` (with a fingerprint of everything that determines
+the result), so rerunning the same command resumes: finished seeds are reported, not retrained.
+The loop itself lives in `finetune_loop.py`.
 """
 
 from __future__ import annotations
 
 import copy
-import math
-import random
-import time
-from collections.abc import Iterator, Sequence
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from torch import nn
 
 from tibnlp.config import Config, to_dict
+from tibnlp.config.core import atomic_write_text
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.model import ModelConfig
-from tibnlp.config.train import OptimizerConfig
-from tibnlp.data.collate import encode_texts, pad_batch
+from tibnlp.data.collate import encode_texts
 from tibnlp.data.tasks import MODEL_TEXT_FORM, LabelledSet, load_advts, load_dataset, load_tncc
 from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
@@ -46,7 +36,9 @@ from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_c
 from tibnlp.models.io import load_encoder
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking.tracker import Tracker
+from tibnlp.training.finetune_loop import set_seed, train_one_seed
 
+SEED_FILE = "seed_result.json"
 TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
 ADVTS_TARGETS = {"tncc-title": "tncc", "tusa": "tusa"}
 
@@ -248,6 +240,12 @@ def _run_seed(
     advts: LabelledSet | None,
     run: Tracker,
 ) -> SeedResult:
+    fingerprint = _fingerprint(setup, ft, seed, advts is not None)
+    done = _load_seed(directory, fingerprint)
+    if done is not None:
+        run.set_tags({"resumed": "true"})
+        _log_seed(run, done.metrics)
+        return done
     set_seed(seed)
     model = build_classifier(setup.meta)
     if setup.pretrained is not None:
@@ -275,130 +273,56 @@ def _run_seed(
             metrics[key] = evaluate(x, advts.targets(part))
     save_classifier(directory, model, setup.meta, setup.vocab_dir)
     for part, m in metrics.items():
-        run.log_metrics({f"{part}_{k}": v for k, v in m.summary.items()})
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
         run.log_artifact(png, "confusion")
-    if advts is not None:
+    result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
+    saved = {
+        "fingerprint": fingerprint,
+        "seed": seed,
+        "best_epoch": best_epoch,
+        "epochs_run": epochs_run,
+        "metrics": {p: dataclasses.asdict(m) for p, m in metrics.items()},
+    }
+    atomic_write_text(directory / SEED_FILE, json.dumps(saved, ensure_ascii=False, indent=1))
+    _log_seed(run, metrics)
+    run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
+    run.log_artifact(directory / "classifier.yaml")
+    return result
+
+
+def _log_seed(run: Tracker, metrics: dict[str, Metrics]) -> None:
+    for part, m in metrics.items():
+        run.log_metrics({f"{part}_{k}": v for k, v in m.summary.items()})
+    if "advts" in metrics:
         drop = {
             f"advts_drop_{k}": metrics["advts_original"][k] - metrics["advts"][k]
             for k in ("accuracy", "macro_f1", "weighted_f1")
         }
         run.log_metrics(drop)
-    run.log_artifact(directory / "classifier.yaml")
-    return SeedResult(seed, best_epoch, epochs_run, metrics, directory)
 
 
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+def _fingerprint(setup: Setup, ft: FinetuneConfig, seed: int, advts: bool) -> str:
+    """Everything that determines a seed's result (not where it is written)."""
+    settings = {k: v for k, v in to_dict(ft).items() if k not in ("seeds", "output")}
+    key = {
+        "finetune": settings,
+        "meta": to_dict(setup.meta),
+        "sizes": {s: len(v) for s, v in setup.ids.items()},
+        "seed": seed,
+        "advts": advts,
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def _batches(
-    ids: Sequence[Sequence[int]], y: Sequence[int], batch_size: int, rng: random.Random
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    order = list(range(len(ids)))
-    rng.shuffle(order)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        input_ids, mask = pad_batch([ids[i] for i in chunk])
-        yield input_ids, mask, torch.tensor([y[i] for i in chunk], dtype=torch.long)
-
-
-def lr_lambda(opt: OptimizerConfig, warmup: int, total: int) -> Any:
-    def factor(step: int) -> float:
-        if warmup and step < warmup:
-            return (step + 1) / warmup
-        if opt.schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        if opt.schedule == "linear":
-            decay = 1.0 - progress
-        else:
-            decay = 0.5 * (1 + math.cos(math.pi * progress))
-        return opt.min_lr_ratio + (1.0 - opt.min_lr_ratio) * decay
-
-    return factor
-
-
-def train_one_seed(
-    model: nn.Module,
-    x_train: Sequence[Sequence[int]],
-    y_train: Sequence[int],
-    x_val: Sequence[Sequence[int]],
-    y_val: Sequence[int],
-    ft: FinetuneConfig,
-    seed: int,
-    run: Tracker,
-) -> tuple[int, int]:
-    """Train until validation macro-F1 stops improving; restore the best state in place.
-
-    Returns (best epoch, epochs run), both 1-based.
-    """
-    opt = ft.optimizer
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": opt.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=opt.lr,
-        betas=(opt.betas[0], opt.betas[1]),
-        eps=opt.eps,
-    )
-    steps_per_epoch = math.ceil(len(x_train) / ft.batch_size)
-    total = steps_per_epoch * ft.epochs
-    warmup = opt.warmup_steps or round(ft.warmup_ratio * total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(opt, warmup, total))
-    rng = random.Random(seed)
-    best_f1, best_epoch, best_state, stale, epoch = -1.0, 0, None, 0, 0
-    loss_fn = nn.CrossEntropyLoss()
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, transient=True) as progress:
-        for epoch in range(1, ft.epochs + 1):
-            model.train()
-            bar = progress.add_task(f"seed {seed} epoch {epoch}", total=steps_per_epoch, rate="")
-            losses: list[float] = []
-            started = time.monotonic()
-            for input_ids, mask, target in _batches(x_train, y_train, ft.batch_size, rng):
-                loss = loss_fn(model(input_ids, mask), target)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if opt.grad_clip > 0:
-                    nn.utils.clip_grad_norm_(params, opt.grad_clip)
-                optimizer.step()
-                scheduler.step()
-                losses.append(loss.item())
-                rate = len(losses) / max(time.monotonic() - started, 1e-9)
-                progress.update(bar, advance=1, rate=f"{rate:.1f} it/s loss {losses[-1]:.3f}")
-            progress.remove_task(bar)
-            probs = predict_proba(model, x_val, ft.eval_batch_size)
-            names = [str(i) for i in range(probs.shape[1])]  # every class counts in macro-F1
-            val_f1 = compute_metrics(y_val, probs.argmax(axis=1).tolist(), names)["macro_f1"]
-            run.log_metrics(
-                {
-                    "train_loss": float(np.mean(losses)),
-                    "validation_macro_f1": val_f1,
-                    "lr": float(scheduler.get_last_lr()[0]),
-                },
-                step=epoch,
-            )
-            if val_f1 > best_f1:
-                best_f1, best_epoch, stale = val_f1, epoch, 0
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            else:
-                stale += 1
-                if stale >= ft.patience:
-                    break
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    return best_epoch, epoch
+def _load_seed(directory: Path, fingerprint: str) -> SeedResult | None:
+    path = directory / SEED_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None  # a damaged record: train again
+    if data.get("fingerprint") != fingerprint:
+        return None
+    metrics = {p: Metrics(**m) for p, m in data["metrics"].items()}
+    return SeedResult(data["seed"], data["best_epoch"], data["epochs_run"], metrics, directory)
