@@ -34,6 +34,7 @@ class FinetuneConfig:
     cnn_kernels: list[int] = field(default_factory=lambda: [2, 3, 4])
     cnn_channels: int = 128
     dropout: float = 0.1
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
     limit_train: int = 0  # use only the first N training examples (smoke runs); 0: all
     output: str = "runs/finetune"
     eval_also: list[str] = field(default_factory=list)  # e.g. ["advts"]

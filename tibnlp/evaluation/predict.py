@@ -32,10 +32,12 @@ def predict_proba(
 ) -> np.ndarray:
     """Class probabilities [n, num_labels], in input order; the model is left in eval mode."""
     model.eval()
+    device = next(model.parameters()).device
     out = []
     for start in range(0, len(ids), batch_size):
         input_ids, mask = pad_batch(ids[start : start + batch_size], pad_id)
-        out.append(torch.softmax(model(input_ids, mask).float(), dim=-1).numpy())
+        logits = model(input_ids.to(device), mask.to(device)).float()
+        out.append(torch.softmax(logits, dim=-1).cpu().numpy())
     if not out:
         return np.zeros((0, 0), dtype=np.float32)
     return np.concatenate(out)

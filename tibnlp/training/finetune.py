@@ -33,10 +33,10 @@ from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
 from tibnlp.models.classifier import HeadConfig
 from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
-from tibnlp.models.io import load_encoder
+from tibnlp.models.io import load_encoder, read_extra
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking.tracker import Tracker
-from tibnlp.training.finetune_loop import set_seed, train_one_seed
+from tibnlp.training.finetune_loop import pick_device, set_seed, train_one_seed
 
 SEED_FILE = "seed_result.json"
 TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
@@ -181,6 +181,8 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         "vocab_sha256": setup.vocab.sha256,
         "model": setup.meta.source_model or "random init / none",
     }
+    if setup.meta.source_model:  # the pretraining budget behind the number (step, tokens, ...)
+        notes["pretraining"] = read_extra(Path(setup.meta.source_model))
     tracking = cfg.tracking
     tags = {"stage": "finetune", "dataset": data.name, "system": setup.system}
     seeds: list[SeedResult] = []
@@ -251,6 +253,7 @@ def _run_seed(
     if setup.pretrained is not None:
         model.encoder.load_state_dict(setup.pretrained)  # same keys: built from the same config
     model.freeze_encoder(ft.freeze_encoder)
+    model.to(pick_device(ft.device))
     data, ids, labels = setup.data, setup.ids, setup.data.labels
     y_train = data.targets("train")[: len(ids["train"])]
     best_epoch, epochs_run = train_one_seed(

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -34,6 +35,12 @@ from tibnlp.evaluation.predict import predict_proba
 
 class MetricLogger(Protocol):
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None: ...
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
 
 
 def set_seed(seed: int) -> None:
@@ -84,6 +91,7 @@ def train_one_seed(
     Returns (best epoch, epochs run), both 1-based.
     """
     opt = ft.optimizer
+    device = next(model.parameters()).device  # the caller places the model (see pick_device)
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
@@ -111,14 +119,15 @@ def train_one_seed(
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, transient=True) as progress:
+    with Progress(*columns, transient=True, console=Console(stderr=True)) as progress:
         for epoch in range(1, ft.epochs + 1):
             model.train()
             bar = progress.add_task(f"seed {seed} epoch {epoch}", total=steps_per_epoch, rate="")
             losses: list[float] = []
             started = time.monotonic()
             for input_ids, mask, target in batches(x_train, y_train, ft.batch_size, rng):
-                loss = loss_fn(model(input_ids, mask), target)
+                logits = model(input_ids.to(device), mask.to(device))
+                loss = loss_fn(logits, target.to(device))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if opt.grad_clip > 0:
@@ -139,6 +148,10 @@ def train_one_seed(
                     "lr": float(scheduler.get_last_lr()[0]),
                 },
                 step=epoch,
+            )
+            progress.console.log(
+                f"seed {seed} epoch {epoch}: train loss {np.mean(losses):.4f}, "
+                f"validation macro-F1 {100 * val_f1:.2f}"
             )
             if val_f1 > best_f1:
                 best_f1, best_epoch, stale = val_f1, epoch, 0
