@@ -227,3 +227,25 @@ def test_rerun_resumes_finished_seeds(env) -> None:
     changed = run_finetune(_cfg(env, "finetune.epochs=1", "finetune.dropout=0.2"), "tncc")
     assert weights.stat().st_mtime_ns != stamp  # another setting: trained again
     assert changed.seeds[0].metrics["test"].count == 30
+
+
+def test_cli_flags_become_config_overrides() -> None:
+    from tibnlp.cli.finetune import _flags
+
+    flags = _flags("none", "linear", None, "/v", "1,2,3", "advts")
+    cfg = load_config(None, flags)
+    assert cfg.finetune.model == "" and cfg.finetune.random_init
+    assert cfg.finetune.head == "linear" and cfg.finetune.vocab == "/v"
+    assert cfg.finetune.seeds == [1, 2, 3] and cfg.finetune.eval_also == ["advts"]
+
+
+def test_cli_document_task_error(env) -> None:
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    args = ["finetune", "tncc", "--task", "document", "--encoder", "none"]
+    args += ["--vocab", str(env.vocab)]
+    result = CliRunner().invoke(app, args)
+    assert isinstance(result.exception, DataError)
+    assert "FudanNLP" in (result.exception.hint or "")
