@@ -102,22 +102,24 @@ def _write(path: Path, files: list[Path], runs: list[dict]) -> None:
         f"{os.cpu_count()} cores). Absolute MB/s are therefore pessimistic and noisy; the "
         "runs alternate between settings so the ratio is the figure to compare. CPU s (user + "
         "system of the run and its worker processes) shows the work done, independent of how "
-        "much of the cores the run was given.",
+        "much of the cores the run was given; cores used = CPU s / wall s. When 2 processes "
+        "use no more cores than 1, the machine gave the run no more CPU and the wall-time "
+        "ratio measures the contention, not the parallel speed-up.",
         "",
         f"Input: {len(files)} files `corpora/*.txt.xz`, {report['text_bytes'] / 1e6:.1f} MB of "
         f"UTF-8 text ({sum(f.stat().st_size for f in files) / 1e6:.1f} MB compressed). "
         "Default `CorpusConfig` apart from `num_proc`. "
         "MB/s = uncompressed input bytes / wall time.",
         "",
-        "| run | processes | wall s | CPU s | MB/s | read s | map s | dedup+split+write s "
-        "| load avg before/after |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| run | processes | wall s | CPU s | cores used | MB/s | read s | map s "
+        "| dedup+split+write s | load avg before/after |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for i, run in enumerate(runs, 1):
         steps = run["steps"]
         lines.append(
             f"| {i} | {run['procs']} | {run['seconds']:.1f} | {run['cpu_seconds']:.1f} | "
-            f"{run['mb_per_s']:.2f} | "
+            f"{run['cpu_seconds'] / run['seconds']:.2f} | {run['mb_per_s']:.2f} | "
             f"{steps['read']:.1f} | {steps['process']:.1f} | {steps['dedup_split_write']:.1f} | "
             f"{run['load'][0]:.1f} / {run['load'][1]:.1f} |"
         )

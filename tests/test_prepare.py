@@ -67,7 +67,7 @@ def test_report_figures_on_known_corpus(corpus: Path, tmp_path: Path) -> None:
     assert total["characters"] == len(S1) * 2 + len(S2) + len(S3)
     assert report["dropped_lines"] == {"empty": 1, "too_few_syllables": 1, "too_little_tibetan": 1}
     assert report["dropped_sentences"] == {"duplicate": 1}
-    assert report["dropped_documents"] == {"empty": 1}
+    assert report["dropped_documents"] == {"no_kept_lines": 1, "all_duplicates": 0}
     assert report["inputs"][0]["name"] == "small.txt"
     assert report["inputs"][0]["lines"] == 9
     assert len(report["inputs"][0]["sha256"]) == 64
@@ -96,6 +96,9 @@ def test_dedup_threshold_and_off(corpus: Path, tmp_path: Path) -> None:
     assert strict["dropped_sentences"]["duplicate"] == 2  # S2 and the repeated S1
     off = prepare_corpus([corpus], tmp_path / "b", _cfg(dedup=False), False)
     assert off["dropped_sentences"]["duplicate"] == 0 and off["total"]["sentences"] == 5
+    twice = prepare_corpus([corpus, corpus], tmp_path / "c", _cfg(dedup_min_syllables=1), False)
+    assert twice["dropped_documents"] == {"no_kept_lines": 2, "all_duplicates": 2}
+    assert twice["total"] == strict["total"]
 
 
 def test_formats_jsonl_gz_xz_and_folders(tmp_path: Path) -> None:
@@ -277,7 +280,7 @@ def test_real_corpus_slice(require_data, tmp_path: Path) -> None:
     ds = load_prepared(out)
     n_docs = sum(1 for block in "".join(lines).split("\n\n") if block.strip())
     assert report["inputs"][0]["documents"] == n_docs
-    assert report["total"]["documents"] + report["dropped_documents"]["empty"] == n_docs
+    assert report["total"]["documents"] + sum(report["dropped_documents"].values()) == n_docs
     for split in ("train", "heldout"):
         sentences = [s for doc in ds[split]["sentences"] for s in doc]
         figures = report["splits"][split]

@@ -6,8 +6,12 @@ Output layout (a contract: vocabulary and pretraining read it through `load_prep
                            one row per document: doc_id int64 (position of the document in the
                            inputs, in reading order), source string (input file name),
                            sentences list[string] (normalised, in document order)
-    OUT/report.json        figures per split and total, dropped lines/sentences/documents by
-                           reason, inputs with size and sha256
+    OUT/report.json        figures (documents, sentences, syllables, characters) per split,
+                           total and per source; dropped_lines (empty, too_little_tibetan,
+                           too_few_syllables, and with on_error=skip invalid_utf8,
+                           invalid_json, missing_field), dropped_sentences (duplicate),
+                           dropped_documents (no_kept_lines, all_duplicates); inputs with
+                           size, sha256, lines, documents; seconds per step
     OUT/corpus.yaml        the CorpusConfig used and the inputs
     OUT/tibnlp-corpus.json {"kind": "prepared_corpus", "version": 1}
 
@@ -310,7 +314,8 @@ def _finish(
     per_source: dict[str, dict[str, int]] = {}
     seen: set[int] = set()
     duplicates = 0
-    empty_docs = len(processed) - len(nonempty)
+    no_kept_lines = len(processed) - len(nonempty)
+    all_duplicates = 0
     writers = {s: ArrowWriterCtx(tmp / "work" / f"{s}.arrow", FEATURES) for s in SPLITS}
     with writers["train"] as train_w, writers["heldout"] as heldout_w:
         for row in ordered.select_columns(["doc_id", "source", "sentences", "syllables", "keys"]):
@@ -321,7 +326,7 @@ def _finish(
             sentences = [s for s, k in zip(row["sentences"], keep, strict=True) if k]
             duplicates += len(keep) - len(sentences)
             if not sentences:
-                empty_docs += bool(row["sentences"])
+                all_duplicates += bool(row["sentences"])
                 continue
             split = "heldout" if row["doc_id"] in heldout else "train"
             (heldout_w if split == "heldout" else train_w).write(
@@ -360,7 +365,7 @@ def _finish(
         "by_source": dict(sorted(per_source.items())),
         "dropped_lines": {k: v for k, v in sorted(dropped_lines.items())},
         "dropped_sentences": {"duplicate": duplicates},
-        "dropped_documents": {"empty": empty_docs},
+        "dropped_documents": {"no_kept_lines": no_kept_lines, "all_duplicates": all_duplicates},
         "inputs": [i.as_dict() for i in infos],
         "text_bytes": sum(i.text_bytes for i in infos),
     }
