@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
 from tibnlp.evaluation.report import load_results, rich_table, summary_dict
@@ -48,8 +49,14 @@ def _flags(
     return flags
 
 
+def _print_table(rows: list[dict]) -> None:
+    # logs and pipes get rich's 80 columns by default: too narrow for a dozen metric columns
+    out = console if console.is_terminal else Console(stderr=True, width=220)
+    out.print(rich_table(rows))
+
+
 def _finish(result_dir: Path, row: dict) -> None:
-    console.print(rich_table([row]))
+    _print_table([row])
     for key, value in row["notes"].items():
         console.print(f"  {key}: {value}")
     console.print(f"results and classifiers: {result_dir}")
@@ -98,4 +105,4 @@ def report(
     paths: Annotated[list[Path], typer.Argument(help="results.json files or folders.")],
 ) -> None:
     """Put several runs (pretrained model and baselines) in one table."""
-    console.print(rich_table(load_results(paths)))
+    _print_table(load_results(paths))
