@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from tibnlp.cli import corpus, data, pipeline, runs, ui
+from tibnlp.cli import corpus, data, finetune, pipeline, predict, runs, ui, vocab
 from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
@@ -23,6 +23,9 @@ app.add_typer(pipeline.app, name="pipeline")
 app.add_typer(runs.app, name="runs")
 app.command("ui")(ui.ui)
 app.add_typer(model_cli.app, name="model")
+app.add_typer(finetune.app, name="finetune")
+app.command("predict")(predict.predict)
+app.add_typer(vocab.app, name="vocab")
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Settings of fine-tuning a pretrained encoder on a labelled task."""
+"""Settings of fine-tuning an encoder (pretrained, random, or none) on a labelled task."""
 
 from __future__ import annotations
 
@@ -11,28 +11,68 @@ from tibnlp.config.train import OptimizerConfig
 
 @dataclass
 class FinetuneConfig:
-    model: str = ""  # pretrained model directory (or empty for random init, a baseline)
+    # pretrained model directory; "" or "none": the `model` section's encoder, randomly
+    # initialised (the no-pretraining baseline)
+    model: str = ""
+    # "albert": the transformer encoder; "none": TextCNN directly on SentencePiece piece
+    # embeddings trained from scratch (the classic baseline; needs `vocab`, head must be cnn)
+    encoder: Literal["albert", "none"] = "albert"
+    vocab: str = ""  # vocabulary directory; default: the one inside `model`
     dataset: str = "tncc"
-    task: Literal["title", "document"] = "title"
+    task: Literal["title", "document"] = "title"  # TNCC only
     head: Literal["cnn", "linear"] = "cnn"
+    pooling: Literal["cls", "cls_max"] = "cls"  # linear head: [CLS] or [CLS] ++ max-pool
     freeze_encoder: bool = False
-    max_len: int = 0  # 0: task default (50 titles, 300 documents)
+    max_len: int = 0  # tokens incl. [CLS]/[SEP]; 0: task default (50 titles, 300 documents)
+    embedding_size: int = 128  # encoder "none" only
     batch_size: int = 32
+    eval_batch_size: int = 128
     epochs: int = 10
     patience: int = 3  # epochs without validation macro-F1 gain before stopping
+    warmup_ratio: float = 0.1  # used when optimizer.warmup_steps is 0
     seeds: list[int] = field(default_factory=lambda: [1])
     cnn_kernels: list[int] = field(default_factory=lambda: [2, 3, 4])
     cnn_channels: int = 128
     dropout: float = 0.1
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
+    limit_train: int = 0  # use only the first N training examples (smoke runs); 0: all
     output: str = "runs/finetune"
     eval_also: list[str] = field(default_factory=list)  # e.g. ["advts"]
     optimizer: OptimizerConfig = field(
         default_factory=lambda: OptimizerConfig(lr=5e-5, warmup_steps=0, weight_decay=0.01)
     )
 
+    @property
+    def random_init(self) -> bool:
+        return self.model in ("", "none")
+
     def validate(self, prefix: str) -> None:
         check(self.max_len >= 0, f"{prefix}.max_len", "must be >= 0 (0 = task default)")
+        check(self.max_len == 0 or self.max_len >= 3, f"{prefix}.max_len", "must be >= 3")
         check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")
+        check(self.eval_batch_size >= 1, f"{prefix}.eval_batch_size", "must be >= 1")
         check(self.epochs >= 1, f"{prefix}.epochs", "must be >= 1")
+        check(self.patience >= 1, f"{prefix}.patience", "must be >= 1")
+        check(0.0 <= self.warmup_ratio < 1.0, f"{prefix}.warmup_ratio", "must be in [0, 1)")
         check(len(self.seeds) >= 1, f"{prefix}.seeds", "needs at least one seed")
+        check(len(set(self.seeds)) == len(self.seeds), f"{prefix}.seeds", "must be distinct")
+        check(len(self.cnn_kernels) >= 1, f"{prefix}.cnn_kernels", "needs at least one width")
         check(all(k >= 1 for k in self.cnn_kernels), f"{prefix}.cnn_kernels", "widths must be >= 1")
+        check(self.cnn_channels >= 1, f"{prefix}.cnn_channels", "must be >= 1")
+        check(0.0 <= self.dropout < 1.0, f"{prefix}.dropout", "must be in [0, 1)")
+        check(self.embedding_size >= 1, f"{prefix}.embedding_size", "must be >= 1")
+        check(self.limit_train >= 0, f"{prefix}.limit_train", "must be >= 0 (0 = all)")
+        if self.encoder == "none":
+            check(
+                self.head == "cnn",
+                f"{prefix}.head",
+                "encoder 'none' (TextCNN on pieces) needs head 'cnn'",
+            )
+            check(
+                self.random_init,
+                f"{prefix}.model",
+                "encoder 'none' trains from scratch; leave `model` empty",
+            )
+            check(bool(self.vocab), f"{prefix}.vocab", "encoder 'none' needs a vocabulary dir")
+        for name in self.eval_also:
+            check(name in ("advts",), f"{prefix}.eval_also", f"{name!r} unknown; allowed: 'advts'")

@@ -1,0 +1,251 @@
+"""Fine-tuning end to end on a tiny synthetic task: seeds, aggregation, files, MLflow, errors."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from tests.ft_fixtures import make_data_dir, make_vocab
+from tibnlp.config import load_config
+from tibnlp.errors import ConfigError, DataError
+from tibnlp.training import finetune as ft_mod
+from tibnlp.training.finetune import run_finetune
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIBNLP_DATA", str(make_data_dir(tmp_path / "data")))
+    vocab = make_vocab(tmp_path / "vocab")
+    return SimpleNamespace(tmp=tmp_path, vocab=vocab)
+
+
+def _cfg(env, *extra: str):
+    return load_config(
+        None,
+        [
+            f"finetune.vocab={env.vocab}",
+            f"finetune.output={env.tmp / 'runs'}",
+            "finetune.encoder=none",
+            "finetune.epochs=5",
+            "finetune.batch_size=16",
+            "finetune.embedding_size=16",
+            "finetune.cnn_channels=8",
+            "finetune.optimizer.lr=0.01",
+            "tracking.enabled=false",
+            *extra,
+        ],
+    )
+
+
+def test_scratch_textcnn_trains_and_aggregates_seeds(env) -> None:
+    result = run_finetune(_cfg(env, "finetune.seeds=[1,2]", "finetune.eval_also=[advts]"), "tncc")
+    assert result.system == "textcnn-pieces(scratch)" and result.dataset == "tncc-title"
+    assert [s.seed for s in result.seeds] == [1, 2]
+    # the synthetic classes are separable: training must get well above chance (1/3)
+    assert result.aggregate["validation"]["accuracy"][0] > 0.6
+    # aggregation = mean and sample std of the per-seed values
+    values = [s.metrics["test"]["macro_f1"] for s in result.seeds]
+    mean, std = result.aggregate["test"]["macro_f1"]
+    assert mean == pytest.approx(np.mean(values)) and std == pytest.approx(np.std(values, ddof=1))
+    # leakage: the fixture puts exactly one train title in test
+    assert result.seeds[0].metrics["test_unseen"].count == 29
+    assert result.seeds[0].metrics["advts"].count == 12
+    assert result.notes["input_form"].startswith("tsheg")
+    seed_dir = result.seeds[0].directory
+    for name in ("classifier.yaml", "model.safetensors", "spm.model", "confusion_test.png"):
+        assert (seed_dir / name).is_file()
+    saved = json.loads((result.output / "results.json").read_text("utf-8"))
+    assert saved["aggregate"]["test"]["macro_f1"]["mean"] == pytest.approx(mean)
+
+
+def test_best_epoch_is_restored(env, monkeypatch) -> None:
+    logged: list[dict] = []
+
+    class Recorder:
+        run_id = None
+
+        def log_metrics(self, metrics, step=None):
+            logged.append(dict(metrics))
+
+    data = ft_mod.load_task_data("tncc", "title")
+    cfg = _cfg(env, "finetune.epochs=4", "finetune.patience=4")
+    setup = ft_mod.prepare(cfg, data)
+    from tibnlp.models.classifier_io import build_classifier
+
+    model = build_classifier(setup.meta)
+    best, ran = ft_mod.train_one_seed(
+        model,
+        setup.ids["train"],
+        data.targets("train"),
+        setup.ids["validation"],
+        data.targets("validation"),
+        cfg.finetune,
+        1,
+        Recorder(),  # type: ignore[arg-type]
+    )
+    history = [m["validation_macro_f1"] for m in logged]
+    assert ran == 4 and best == int(np.argmax(history)) + 1
+    probs = ft_mod.predict_proba(model, setup.ids["validation"])
+    final = ft_mod.compute_metrics(
+        data.targets("validation"), probs.argmax(1).tolist(), data.labels
+    )["macro_f1"]
+    assert final == pytest.approx(max(history))
+
+
+def test_one_mlflow_run_per_seed_under_a_parent(env) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{env.tmp / 'mlflow.db'}"
+    tracking = [f"tracking.uri={uri}", "tracking.enabled=true"]
+    cfg = _cfg(env, "finetune.seeds=[1,2]", "finetune.epochs=1", *tracking)
+    result = run_finetune(cfg, "tncc")
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("tibnlp")
+    runs = client.search_runs([experiment.experiment_id])
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    parents = [r for r in runs if not r.data.tags.get("mlflow.parentRunId")]
+    assert len(parents) == 1 and len(children) == 2
+    assert {r.info.run_id for r in children} == {s.run_id for s in result.seeds}
+    assert "test_macro_f1_mean" in parents[0].data.metrics
+    assert "test_unseen_weighted_f1" in children[0].data.metrics
+
+
+def test_config_errors() -> None:
+    with pytest.raises(ConfigError, match=r"finetune.head"):
+        load_config(None, ["finetune.encoder=none", "finetune.vocab=v", "finetune.head=linear"])
+    with pytest.raises(ConfigError, match=r"finetune.task"):
+        load_config(None, ["finetune.task=summary"])
+    with pytest.raises(ConfigError, match=r"finetune.eval_also"):
+        load_config(None, ["finetune.eval_also=[sst2]"])
+
+
+def test_missing_vocabulary_and_model_dirs(env) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        run_finetune(_cfg(env, f"finetune.vocab={env.tmp / 'nope'}"), "tncc")
+    cfg = _cfg(env, "finetune.encoder=albert", f"finetune.model={env.tmp / 'nope'}")
+    with pytest.raises(DataError, match=r"model directory .* does not exist"):
+        run_finetune(cfg, "tncc")
+
+
+def test_advts_only_for_tncc_titles_and_tusa() -> None:
+    setup = SimpleNamespace(data=SimpleNamespace(name="wcm_bo"))
+    with pytest.raises(DataError, match="AdvTS has no adversarial set for 'wcm_bo'"):
+        ft_mod._advts(setup, ["advts"])  # type: ignore[arg-type]
+
+
+def test_document_task_absent_fails_before_training(env) -> None:
+    with pytest.raises(DataError) as err:
+        run_finetune(_cfg(env, "finetune.task=document"), "tncc", "document")
+    assert "FudanNLP" in (err.value.hint or "")
+
+
+TINY_MODEL = [
+    "model.embedding_size=8",
+    "model.hidden_size=16",
+    "model.num_layers=1",
+    "model.ffn_size=32",
+    "model.max_len=64",
+    "model.heads.small=2",
+    "model.heads.large=2",
+]
+
+
+def _pretrained_dir(env, vocab_size: int | None = None):
+    """A model directory as pretraining writes it: weights + model.yaml + vocabulary files."""
+    import shutil
+
+    from tibnlp.models.encoder import Encoder
+    from tibnlp.models.io import save_pretrained
+    from tibnlp.text.vocab import Vocabulary
+
+    cfg = load_config(None, TINY_MODEL).model
+    cfg.vocab_size = vocab_size or Vocabulary.load(env.vocab).size
+    out = env.tmp / f"pretrained-{cfg.vocab_size}"
+    save_pretrained(Encoder(cfg), cfg, out)
+    for f in env.vocab.iterdir():
+        shutil.copy2(f, out / f.name)
+    return out
+
+
+@pytest.mark.parametrize("head", ["cnn", "linear"])
+def test_random_init_albert_baseline_with_both_heads(env, head) -> None:
+    cfg = _cfg(
+        env, "finetune.encoder=albert", f"finetune.head={head}", "finetune.epochs=2", *TINY_MODEL
+    )
+    result = run_finetune(cfg, "tncc")
+    assert result.system == f"albert-random+{'cnn' if head == 'cnn' else 'linear-cls'}"
+    assert result.seeds[0].metrics["test"].count == 30
+
+
+def test_pretrained_model_dir_is_fine_tuned_and_frozen(env) -> None:
+    model_dir = _pretrained_dir(env)
+    cfg = _cfg(
+        env,
+        "finetune.encoder=albert",
+        f"finetune.model={model_dir}",
+        "finetune.vocab=",
+        "finetune.freeze_encoder=true",
+        "finetune.epochs=1",
+    )
+    result = run_finetune(cfg, "tncc")
+    assert result.system.startswith("albert-pretrained(") and result.system.endswith("+frozen")
+    # the frozen encoder's weights are exactly the pretrained ones
+    from safetensors.torch import load_file
+
+    saved = load_file(str(result.seeds[0].directory / "model.safetensors"))
+    original = load_file(str(model_dir / "model.safetensors"))
+    for key, value in original.items():
+        assert torch.equal(saved[f"encoder.{key}"], value)
+
+
+def test_vocabulary_mismatch_and_ids_out_of_range(env) -> None:
+    model_dir = _pretrained_dir(env)
+    other = make_vocab(env.tmp / "other-vocab", size=50)
+    cfg = _cfg(
+        env, "finetune.encoder=albert", f"finetune.model={model_dir}", f"finetune.vocab={other}"
+    )
+    with pytest.raises(DataError, match="is not the one model"):
+        run_finetune(cfg, "tncc")
+    small = _pretrained_dir(env, vocab_size=10)
+    cfg = _cfg(env, "finetune.encoder=albert", f"finetune.model={small}", "finetune.vocab=")
+    with pytest.raises(DataError, match="ids would be out of range"):
+        run_finetune(cfg, "tncc")
+
+
+def test_rerun_resumes_finished_seeds(env) -> None:
+    cfg = _cfg(env, "finetune.epochs=1")
+    first = run_finetune(cfg, "tncc")
+    weights = first.seeds[0].directory / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    again = run_finetune(cfg, "tncc")
+    assert weights.stat().st_mtime_ns == stamp  # not retrained
+    assert again.aggregate == first.aggregate
+    changed = run_finetune(_cfg(env, "finetune.epochs=1", "finetune.dropout=0.2"), "tncc")
+    assert weights.stat().st_mtime_ns != stamp  # another setting: trained again
+    assert changed.seeds[0].metrics["test"].count == 30
+
+
+def test_cli_flags_become_config_overrides() -> None:
+    from tibnlp.cli.finetune import _flags
+
+    flags = _flags("none", "linear", None, "/v", "1,2,3", "advts")
+    cfg = load_config(None, flags)
+    assert cfg.finetune.model == "" and cfg.finetune.random_init
+    assert cfg.finetune.head == "linear" and cfg.finetune.vocab == "/v"
+    assert cfg.finetune.seeds == [1, 2, 3] and cfg.finetune.eval_also == ["advts"]
+
+
+def test_cli_document_task_error(env) -> None:
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    args = ["finetune", "tncc", "--task", "document", "--encoder", "none"]
+    args += ["--vocab", str(env.vocab)]
+    result = CliRunner().invoke(app, args)
+    assert isinstance(result.exception, DataError)
+    assert "FudanNLP" in (result.exception.hint or "")

@@ -1,0 +1,104 @@
+"""Classifier heads: TextCNN and linear, padding invariance, freezing, any encoder."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from tibnlp.models.classifier import (
+    Classifier,
+    EmbeddingEncoder,
+    HeadConfig,
+    LinearHead,
+    TextCNNHead,
+    masked_max,
+)
+
+
+class StandInEncoder(nn.Module):
+    """Returns `.hidden` like the real encoder's output."""
+
+    def __init__(self, vocab: int = 30, hidden: int = 8) -> None:
+        super().__init__()
+        self.hidden_size = hidden
+        self.emb = nn.Embedding(vocab, hidden, padding_idx=0)
+        self.mix = nn.Linear(hidden, hidden)
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        return SimpleNamespace(hidden=torch.tanh(self.mix(self.emb(input_ids))))
+
+
+def _pad(ids: list[int], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.zeros(1, n, dtype=torch.long)
+    x[0, : len(ids)] = torch.tensor(ids)
+    m = (x != 0).long()
+    return x, m
+
+
+def test_masked_max_ignores_padding() -> None:
+    h = torch.tensor([[[1.0], [2.0], [100.0]]])
+    assert masked_max(h, torch.tensor([[1, 1, 0]])).item() == 2.0
+
+
+@pytest.mark.parametrize("head", ["cnn", "linear"])
+def test_logits_do_not_depend_on_padding(head: str) -> None:
+    torch.manual_seed(0)
+    model = Classifier(StandInEncoder(), 4, head, kernels=[2, 3], channels=5).eval()
+    ids = [2, 7, 8, 9, 3]
+    short = model(*_pad(ids, 5))
+    long = model(*_pad(ids, 12))
+    assert short.shape == (1, 4)
+    torch.testing.assert_close(short, long)
+
+
+def test_textcnn_uses_every_width_and_max_over_time() -> None:
+    torch.manual_seed(0)
+    head = TextCNNHead(hidden_size=6, num_labels=3, kernels=[1, 2, 5], channels=4, dropout=0.0)
+    assert head.out.in_features == 4 * 3
+    hidden = torch.randn(2, 7, 6)
+    mask = torch.tensor([[1] * 7, [1, 1, 0, 0, 0, 0, 0]])  # second text shorter than width 5
+    logits = head(hidden, mask)
+    assert logits.shape == (2, 3) and torch.isfinite(logits).all()
+    # changing a padded position of the short text changes nothing
+    changed = hidden.clone()
+    changed[1, 4:] = 50.0
+    torch.testing.assert_close(head(changed, mask), logits)
+    # a real token does matter (max-over-time sees it)
+    changed[0, 3] = 50.0
+    assert not torch.allclose(head(changed, mask)[0], logits[0])
+
+
+def test_linear_head_cls_and_cls_max() -> None:
+    torch.manual_seed(0)
+    hidden = torch.randn(1, 5, 4)
+    mask = torch.ones(1, 5, dtype=torch.long)
+    cls = LinearHead(4, 2, "cls", dropout=0.0)
+    other = hidden.clone()
+    other[0, 1:] += 3.0
+    torch.testing.assert_close(cls(hidden, mask), cls(other, mask))  # [CLS] only
+    both = LinearHead(4, 2, "cls_max", dropout=0.0)
+    assert both.out.in_features == 8
+    assert not torch.allclose(both(hidden, mask), both(other, mask))
+
+
+def test_frozen_encoder_gets_no_gradient() -> None:
+    model = Classifier(StandInEncoder(), 3, HeadConfig(kind="cnn", kernels=[2], channels=3))
+    model.freeze_encoder(True)
+    x, m = _pad([2, 5, 6, 3], 4)
+    model(x, m).sum().backward()
+    assert all(p.grad is None for p in model.encoder.parameters())
+    assert all(p.grad is not None for p in model.head.parameters())
+
+
+def test_embedding_encoder_returns_a_plain_tensor() -> None:
+    model = Classifier(EmbeddingEncoder(20, 6), 2, "cnn", kernels=[2, 3], channels=4)
+    x, m = _pad([2, 5, 6, 3], 6)
+    assert model(x, m).shape == (1, 2)
+
+
+def test_unknown_head_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown head"):
+        Classifier(StandInEncoder(), 2, "rnn")

@@ -1,0 +1,76 @@
+"""Metric computation against hand-computed values; aggregation over seeds; leakage; report."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tibnlp.evaluation.leakage import unseen_indices
+from tibnlp.evaluation.metrics import aggregate, compute_metrics
+from tibnlp.evaluation.plots import confusion_png
+from tibnlp.evaluation.report import markdown_table, rich_table
+
+LABELS = ["a", "b", "c"]
+
+
+def test_metrics_match_hand_computation() -> None:
+    # a: tp 1 fp 1 fn 1 -> P .5 R .5 F .5 ; b: tp 2 fp 1 fn 0 -> P 2/3 R 1 F .8 ; c: all 0
+    m = compute_metrics([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], LABELS)
+    s = m.summary
+    assert s["accuracy"] == pytest.approx(3 / 5)
+    assert s["macro_precision"] == pytest.approx((0.5 + 2 / 3 + 0) / 3)
+    assert s["macro_recall"] == pytest.approx((0.5 + 1 + 0) / 3)
+    assert s["macro_f1"] == pytest.approx((0.5 + 0.8 + 0) / 3)
+    # weighted by support 2, 2, 1
+    assert s["weighted_precision"] == pytest.approx((0.5 * 2 + 2 / 3 * 2) / 5)
+    assert s["weighted_recall"] == pytest.approx((0.5 * 2 + 1 * 2) / 5)
+    assert s["weighted_f1"] == pytest.approx((0.5 * 2 + 0.8 * 2) / 5)
+    assert m.confusion == [[1, 1, 0], [0, 2, 0], [1, 0, 0]]
+    assert m.per_class["b"]["f1-score"] == pytest.approx(0.8)
+    assert m.per_class["c"]["support"] == 1
+    assert m.count == 5
+
+
+def test_absent_class_counts_in_macro_average() -> None:
+    s = compute_metrics([0, 1], [0, 1], LABELS).summary
+    assert s["accuracy"] == 1.0
+    assert s["macro_f1"] == pytest.approx(2 / 3)  # class c: no support, F1 0
+    assert s["weighted_f1"] == 1.0
+
+
+def test_empty_split_gives_nan_not_a_crash() -> None:
+    assert math.isnan(compute_metrics([], [], LABELS)["macro_f1"])
+
+
+def test_aggregate_mean_and_sample_std() -> None:
+    agg = aggregate([{"f1": 0.5, "acc": 0.9}, {"f1": 0.7, "acc": 0.9}, {"f1": 0.6, "acc": 0.9}])
+    assert agg["f1"][0] == pytest.approx(0.6)
+    assert agg["f1"][1] == pytest.approx(0.1)  # ddof=1: sqrt(((.1)^2 + (.1)^2) / 2)
+    assert agg["acc"] == pytest.approx((0.9, 0.0))
+    assert aggregate([{"f1": 0.4}])["f1"] == (0.4, 0.0)
+
+
+def test_unseen_indices_use_the_model_form() -> None:
+    train = ["ཀ་ཁ", "ག"]
+    test = ["ཀ ཁ", "ང", "ག"]
+    assert unseen_indices(train, test) == [0, 1]
+    assert unseen_indices(train, test, key=lambda t: t.replace(" ", "\u0f0b")) == [1]
+
+
+def test_confusion_png_is_written(tmp_path) -> None:
+    path = confusion_png([[1, 1, 0], [0, 2, 0], [1, 0, 0]], LABELS, tmp_path / "cm.png", "t")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tables_show_mean_and_std_in_percent() -> None:
+    row = {
+        "dataset": "tncc-title",
+        "system": "x",
+        "seeds": [{}, {}],
+        "aggregate": {"test": {"macro_f1": {"mean": 0.6, "std": 0.1}}},
+    }
+    md = markdown_table([row])
+    assert "| tncc-title | x | 2 | 60.00 ± 10.00 | - | - |" in md  # weighted-F1, acc absent
+    assert "DMA-ALBERT" in md  # published anchors under TNCC title tables
+    assert rich_table([row]).row_count == 1

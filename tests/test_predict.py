@@ -1,0 +1,101 @@
+"""`tibnlp predict`: JSONL/plain/stdin input, equivalent spellings, a tampered vocabulary."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import unicodedata
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.ft_fixtures import make_data_dir, make_vocab
+from tibnlp.cli.main import app
+from tibnlp.config import load_config
+from tibnlp.errors import DataError
+from tibnlp.evaluation.predict import Predictor, predict_file, read_inputs
+from tibnlp.training.finetune import run_finetune
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("predict")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIBNLP_DATA", str(make_data_dir(tmp / "data")))
+        cfg = load_config(
+            None,
+            [
+                f"finetune.vocab={make_vocab(tmp / 'vocab')}",
+                f"finetune.output={tmp / 'runs'}",
+                "finetune.encoder=none",
+                "finetune.epochs=2",
+                "finetune.embedding_size=16",
+                "finetune.cnn_channels=8",
+                "finetune.optimizer.lr=0.01",
+                "tracking.enabled=false",
+            ],
+        )
+        return run_finetune(cfg, "tncc").seeds[0].directory
+
+
+def test_equivalent_spellings_get_the_same_prediction(classifier_dir) -> None:
+    tsheg = "སློབ་གྲྭ་དགེ་རྒན་\u0f43ི་\u0f73"  # with precomposed (non-NFC) letters
+    spellings = [
+        tsheg,
+        unicodedata.normalize("NFC", tsheg),  # NFC decomposes U+0F43 and U+0F73
+        tsheg.replace("\u0f0b", "\u0f0c"),  # non-breaking tsheg
+        tsheg.replace("\u0f0b", " "),  # TNCC form: syllables separated by spaces
+    ]
+    assert len(set(spellings)) == 4
+    preds = Predictor(classifier_dir).predict(spellings)
+    assert all(p == preds[0] for p in preds)
+    assert sum(preds[0]["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_jsonl_keeps_records_and_plain_text_works(classifier_dir, tmp_path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        json.dumps({"id": "a", "text": "རྒྱལ ཁབ སྲིད"}, ensure_ascii=False)
+        + "\n\n"
+        + json.dumps({"id": "b", "text": "དཔལ་འབྱོར"}, ensure_ascii=False)
+        + "\n",
+        "utf-8",
+    )
+    out = tmp_path / "out" / "pred.jsonl"
+    count, meta = predict_file(classifier_dir, str(src), out)
+    rows = [json.loads(line) for line in out.read_text("utf-8").splitlines()]
+    assert count == 2 and [r["id"] for r in rows] == ["a", "b"]
+    assert set(rows[0]["probabilities"]) == set(meta.labels) and rows[0]["label"] in meta.labels
+    plain = tmp_path / "in.txt"
+    plain.write_text("རྒྱལ ཁབ སྲིད\nདཔལ་འབྱོར\n", "utf-8")
+    assert [r["text"] for r in read_inputs(str(plain))] == ["རྒྱལ ཁབ སྲིད", "དཔལ་འབྱོར"]
+
+
+def test_cli_reads_stdin(classifier_dir) -> None:
+    result = CliRunner().invoke(
+        app, ["predict", "--model", str(classifier_dir), "--input", "-"], input="སློབ གྲྭ\n"
+    )
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    assert row["text"] == "སློབ གྲྭ" and "label" in row
+
+
+def test_bad_inputs_are_clear_errors(classifier_dir, tmp_path) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        predict_file(classifier_dir, str(tmp_path / "missing.txt"))
+    with pytest.raises(DataError, match="does not exist"):
+        Predictor(tmp_path / "no-model")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ཀ"}\n{"txt": "ཁ"}\n', "utf-8")
+    with pytest.raises(DataError, match=r"bad.jsonl:2: expected a JSON object with a string"):
+        read_inputs(str(bad))
+
+
+def test_a_replaced_vocabulary_is_refused(classifier_dir, tmp_path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(classifier_dir, copy)
+    other = make_vocab(tmp_path / "other-vocab", size=50)
+    shutil.copy2(other / "spm.model", copy / "spm.model")
+    with pytest.raises(DataError, match="not the ones the classifier was trained with"):
+        Predictor(copy)

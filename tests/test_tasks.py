@@ -1,0 +1,96 @@
+"""Labelled-set loaders: the real TNCC split, the missing document task, bad records."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+
+from tests.ft_fixtures import LABELS, make_data_dir
+from tibnlp.data.tasks import (
+    classification_datasets,
+    load_advts,
+    load_dataset,
+    load_tncc,
+    model_text,
+)
+from tibnlp.errors import DataError
+from tibnlp.evaluation.leakage import unseen_indices
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    root = make_data_dir(tmp_path / "data")
+    monkeypatch.setenv("TIBNLP_DATA", str(root))
+    return root
+
+
+def test_real_tncc_titles_have_the_published_split(require_data) -> None:
+    require_data("tncc/tncc_title_train.jsonl")
+    data = load_tncc("title")
+    assert {s: len(v) for s, v in data.splits.items()} == {
+        "train": 7422,
+        "validation": 927,
+        "test": 927,
+    }
+    assert len(data.labels) == 12 and data.labels[0] == "Politics"
+    assert data.source_form == "spaced_syllables"
+    first = data.splits["train"][0]
+    assert first.text == "བྲག་ཡེར་པ" and data.labels[first.label] == "Tourism"
+    # SOURCE.md: 89 of the 927 test titles also occur in train
+    assert len(unseen_indices(data.texts("train"), data.texts("test"))) == 927 - 89
+
+
+def test_real_advts_has_gold_labels_and_originals(require_data) -> None:
+    require_data("advts/advts_tncc_title.jsonl")
+    adv = load_advts("tncc")
+    assert len(adv.splits["adversarial"]) == len(adv.splits["original"]) == 345
+    assert adv.labels == load_tncc("title").labels
+
+
+def test_model_text_joins_spaced_syllables_and_unifies_tsheg() -> None:
+    spaced = "བོད ཀྱི སློབ གྲྭ"
+    assert model_text(spaced) == "བོད་ཀྱི་སློབ་གྲྭ"
+    assert model_text("བོད\u0f0cཀྱི་སློབ་གྲྭ") == model_text(spaced)
+
+
+def test_document_task_absent_says_what_to_download(data_dir) -> None:
+    with pytest.raises(DataError) as err:
+        load_tncc("document")
+    assert "tncc_document" in err.value.message
+    assert "FudanNLP/Tibetan-Classification" in (err.value.hint or "")
+
+
+def test_document_task_from_the_fudan_zip(data_dir) -> None:
+    folder = data_dir / "tncc_document"
+    folder.mkdir()
+    lines = [f"{LABELS[i % 3]}\tབོད ཀྱི ཡི གེ {i}" for i in range(20)]
+    with zipfile.ZipFile(folder / "Tibetan News Classification Corpus.zip", "w") as zf:
+        zf.writestr("corpus/document-tibetan.txt", "\n".join(lines) + "\n")
+    data = load_tncc("document")
+    assert [len(data.splits[s]) for s in ("train", "validation", "test")] == [16, 2, 2]
+    assert data.name == "tncc-document" and data.splits["train"][1].label == 1
+
+
+def test_unknown_task_and_dataset(data_dir) -> None:
+    with pytest.raises(DataError, match="unknown TNCC task 'summary'"):
+        load_tncc("summary")
+    with pytest.raises(DataError, match="unknown dataset 'nope'"):
+        load_dataset("nope")
+    assert "tusa" in classification_datasets() and "tncc_document" not in classification_datasets()
+
+
+def test_label_not_in_label_list_names_file_and_line(data_dir) -> None:
+    path = data_dir / "tncc" / "tncc_title_validation.jsonl"
+    lines = path.read_text("utf-8").splitlines()
+    lines[2] = json.dumps({"id": "x", "label": "Sports", "text": "ཀ ཁ"})
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    with pytest.raises(DataError, match=r"tncc_title_validation.jsonl:3: label 'Sports'"):
+        load_tncc("title")
+
+
+def test_missing_split_file_is_a_clear_error(data_dir) -> None:
+    (data_dir / "tncc" / "tncc_title_test.jsonl").unlink()
+    with pytest.raises(DataError, match=r"tncc_title_test.jsonl is missing"):
+        load_tncc("title")

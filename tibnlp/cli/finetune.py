@@ -1,0 +1,108 @@
+"""`tibnlp finetune`: TNCC and the other labelled sets, with baselines, in one results table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
+from tibnlp.evaluation.report import load_results, rich_table, summary_dict
+from tibnlp.training.finetune import run_finetune
+
+app = typer.Typer(help="Fine-tune and evaluate classifiers.", no_args_is_help=True)
+
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(help="Pretrained model directory; 'none': random init (baseline)."),
+]
+HeadOpt = Annotated[str | None, typer.Option(help="cnn (TextCNN) or linear ([CLS]).")]
+EncoderOpt = Annotated[
+    str | None,
+    typer.Option(help="albert, or none: TextCNN on SentencePiece pieces from scratch."),
+]
+VocabOpt = Annotated[str | None, typer.Option(help="Vocabulary directory (no --model).")]
+SeedsOpt = Annotated[str | None, typer.Option(help="Comma-separated seeds, e.g. 1,2,3.")]
+EvalAlsoOpt = Annotated[str | None, typer.Option("--eval-also", help="Also evaluate on: advts.")]
+
+
+def _flags(
+    model: str | None,
+    head: str | None,
+    encoder: str | None,
+    vocab: str | None,
+    seeds: str | None,
+    eval_also: str | None,
+) -> list[str]:
+    flags = []
+    if model is not None:
+        flags.append(f"finetune.model={'' if model == 'none' else model}")
+    for key, value in (("head", head), ("encoder", encoder), ("vocab", vocab)):
+        if value is not None:
+            flags.append(f"finetune.{key}={value}")
+    if seeds:
+        flags.append(f"finetune.seeds=[{seeds}]")
+    if eval_also:
+        flags.append(f"finetune.eval_also=[{eval_also}]")
+    return flags
+
+
+def _print_table(rows: list[dict]) -> None:
+    # logs and pipes get rich's 80 columns by default: too narrow for a dozen metric columns
+    out = console if console.is_terminal else Console(stderr=True, width=220)
+    out.print(rich_table(rows))
+
+
+def _finish(result_dir: Path, row: dict) -> None:
+    _print_table([row])
+    for key, value in row["notes"].items():
+        console.print(f"  {key}: {value}")
+    console.print(f"results and classifiers: {result_dir}")
+
+
+@app.command("tncc")
+def tncc(
+    task: Annotated[str, typer.Option(help="title or document.")] = "title",
+    model: ModelOpt = None,
+    head: HeadOpt = None,
+    encoder: EncoderOpt = None,
+    vocab: VocabOpt = None,
+    seeds: SeedsOpt = None,
+    eval_also: EvalAlsoOpt = None,
+    config: ConfigOption = None,
+    set_: SetOption = None,
+) -> None:
+    """TNCC (published 7422/927/927 title split, or the document task when downloaded)."""
+    flags = [f"finetune.task={task}", *_flags(model, head, encoder, vocab, seeds, eval_also)]
+    cfg = resolve_config(config, set_, *flags)
+    result = run_finetune(cfg, "tncc", cfg.finetune.task)
+    _finish(result.output, summary_dict(result))
+
+
+@app.command("classify")
+def classify(
+    dataset: Annotated[str, typer.Option(help="tusa, shajiu_cls14, shajiu_sentiment, wcm_bo.")],
+    model: ModelOpt = None,
+    head: HeadOpt = None,
+    encoder: EncoderOpt = None,
+    vocab: VocabOpt = None,
+    seeds: SeedsOpt = None,
+    eval_also: EvalAlsoOpt = None,
+    config: ConfigOption = None,
+    set_: SetOption = None,
+) -> None:
+    """Any labelled set of the data directory, by its manifest name."""
+    flags = [f"finetune.dataset={dataset}", *_flags(model, head, encoder, vocab, seeds, eval_also)]
+    cfg = resolve_config(config, set_, *flags)
+    result = run_finetune(cfg, cfg.finetune.dataset)
+    _finish(result.output, summary_dict(result))
+
+
+@app.command("report")
+def report(
+    paths: Annotated[list[Path], typer.Argument(help="results.json files or folders.")],
+) -> None:
+    """Put several runs (pretrained model and baselines) in one table."""
+    _print_table(load_results(paths))

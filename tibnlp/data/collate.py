@@ -1,0 +1,35 @@
+"""Token ids for classification: `[CLS] pieces [SEP]`, truncated, padded per batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+
+class TokenizerLike(Protocol):
+    """What classification needs from `tibnlp.text.vocab.Vocabulary`."""
+
+    pad_id: int
+    cls_id: int
+    sep_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+
+def encode_texts(vocab: TokenizerLike, texts: Sequence[str], max_len: int) -> list[list[int]]:
+    """`max_len` counts [CLS] and [SEP]: the seed paper's 50 (titles) is the whole sequence."""
+    body = max_len - 2
+    return [[vocab.cls_id, *vocab.encode(t)[:body], vocab.sep_id] for t in texts]
+
+
+def pad_batch(ids: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), both [B, longest in batch]."""
+    longest = max(len(x) for x in ids)
+    input_ids = torch.full((len(ids), longest), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(ids), longest), dtype=torch.long)
+    for i, row in enumerate(ids):
+        input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+    return input_ids, mask

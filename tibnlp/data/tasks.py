@@ -1,0 +1,220 @@
+"""Labelled classification sets from the manifests, in the text form the model sees.
+
+Every set is read the same way: the per-split JSONL files named by its manifest in `corpora/`,
+the label order from its `labels.json`. Texts are converted once, here, to the model's input
+form (`model_text`): NFC, U+0F0C -> U+0F0B, and syllables separated by spaces (the TNCC title
+form) joined with tsheg, which is how the pretraining corpus and the vocabulary spell them.
+Prediction uses the same function, so training and inference cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tibnlp.data.manifests import Manifest, all_manifests, get_manifest
+from tibnlp.errors import DataError
+from tibnlp.text.normalize import normalize
+
+MODEL_TEXT_FORM = "tsheg"  # recorded in reports and in every fine-tuned classifier directory
+TNCC_TASKS = {"title": "tncc", "document": "tncc_document"}
+DOCUMENT_FILE = "document-tibetan.txt"  # inside the FudanNLP zip
+
+
+@dataclass(frozen=True)
+class Example:
+    id: str
+    text: str  # already in the model's input form
+    label: int
+
+
+@dataclass
+class LabelledSet:
+    name: str  # e.g. "tncc-title", "tusa"
+    labels: list[str]
+    splits: dict[str, list[Example]] = field(default_factory=dict)
+    source_form: str = "tsheg"  # text form as stored in the data directory
+    max_len: int = 0  # manifest default (tokens); 0: none given
+    manifest: str = ""
+
+    def texts(self, split: str) -> list[str]:
+        return [e.text for e in self.splits[split]]
+
+    def targets(self, split: str) -> list[int]:
+        return [e.label for e in self.splits[split]]
+
+
+def model_text(text: str) -> str:
+    """The model's input form of any spelling of a text (training and `predict` both use it)."""
+    return normalize(text, join_spaced_syllables=True)
+
+
+def classification_datasets() -> list[str]:
+    """Names accepted by `finetune classify --dataset` (manifests with train/validation/test)."""
+    return sorted(
+        name
+        for name, m in all_manifests().items()
+        if m.kind == "classification"
+        and {"train", "validation", "test"} <= set(m.splits)
+        and name != "tncc_document"
+    )
+
+
+def load_tncc(task: str) -> LabelledSet:
+    """TNCC title task (the published 7422/927/927 split) or document task (if downloaded)."""
+    if task not in TNCC_TASKS:
+        raise DataError(
+            f"unknown TNCC task '{task}'", f"known tasks: {', '.join(sorted(TNCC_TASKS))}"
+        )
+    if task == "document":
+        return _load_tncc_document()
+    data = load_dataset("tncc")
+    data.name = "tncc-title"
+    return data
+
+
+def load_dataset(name: str) -> LabelledSet:
+    """A classification set with train/validation/test files, as named in `corpora/NAME.yaml`."""
+    manifest = get_manifest(name, kind="classification")
+    labels = manifest.labels()
+    splits = {
+        split: read_jsonl(manifest.require(rel), labels, manifest.text_field, manifest.label_field)
+        for split, rel in manifest.splits.items()
+    }
+    for split in ("train", "validation", "test"):
+        if split not in splits:
+            raise DataError(f"dataset '{name}': its manifest names no '{split}' split")
+    return LabelledSet(
+        name=name,
+        labels=labels,
+        splits=splits,
+        source_form=manifest.text_form,
+        max_len=manifest.max_len,
+        manifest=name,
+    )
+
+
+def load_advts(target: str) -> LabelledSet:
+    """AdvTS for `target` ('tncc' or 'tusa'): splits `adversarial` and `original` (the same
+    items before the attack), both with the gold label of the source test record."""
+    manifest = get_manifest("advts", kind="adversarial")
+    if target not in manifest.targets:
+        raise DataError(
+            f"AdvTS has no set for '{target}'",
+            f"AdvTS covers: {', '.join(sorted(manifest.targets))}",
+        )
+    rel = manifest.targets[target]
+    labels = _advts_labels(manifest, Path(rel).stem)
+    path = manifest.require(rel)
+    adversarial = read_jsonl(path, labels, manifest.text_field, manifest.label_field)
+    original = read_jsonl(path, labels, "orig_text", manifest.label_field)
+    return LabelledSet(
+        name=f"advts-{target}",
+        labels=labels,
+        splits={"adversarial": adversarial, "original": original},
+        source_form=manifest.text_form,
+        manifest="advts",
+    )
+
+
+def read_jsonl(path: Path, labels: list[str], text_field: str, label_field: str) -> list[Example]:
+    """Records of one split; a bad line or an unknown label names the file and line."""
+    index = {name: i for i, name in enumerate(labels)}
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(record, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object")
+            for key in (text_field, label_field):
+                if key not in record:
+                    raise DataError(f"{path}:{lineno}: the record has no '{key}' field")
+            label = str(record[label_field])
+            if label not in index:
+                raise DataError(
+                    f"{path}:{lineno}: label '{label}' is not in the label list",
+                    f"known labels: {', '.join(labels)}; fix the record or the labels file",
+                )
+            rid = str(record.get("id", f"{path.stem}-{lineno}"))
+            out.append(Example(rid, model_text(str(record[text_field])), index[label]))
+    if not out:
+        raise DataError(f"{path}: holds no records")
+    return out
+
+
+def _advts_labels(manifest: Manifest, key: str) -> list[str]:
+    path = manifest.require(manifest.labels_file)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    entry = data.get(key, data) if isinstance(data, dict) else data
+    if isinstance(entry, dict):
+        entry = entry.get("labels")
+    if not isinstance(entry, list) or not all(isinstance(x, str) for x in entry):
+        raise DataError(f"{path}: no label list for '{key}'")
+    return entry
+
+
+def _load_tncc_document() -> LabelledSet:
+    """Split JSONL files if present, else the FudanNLP zip cut in order 8:1:1, else an error."""
+    manifest = get_manifest("tncc_document")
+    labels = get_manifest("tncc").labels()  # the same 12 classes in the same order
+    if (manifest.path / manifest.labels_file).exists():
+        labels = manifest.labels()
+    folder = manifest.path
+    if all((folder / rel).exists() for rel in manifest.splits.values()):
+        splits = {
+            split: read_jsonl(folder / rel, labels, manifest.text_field, manifest.label_field)
+            for split, rel in manifest.splits.items()
+        }
+    else:
+        zips = sorted(folder.glob("*.zip")) if folder.is_dir() else []
+        if not zips:
+            raise DataError(
+                f"the TNCC document task is not in the data directory ({folder} has neither "
+                "train/validation/test JSONL files nor the FudanNLP zip)",
+                manifest.download,
+            )
+        splits = _split_in_order(_read_fudan_zip(zips[0], labels))
+    return LabelledSet(
+        name="tncc-document",
+        labels=labels,
+        splits=splits,
+        source_form=manifest.text_form,
+        max_len=manifest.max_len,
+        manifest=manifest.name,
+    )
+
+
+def _read_fudan_zip(path: Path, labels: list[str]) -> list[Example]:
+    index = {name: i for i, name in enumerate(labels)}
+    with zipfile.ZipFile(path) as zf:
+        names = [n for n in zf.namelist() if n.endswith(DOCUMENT_FILE)]
+        if not names:
+            raise DataError(f"{path}: holds no {DOCUMENT_FILE}", "use the FudanNLP release zip")
+        text = io.TextIOWrapper(zf.open(names[0]), encoding="utf-8").read()
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        label, sep, body = line.partition("\t")
+        if not sep or label not in index:
+            raise DataError(
+                f"{path}!{names[0]}:{lineno}: expected 'Label<TAB>text' with a known label",
+                f"known labels: {', '.join(labels)}",
+            )
+        out.append(Example(f"tncc-document-{lineno - 1:05d}", model_text(body), index[label]))
+    return out
+
+
+def _split_in_order(examples: list[Example]) -> dict[str, list[Example]]:
+    """The title split's convention: the (already shuffled) file cut in order, 8:1:1."""
+    n = len(examples)
+    a, b = round(n * 0.8), round(n * 0.9)
+    return {"train": examples[:a], "validation": examples[a:b], "test": examples[b:]}

@@ -1,0 +1,96 @@
+"""Classification metrics (scikit-learn) and their aggregation over seeds.
+
+Macro-F1 is the published TNCC figure; weighted-F1 is what DMA-ALBERT also reports, so both
+are always computed, from the same predictions, over the full label list (a class absent from a
+split still counts in macro averages as zero, as scikit-learn does with `labels=`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import (
+    accuracy_score,
+    classification_report,
+    confusion_matrix,
+    precision_recall_fscore_support,
+)
+
+SUMMARY_KEYS = (
+    "accuracy",
+    "macro_precision",
+    "macro_recall",
+    "macro_f1",
+    "weighted_precision",
+    "weighted_recall",
+    "weighted_f1",
+)
+
+
+@dataclass
+class Metrics:
+    """Scores of one prediction set; `summary` holds the scalar metrics (fractions, not %)."""
+
+    summary: dict[str, float]
+    per_class: dict[str, dict[str, float]] = field(default_factory=dict)
+    confusion: list[list[int]] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    count: int = 0
+
+    def __getitem__(self, key: str) -> float:
+        return self.summary[key]
+
+
+def compute_metrics(y_true: Sequence[int], y_pred: Sequence[int], labels: Sequence[str]) -> Metrics:
+    """Accuracy, macro and weighted P/R/F1, per-class report and confusion matrix."""
+    ids = list(range(len(labels)))
+    true = np.asarray(y_true, dtype=np.int64)
+    pred = np.asarray(y_pred, dtype=np.int64)
+    if len(true) == 0:
+        return Metrics(summary={k: float("nan") for k in SUMMARY_KEYS}, labels=list(labels))
+    summary = {"accuracy": float(accuracy_score(true, pred))}
+    for average in ("macro", "weighted"):
+        p, r, f, _ = precision_recall_fscore_support(
+            true, pred, labels=ids, average=average, zero_division=0
+        )
+        summary[f"{average}_precision"] = float(p)
+        summary[f"{average}_recall"] = float(r)
+        summary[f"{average}_f1"] = float(f)
+    report: dict[str, Any] = classification_report(
+        true, pred, labels=ids, target_names=list(labels), zero_division=0, output_dict=True
+    )
+    per_class = {
+        name: {k: float(v) for k, v in report[name].items()} for name in labels if name in report
+    }
+    cm = confusion_matrix(true, pred, labels=ids)
+    return Metrics(
+        summary=summary,
+        per_class=per_class,
+        confusion=cm.tolist(),
+        labels=list(labels),
+        count=len(true),
+    )
+
+
+def aggregate(runs: Sequence[dict[str, float]]) -> dict[str, tuple[float, float]]:
+    """Mean and sample standard deviation (ddof=1; 0.0 for one run) of each key over runs.
+
+    Keys missing from some runs are aggregated over the runs that have them.
+    """
+    keys: list[str] = []
+    for run in runs:
+        keys += [k for k in run if k not in keys]
+    out = {}
+    for key in keys:
+        values = [float(r[key]) for r in runs if key in r and not math.isnan(float(r[key]))]
+        if not values:
+            out[key] = (float("nan"), float("nan"))
+            continue
+        mean = float(np.mean(values))
+        std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+        out[key] = (mean, std)
+    return out

@@ -1,0 +1,141 @@
+"""Inference with a fine-tuned classifier directory (`tibnlp predict`) and for evaluation.
+
+Texts go through `tibnlp.data.tasks.model_text`, the function training used, so every
+Unicode-equivalent spelling of a text (NFC or not, U+0F0C or U+0F0B, syllables separated by
+spaces or by tsheg) becomes the same ids and gets the same prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from tibnlp.data.collate import encode_texts, pad_batch
+from tibnlp.data.tasks import model_text
+from tibnlp.errors import DataError
+from tibnlp.models.classifier_io import ClassifierMeta, load_classifier
+from tibnlp.text.vocab import Vocabulary
+
+
+@torch.no_grad()
+def predict_proba(
+    model: nn.Module, ids: Sequence[Sequence[int]], batch_size: int = 128, pad_id: int = 0
+) -> np.ndarray:
+    """Class probabilities [n, num_labels], in input order; the model is left in eval mode."""
+    model.eval()
+    device = next(model.parameters()).device
+    out = []
+    for start in range(0, len(ids), batch_size):
+        input_ids, mask = pad_batch(ids[start : start + batch_size], pad_id)
+        logits = model(input_ids.to(device), mask.to(device)).float()
+        out.append(torch.softmax(logits, dim=-1).cpu().numpy())
+    if not out:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.concatenate(out)
+
+
+class Predictor:
+    """A loaded classifier directory: weights, labels, vocabulary, max_len, text form."""
+
+    def __init__(self, directory: Path) -> None:
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise DataError(f"model directory {directory} does not exist")
+        self.model, self.meta = load_classifier(directory)
+        self.vocab = Vocabulary.load(directory)
+        check_vocab(self.vocab, self.meta, directory)
+
+    def predict(self, texts: Sequence[str], batch_size: int = 128) -> list[dict[str, Any]]:
+        ids = encode_texts(self.vocab, [model_text(t) for t in texts], self.meta.max_len)
+        probs = predict_proba(self.model, ids, batch_size, self.vocab.pad_id)
+        labels = self.meta.labels
+        return [
+            {
+                "label": labels[int(row.argmax())],
+                "probabilities": {
+                    name: round(float(p), 6) for name, p in zip(labels, row, strict=True)
+                },
+            }
+            for row in probs
+        ]
+
+
+def check_vocab(vocab: Any, meta: ClassifierMeta, directory: Path) -> None:
+    if vocab.sha256 != meta.vocab_sha256:
+        raise DataError(
+            f"{directory}: the vocabulary files (sha256 {vocab.sha256[:12]}) are not the ones "
+            f"the classifier was trained with ({meta.vocab_sha256[:12]})",
+            "copy the classifier directory whole; do not replace its vocabulary files",
+        )
+
+
+def read_inputs(source: str) -> list[dict[str, Any]]:
+    """JSONL records with `text` (kept whole, e.g. ids), or plain text one per line; '-': stdin.
+
+    JSONL is recognised by a `.jsonl` suffix or a first non-empty line starting with '{'.
+    """
+    if source == "-":
+        lines = sys.stdin.read().splitlines()
+        name = "<stdin>"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise DataError(f"input file {path} does not exist")
+        lines = path.read_text(encoding="utf-8").splitlines()
+        name = str(path)
+    first = next((ln for ln in lines if ln.strip()), "")
+    jsonl = name.endswith(".jsonl") or first.lstrip().startswith("{")
+    records = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if not jsonl:
+            records.append({"text": line})
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{name}:{lineno}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise DataError(f"{name}:{lineno}: expected a JSON object with a string 'text' field")
+        records.append(record)
+    return records
+
+
+def predict_file(
+    model_dir: Path, source: str, output: Path | None = None, batch_size: int = 128
+) -> tuple[int, ClassifierMeta]:
+    """Predict every input; write JSON lines to `output` (atomically) or stdout."""
+    predictor = Predictor(model_dir)
+    records = read_inputs(source)
+    preds = predictor.predict([r["text"] for r in records], batch_size)
+    pairs = zip(records, preds, strict=True)
+    lines = (json.dumps({**r, **p}, ensure_ascii=False) for r, p in pairs)
+    if output is None:
+        for line in lines:
+            sys.stdout.write(line + "\n")
+    else:
+        _write_lines(Path(output), lines)
+    return len(records), predictor.meta
+
+
+def _write_lines(path: Path, lines: Iterator[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for line in lines:
+                fh.write(line + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

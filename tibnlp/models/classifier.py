@@ -1,0 +1,169 @@
+"""Sequence classifiers: an encoder's last hidden states -> a head -> class logits.
+
+Two heads, as in the TNCC literature:
+- `TextCNNHead` (Kim 2014, DMA-ALBERT's head): 1-D convolutions of several widths over the
+  token states, ReLU, max-over-time pooling restricted to real tokens, dropout, a linear layer.
+- `LinearHead`: dropout + linear on `[CLS]`, or on `[CLS]` concatenated with a max-pool over
+  the real tokens (`cls_max`, the multi-scale paper's classification node).
+
+`Classifier` accepts any encoder module whose forward(input_ids, attention_mask) returns the
+hidden states as a tensor [B, N, D] or an object with `.hidden`, so the pretrained ALBERT, a
+randomly initialised one, and the plain embedding table of the from-scratch TextCNN baseline
+all plug in the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from tibnlp.config.core import check
+
+
+@dataclass
+class HeadConfig:
+    kind: Literal["cnn", "linear"] = "cnn"
+    kernels: list[int] = field(default_factory=lambda: [2, 3, 4])  # TextCNN widths (tokens)
+    channels: int = 128  # filters per width
+    dropout: float = 0.1
+    pooling: Literal["cls", "cls_max"] = "cls"  # linear head only
+
+    def validate(self, prefix: str) -> None:
+        check(len(self.kernels) >= 1, f"{prefix}.kernels", "needs at least one width")
+        check(all(k >= 1 for k in self.kernels), f"{prefix}.kernels", "widths must be >= 1")
+        check(self.channels >= 1, f"{prefix}.channels", "must be >= 1")
+        check(0.0 <= self.dropout < 1.0, f"{prefix}.dropout", "must be in [0, 1)")
+
+
+def masked_max(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Max over the real (mask == 1) positions of [B, N, D]; padding never wins."""
+    fill = torch.finfo(hidden.dtype).min
+    return hidden.masked_fill(~mask.bool().unsqueeze(-1), fill).amax(dim=1)
+
+
+class TextCNNHead(nn.Module):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_labels: int,
+        kernels: list[int] | tuple[int, ...] = (2, 3, 4),
+        channels: int = 128,
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        self.kernels = list(kernels)
+        self.convs = nn.ModuleList(nn.Conv1d(hidden_size, channels, k) for k in self.kernels)
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(channels * len(self.kernels), num_labels)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = attention_mask.bool()
+        x = hidden.masked_fill(~mask.unsqueeze(-1), 0.0)
+        longest = max(self.kernels)
+        if x.size(1) < longest:  # a batch of very short texts: pad so every width fits once
+            x = nn.functional.pad(x, (0, 0, 0, longest - x.size(1)))
+        x = x.transpose(1, 2)  # [B, D, N]
+        lengths = mask.sum(dim=1)  # real tokens per sequence
+        pooled = []
+        for k, conv in zip(self.kernels, self.convs, strict=True):
+            feats = torch.relu(conv(x))  # [B, C, N-k+1]
+            starts = torch.arange(feats.size(-1), device=feats.device)
+            # a window is real when it ends inside the text; a text shorter than k keeps window 0
+            last = (lengths - k).clamp(min=0).unsqueeze(1)
+            valid = starts.unsqueeze(0) <= last  # [B, N-k+1]
+            feats = feats.masked_fill(~valid.unsqueeze(1), torch.finfo(feats.dtype).min)
+            pooled.append(feats.amax(dim=-1))
+        return self.out(self.dropout(torch.cat(pooled, dim=-1)))
+
+
+class LinearHead(nn.Module):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_labels: int,
+        pooling: Literal["cls", "cls_max"] = "cls",
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        self.pooling = pooling
+        width = hidden_size * (2 if pooling == "cls_max" else 1)
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(width, num_labels)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        vector = hidden[:, 0]
+        if self.pooling == "cls_max":
+            vector = torch.cat([vector, masked_max(hidden, attention_mask)], dim=-1)
+        return self.out(self.dropout(vector))
+
+
+def build_head(cfg: HeadConfig, hidden_size: int, num_labels: int) -> nn.Module:
+    if cfg.kind == "cnn":
+        return TextCNNHead(hidden_size, num_labels, cfg.kernels, cfg.channels, cfg.dropout)
+    return LinearHead(hidden_size, num_labels, cfg.pooling, cfg.dropout)
+
+
+class EmbeddingEncoder(nn.Module):
+    """Token embeddings only: the encoder of the from-scratch TextCNN-on-pieces baseline."""
+
+    def __init__(self, vocab_size: int, embedding_size: int = 128, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.hidden_size = embedding_size
+        self.embeddings = nn.Embedding(vocab_size, embedding_size, padding_idx=0)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.dropout(self.embeddings(input_ids))
+
+
+def _hidden_size(encoder: nn.Module) -> int:
+    size = getattr(encoder, "hidden_size", None)
+    if size is None:
+        size = getattr(getattr(encoder, "cfg", None), "hidden_size", None)
+    if size is None:
+        raise ValueError("cannot infer the encoder's hidden size; pass hidden_size=")
+    return int(size)
+
+
+class Classifier(nn.Module):
+    """`encoder` + head. `head` is "cnn", "linear" or a full `HeadConfig`."""
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        num_labels: int,
+        head: str | HeadConfig = "cnn",
+        hidden_size: int | None = None,
+        **head_options: Any,
+    ) -> None:
+        super().__init__()
+        if isinstance(head, str):
+            if head not in ("cnn", "linear"):
+                raise ValueError(f"unknown head {head!r}; use 'cnn' or 'linear'")
+            head = HeadConfig(kind=head, **head_options)  # type: ignore[arg-type]
+        self.head_config = head
+        self.num_labels = num_labels
+        self.encoder = encoder
+        self.head = build_head(head, hidden_size or _hidden_size(encoder), num_labels)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        out = self.encoder(input_ids, attention_mask, token_type_ids)
+        hidden = out if isinstance(out, torch.Tensor) else out.hidden
+        return self.head(hidden, attention_mask)
+
+    def freeze_encoder(self, frozen: bool = True) -> None:
+        for p in self.encoder.parameters():
+            p.requires_grad_(not frozen)

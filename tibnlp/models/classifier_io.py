@@ -1,0 +1,117 @@
+"""The fine-tuned classifier directory: everything `predict` needs, and nothing else.
+
+    classifier.yaml      encoder kind + its config, head config, labels, max_len, text form,
+                         the vocabulary's sha256, where it came from
+    model.safetensors    weights
+    spm.model, ...       the vocabulary files, copied beside
+
+Written to a temporary folder and renamed into place, so a crash never leaves half a model.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from tibnlp.config.core import from_dict, to_dict
+from tibnlp.config.model import ModelConfig
+from tibnlp.errors import DataError
+from tibnlp.models.classifier import Classifier, EmbeddingEncoder, HeadConfig
+from tibnlp.models.encoder import Encoder
+
+META_FILE = "classifier.yaml"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT = "tibnlp-classifier/1"
+
+
+@dataclass
+class ClassifierMeta:
+    encoder: Literal["albert", "embedding"]
+    labels: list[str]
+    max_len: int
+    vocab_sha256: str
+    vocab_size: int
+    head: HeadConfig = field(default_factory=HeadConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)  # encoder == "albert"
+    embedding_size: int = 128  # encoder == "embedding"
+    text_form: str = "tsheg"  # the model's input form (see tibnlp.data.tasks.model_text)
+    join_spaced_syllables: bool = True
+    dataset: str = ""
+    source_model: str = ""  # pretrained model dir, or "" for random initialisation
+    format: str = FORMAT
+
+
+def build_encoder(meta: ClassifierMeta) -> nn.Module:
+    if meta.encoder == "embedding":
+        return EmbeddingEncoder(meta.vocab_size, meta.embedding_size, meta.head.dropout)
+    return Encoder(meta.model)
+
+
+def build_classifier(meta: ClassifierMeta, encoder: nn.Module | None = None) -> Classifier:
+    return Classifier(encoder or build_encoder(meta), len(meta.labels), meta.head)
+
+
+def save_classifier(
+    directory: Path, model: nn.Module, meta: ClassifierMeta, vocab_dir: Path
+) -> Path:
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS_FILE))
+        text = yaml.safe_dump(to_dict(meta), sort_keys=False, allow_unicode=True)
+        (tmp / META_FILE).write_text(text, encoding="utf-8")
+        for f in Path(vocab_dir).iterdir():
+            if (
+                f.is_file()
+                and f.name not in (META_FILE, WEIGHTS_FILE, "model.yaml")
+                and not (f.name.endswith((".safetensors", ".pt", ".txt")))
+            ):
+                shutil.copy2(f, tmp / f.name)
+        if directory.exists():
+            shutil.rmtree(directory)
+        tmp.rename(directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def read_meta(directory: Path) -> ClassifierMeta:
+    path = Path(directory) / META_FILE
+    if not path.is_file():
+        raise DataError(
+            f"{directory} is not a fine-tuned classifier directory ({META_FILE} is missing)",
+            "give a directory written by `tibnlp finetune`",
+        )
+    data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    meta = from_dict(ClassifierMeta, data, "classifier")
+    if meta.format != FORMAT:
+        raise DataError(f"{path}: format {meta.format!r}, expected {FORMAT!r}")
+    return meta
+
+
+def load_classifier(directory: Path) -> tuple[Classifier, ClassifierMeta]:
+    meta = read_meta(directory)
+    weights = Path(directory) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise DataError(f"{weights} is missing", "the classifier directory is incomplete")
+    model = build_classifier(meta)
+    state: dict[str, torch.Tensor] = load_file(str(weights))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise DataError(
+            f"{weights}: weights do not fit the architecture in {META_FILE} "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    model.eval()
+    return model, meta

@@ -1,0 +1,331 @@
+"""Fine-tuning a classifier: data, encoder and head from config; seeds; metrics; MLflow.
+
+One parent MLflow run per command, one child run per seed. Each finished seed leaves its
+classifier directory and `seed_result.json` (with a fingerprint of everything that determines
+the result), so rerunning the same command resumes: finished seeds are reported, not retrained.
+The loop itself lives in `finetune_loop.py`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tibnlp.config import Config, to_dict
+from tibnlp.config.core import atomic_write_text
+from tibnlp.config.finetune import FinetuneConfig
+from tibnlp.config.model import ModelConfig
+from tibnlp.data.collate import encode_texts
+from tibnlp.data.tasks import MODEL_TEXT_FORM, LabelledSet, load_advts, load_dataset, load_tncc
+from tibnlp.errors import DataError
+from tibnlp.evaluation.leakage import unseen_indices
+from tibnlp.evaluation.metrics import Metrics, aggregate, compute_metrics
+from tibnlp.evaluation.plots import confusion_png
+from tibnlp.evaluation.predict import predict_proba
+from tibnlp.evaluation.report import write_results
+from tibnlp.models.classifier import HeadConfig
+from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
+from tibnlp.models.io import load_encoder, read_extra
+from tibnlp.text.vocab import MODEL_FILE, Vocabulary
+from tibnlp.tracking.tracker import Tracker
+from tibnlp.training.finetune_loop import pick_device, set_seed, train_one_seed
+
+SEED_FILE = "seed_result.json"
+TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
+ADVTS_TARGETS = {"tncc-title": "tncc", "tusa": "tusa"}
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    best_epoch: int
+    epochs_run: int
+    metrics: dict[str, Metrics]  # validation, test, test_unseen, advts_original, advts
+    directory: Path
+    run_id: str | None = None
+
+
+@dataclass
+class FinetuneResult:
+    system: str  # e.g. "albert-pretrained(tiny)+cnn"
+    dataset: str
+    seeds: list[SeedResult]
+    aggregate: dict[str, dict[str, tuple[float, float]]]  # part -> metric -> (mean, std)
+    notes: dict[str, Any] = field(default_factory=dict)
+    output: Path = Path()
+
+
+@dataclass
+class Setup:
+    """Everything resolved before training: data as ids, the vocabulary, the meta to save."""
+
+    data: LabelledSet
+    ids: dict[str, list[list[int]]]
+    meta: ClassifierMeta
+    vocab: Vocabulary
+    vocab_dir: Path
+    pretrained: dict[str, torch.Tensor] | None
+    system: str
+
+
+def load_task_data(dataset: str, task: str) -> LabelledSet:
+    return load_tncc(task) if dataset == "tncc" else load_dataset(dataset)
+
+
+def prepare(cfg: Config, data: LabelledSet) -> Setup:
+    """Resolve the encoder (pretrained / random / none) and vocabulary; encode every split."""
+    ft = cfg.finetune
+    pretrained = None
+    model_cfg: ModelConfig = copy.deepcopy(cfg.model)
+    if ft.random_init:
+        if not ft.vocab:
+            raise DataError(
+                "no vocabulary: a randomly initialised or from-scratch model needs one",
+                "pass --vocab DIR (a `tibnlp vocab build` output) or --model DIR",
+            )
+        vocab_dir = Path(ft.vocab)
+    else:
+        model_dir = Path(ft.model)
+        if not model_dir.is_dir():
+            raise DataError(f"model directory {model_dir} does not exist")
+        model_cfg, encoder = load_encoder(model_dir)
+        pretrained = encoder.state_dict()
+        # the vocabulary is copied beside the weights at pretraining; --vocab must match it
+        vocab_dir = model_dir if (model_dir / MODEL_FILE).is_file() else Path(ft.vocab or ".")
+        if vocab_dir != model_dir and not ft.vocab:
+            raise DataError(
+                f"model directory {model_dir} holds no vocabulary ({MODEL_FILE})",
+                "pass --vocab DIR with the vocabulary the model was pretrained with",
+            )
+    vocab = _load_vocab(vocab_dir)
+    if not ft.random_init and ft.vocab and vocab_dir != Path(ft.vocab):
+        other = _load_vocab(Path(ft.vocab))
+        if other.sha256 != vocab.sha256:
+            raise DataError(
+                f"vocabulary {ft.vocab} (sha256 {other.sha256[:12]}) is not the one model "
+                f"{ft.model} was pretrained with ({vocab.sha256[:12]})",
+                "drop --vocab (the model directory's own vocabulary is used) or pass the "
+                "matching model",
+            )
+    if ft.random_init:
+        model_cfg.vocab_size = vocab.size
+    elif vocab.size > model_cfg.vocab_size:
+        raise DataError(
+            f"vocabulary in {vocab_dir} has {vocab.size} pieces but model {ft.model} embeds only "
+            f"{model_cfg.vocab_size}: ids would be out of range",
+            "the model directory holds a different vocabulary than its weights were trained on",
+        )
+    max_len = ft.max_len or TASK_MAX_LEN.get(data.name) or data.max_len or 128
+    if ft.encoder == "albert":
+        max_len = min(max_len, model_cfg.max_len)
+    head = HeadConfig(ft.head, list(ft.cnn_kernels), ft.cnn_channels, ft.dropout, ft.pooling)
+    meta = ClassifierMeta(
+        encoder="embedding" if ft.encoder == "none" else "albert",
+        labels=list(data.labels),
+        max_len=max_len,
+        vocab_sha256=vocab.sha256,
+        vocab_size=vocab.size if ft.encoder == "none" else model_cfg.vocab_size,
+        head=head,
+        model=model_cfg,
+        embedding_size=ft.embedding_size,
+        text_form=MODEL_TEXT_FORM,
+        dataset=data.name,
+        source_model="" if ft.random_init else str(ft.model),
+    )
+    ids = {split: encode_texts(vocab, data.texts(split), max_len) for split in data.splits}
+    if ft.limit_train:
+        ids["train"] = ids["train"][: ft.limit_train]
+    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft))
+
+
+def system_name(ft: FinetuneConfig) -> str:
+    if ft.encoder == "none":
+        return "textcnn-pieces(scratch)"
+    base = "albert-random" if ft.random_init else f"albert-pretrained({Path(ft.model).name})"
+    head = ft.head if ft.head == "cnn" else f"linear-{ft.pooling}"
+    return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "")
+
+
+def _load_vocab(directory: Path) -> Vocabulary:
+    if not directory.is_dir():
+        raise DataError(f"vocabulary directory {directory} does not exist")
+    return Vocabulary.load(directory)
+
+
+def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResult:
+    """Fine-tune one system on one dataset for every seed; log, save, aggregate, report."""
+    ft = cfg.finetune
+    if cfg.engine.threads:
+        torch.set_num_threads(cfg.engine.threads)
+    data = load_task_data(dataset, task)
+    setup = prepare(cfg, data)
+    output = Path(ft.output) / data.name / setup.system.replace("/", "_")
+    train_keys = set(data.texts("train"))
+    unseen = unseen_indices(train_keys, data.texts("test"))
+    advts = _advts(setup, ft.eval_also)
+    notes = {
+        "input_form": f"{MODEL_TEXT_FORM} (spaces between syllables joined with U+0F0B, NFC)",
+        "stored_form": data.source_form,
+        "max_len": setup.meta.max_len,
+        "sizes": {s: len(v) for s, v in setup.ids.items()},
+        "test_unseen": f"{len(unseen)} of {len(data.splits['test'])} test texts not in train",
+        "vocab": str(setup.vocab_dir),
+        "vocab_sha256": setup.vocab.sha256,
+        "model": setup.meta.source_model or "random init / none",
+    }
+    if setup.meta.source_model:  # the pretraining budget behind the number (step, tokens, ...)
+        notes["pretraining"] = read_extra(Path(setup.meta.source_model))
+    tracking = cfg.tracking
+    tags = {"stage": "finetune", "dataset": data.name, "system": setup.system}
+    seeds: list[SeedResult] = []
+    with Tracker(
+        tracking.experiment,
+        tracking.run_name or f"{data.name} {setup.system}",
+        tracking.uri,
+        tracking.enabled,
+        tags=tags,
+    ) as parent:
+        parent.log_params(to_dict(cfg.finetune) | {"model_config": to_dict(setup.meta.model)})
+        parent.set_tags({k: str(v) for k, v in notes.items()})
+        for seed in ft.seeds:
+            with Tracker(
+                tracking.experiment,
+                f"seed {seed}",
+                tracking.uri,
+                tracking.enabled,
+                parent_run_id=parent.run_id,
+                tags=tags | {"seed": str(seed)},
+            ) as run:
+                result = _run_seed(setup, ft, seed, output / f"seed-{seed}", unseen, advts, run)
+                result.run_id = run.run_id
+                seeds.append(result)
+        parts = seeds[0].metrics.keys()
+        agg = {p: aggregate([s.metrics[p].summary for s in seeds]) for p in parts}
+        for part, values in agg.items():
+            parent.log_metrics({f"{part}_{k}_mean": m for k, (m, _) in values.items()})
+            parent.log_metrics({f"{part}_{k}_std": s for k, (_, s) in values.items()})
+        final = FinetuneResult(setup.system, data.name, seeds, agg, notes, output)
+        for path in write_results(final, output):
+            parent.log_artifact(path)
+    return final
+
+
+def _advts(setup: Setup, eval_also: Sequence[str]) -> LabelledSet | None:
+    if "advts" not in eval_also:
+        return None
+    target = ADVTS_TARGETS.get(setup.data.name)
+    if target is None:
+        raise DataError(
+            f"AdvTS has no adversarial set for '{setup.data.name}'",
+            "use --eval-also advts with the TNCC title task or tusa",
+        )
+    advts = load_advts(target)
+    if advts.labels != setup.data.labels:
+        raise DataError(f"AdvTS labels for {target} differ from {setup.data.name}'s label list")
+    return advts
+
+
+def _run_seed(
+    setup: Setup,
+    ft: FinetuneConfig,
+    seed: int,
+    directory: Path,
+    unseen: list[int],
+    advts: LabelledSet | None,
+    run: Tracker,
+) -> SeedResult:
+    fingerprint = _fingerprint(setup, ft, seed, advts is not None)
+    done = _load_seed(directory, fingerprint)
+    if done is not None:
+        run.set_tags({"resumed": "true"})
+        _log_seed(run, done.metrics)
+        return done
+    set_seed(seed)
+    model = build_classifier(setup.meta)
+    if setup.pretrained is not None:
+        model.encoder.load_state_dict(setup.pretrained)  # same keys: built from the same config
+    model.freeze_encoder(ft.freeze_encoder)
+    model.to(pick_device(ft.device))
+    data, ids, labels = setup.data, setup.ids, setup.data.labels
+    y_train = data.targets("train")[: len(ids["train"])]
+    best_epoch, epochs_run = train_one_seed(
+        model, ids["train"], y_train, ids["validation"], data.targets("validation"), ft, seed, run
+    )
+
+    def evaluate(x: Sequence[Sequence[int]], y: Sequence[int]) -> Metrics:
+        probs = predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id)
+        return compute_metrics(y, probs.argmax(axis=1).tolist(), labels)
+
+    y_test = data.targets("test")
+    metrics = {
+        "validation": evaluate(ids["validation"], data.targets("validation")),
+        "test": evaluate(ids["test"], y_test),  # the only time the test split is scored
+        "test_unseen": evaluate([ids["test"][i] for i in unseen], [y_test[i] for i in unseen]),
+    }
+    if advts is not None:
+        for part, key in (("original", "advts_original"), ("adversarial", "advts")):
+            x = encode_texts(setup.vocab, advts.texts(part), setup.meta.max_len)
+            metrics[key] = evaluate(x, advts.targets(part))
+    save_classifier(directory, model, setup.meta, setup.vocab_dir)
+    for part, m in metrics.items():
+        png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
+        run.log_artifact(png, "confusion")
+    result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
+    saved = {
+        "fingerprint": fingerprint,
+        "seed": seed,
+        "best_epoch": best_epoch,
+        "epochs_run": epochs_run,
+        "metrics": {p: dataclasses.asdict(m) for p, m in metrics.items()},
+    }
+    atomic_write_text(directory / SEED_FILE, json.dumps(saved, ensure_ascii=False, indent=1))
+    _log_seed(run, metrics)
+    run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
+    run.log_artifact(directory / "classifier.yaml")
+    return result
+
+
+def _log_seed(run: Tracker, metrics: dict[str, Metrics]) -> None:
+    for part, m in metrics.items():
+        run.log_metrics({f"{part}_{k}": v for k, v in m.summary.items()})
+    if "advts" in metrics:
+        drop = {
+            f"advts_drop_{k}": metrics["advts_original"][k] - metrics["advts"][k]
+            for k in ("accuracy", "macro_f1", "weighted_f1")
+        }
+        run.log_metrics(drop)
+
+
+def _fingerprint(setup: Setup, ft: FinetuneConfig, seed: int, advts: bool) -> str:
+    """Everything that determines a seed's result (not where it is written)."""
+    settings = {k: v for k, v in to_dict(ft).items() if k not in ("seeds", "output")}
+    key = {
+        "finetune": settings,
+        "meta": to_dict(setup.meta),
+        "sizes": {s: len(v) for s, v in setup.ids.items()},
+        "seed": seed,
+        "advts": advts,
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _load_seed(directory: Path, fingerprint: str) -> SeedResult | None:
+    path = directory / SEED_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None  # a damaged record: train again
+    if data.get("fingerprint") != fingerprint:
+        return None
+    metrics = {p: Metrics(**m) for p, m in data["metrics"].items()}
+    return SeedResult(data["seed"], data["best_epoch"], data["epochs_run"], metrics, directory)
