@@ -20,12 +20,14 @@ VOCAB, SEQ, N_EXAMPLES = 50, 12, 96
 
 
 class TinyPretrainer(nn.Module):
-    """Embeddings, dropout (so RNG state matters), a linear MLM head and a pooled SOP head."""
+    """Embeddings, dropout (so RNG state matters), a width-3 convolution (so a masked token
+    can be read off its neighbours), a linear MLM head and a pooled SOP head."""
 
     def __init__(self, nan_at: int = 0) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, 16)
         self.drop = nn.Dropout(0.1)
+        self.conv = nn.Conv1d(16, 16, 3, padding=1)
         self.mlm = nn.Linear(16, VOCAB)
         self.sop = nn.Linear(16, 2)
         self.nan_at = nan_at
@@ -34,7 +36,7 @@ class TinyPretrainer(nn.Module):
     def forward(self, input_ids, attention_mask, mlm_labels, sop_labels):  # type: ignore[no-untyped-def]
         if self.training:
             self.calls += 1
-        h = self.drop(self.embed(input_ids))
+        h = self.conv(self.drop(self.embed(input_ids)).transpose(1, 2)).transpose(1, 2)
         logits = self.mlm(h)
         mask_loss = nn.functional.cross_entropy(
             logits.view(-1, VOCAB), mlm_labels.view(-1), ignore_index=-100
@@ -57,7 +59,8 @@ class TinyPretrainer(nn.Module):
 
 def examples(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (N_EXAMPLES, SEQ), generator=g)
+    # Each row repeats one token: learnable from context (MLM) and from any token (SOP).
+    ids = torch.randint(5, VOCAB, (N_EXAMPLES, 1), generator=g).repeat(1, SEQ)
     lengths = torch.randint(SEQ // 2, SEQ + 1, (N_EXAMPLES,), generator=g)
     return ids, lengths
 
@@ -71,7 +74,7 @@ def make_collate(ids: torch.Tensor, lengths: torch.Tensor, seed: int):  # type: 
         chosen = (torch.rand(batch.shape, generator=g) < 0.3) & (mask == 1)
         labels = torch.where(chosen, batch, torch.full_like(batch, -100))
         batch[chosen] = 4
-        sop = (batch[:, 1] % 2).long()
+        sop = (ids[list(indices), 0] % 2).long()
         return {"input_ids": batch, "attention_mask": mask, "mlm_labels": labels, "sop_labels": sop}
 
     return collate

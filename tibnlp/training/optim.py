@@ -25,8 +25,8 @@ class Lamb(torch.optim.Optimizer):
         eps: float = 1e-6,
         weight_decay: float = 0.0,
     ) -> None:
-        if lr <= 0 or eps <= 0 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError("Lamb: lr and eps must be > 0 and betas in [0, 1)")
+        if lr <= 0 or eps < 0 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError("Lamb: lr must be > 0, eps >= 0, betas in [0, 1)")
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
 
     @torch.no_grad()
