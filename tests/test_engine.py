@@ -63,6 +63,10 @@ def test_scheduler_drives_the_optimizer() -> None:
         sched.step()
     assert seen == pytest.approx([0.05, 0.1, 0.1, 0.05])
     assert sched.state_dict()["last_epoch"] == 4
+    # Resuming with a longer run follows the new schedule from the saved position.
+    longer = build_scheduler(opt, cfg, total_steps=8)
+    longer.load_state_dict(sched.state_dict())
+    assert longer.last_epoch == 4 and longer.lr_lambdas[0].total == 8
 
 
 def test_lamb_step_matches_the_formula() -> None:

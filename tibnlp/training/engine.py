@@ -156,6 +156,14 @@ def initialize(
     return ds_engine
 
 
+def shutdown(world: World) -> None:
+    """Leave the process group. Under a launcher, processes that exit with the group alive
+    hang at interpreter exit (seen with gloo on CPU); a single local process keeps it for reuse."""
+    if world.size > 1 and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def barrier() -> None:
     if dist.is_initialized():
         dist.barrier()

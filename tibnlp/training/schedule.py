@@ -12,7 +12,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from tibnlp.config.train import OptimizerConfig, parse_duration
 
-__all__ = ["LrFactor", "build_scheduler", "lr_factor", "parse_duration"]
+__all__ = ["LrFactor", "WarmupDecay", "build_scheduler", "lr_factor", "parse_duration"]
 
 
 def lr_factor(
@@ -44,7 +44,21 @@ class LrFactor:
         return lr_factor(step, self.warmup, self.total, self.kind, self.min_ratio)
 
 
+class WarmupDecay(LambdaLR):
+    """LambdaLR whose checkpoint holds only the position, not the shape: resuming with a new
+    `max_steps` (to train longer) follows the new schedule from the saved step."""
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.pop("lr_lambdas", None)
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = {k: v for k, v in state_dict.items() if k != "lr_lambdas"}
+        self.__dict__.update(state)
+
+
 def build_scheduler(optimizer: Optimizer, cfg: OptimizerConfig, total_steps: int) -> LambdaLR:
-    return LambdaLR(
+    return WarmupDecay(
         optimizer, LrFactor(cfg.warmup_steps, total_steps, cfg.schedule, cfg.min_lr_ratio)
     )
