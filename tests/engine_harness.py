@@ -23,10 +23,10 @@ class TinyPretrainer(nn.Module):
     """Embeddings, dropout (so RNG state matters), a width-3 convolution (so a masked token
     can be read off its neighbours), a linear MLM head and a pooled SOP head."""
 
-    def __init__(self, nan_at: int = 0) -> None:
+    def __init__(self, nan_at: int = 0, dropout: float = 0.1) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, 16)
-        self.drop = nn.Dropout(0.1)
+        self.drop = nn.Dropout(dropout)
         self.conv = nn.Conv1d(16, 16, 3, padding=1)
         self.mlm = nn.Linear(16, VOCAB)
         self.sop = nn.Linear(16, 2)
@@ -92,7 +92,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
     from tibnlp.config import EngineConfig, OptimizerConfig
     from tibnlp.tracking import Tracker
     from tibnlp.training.batches import ShardedBatches
-    from tibnlp.training.engine import accumulation_steps, init_distributed, initialize
+    from tibnlp.training.engine import accumulation_steps, init_distributed, initialize, shutdown
     from tibnlp.training.loop import LoopSettings, TrainLoop, fit
 
     o = {
@@ -108,12 +108,13 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         "resume": False,
         "sleep_after_step": 0.0,
         "seed": 7,
+        "dropout": 0.1,
         **overrides,
     }
     engine_cfg = EngineConfig(zero_stage=o["zero_stage"], threads=1)
     world = init_distributed(engine_cfg)
     torch.manual_seed(o["seed"])
-    model = TinyPretrainer(nan_at=o["nan_at"])
+    model = TinyPretrainer(nan_at=o["nan_at"], dropout=o["dropout"])
     optim = OptimizerConfig(name=o["optimizer"], lr=o["lr"], warmup_steps=2)
     accum = accumulation_steps(o["batch_size"], o["micro_batch_size"], world.size)
     engine = initialize(
@@ -122,7 +123,12 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
     ids, lengths = examples(o["seed"])
     collate = make_collate(ids, lengths, o["seed"])
     train = ShardedBatches(
-        make_plan(o["batch_size"], o["seed"]), collate, o["batch_size"], world.rank, world.size, accum
+        make_plan(o["batch_size"], o["seed"]),
+        collate,
+        o["batch_size"],
+        world.rank,
+        world.size,
+        accum,
     )
     heldout = ShardedBatches(
         make_plan(o["batch_size"], 999), collate, o["batch_size"], world.rank, world.size, accum
@@ -140,7 +146,9 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
     loop = TrainLoop(engine, world, train, heldout, settings)
 
     def open_tracker(run_id: str | None) -> Tracker:
-        return Tracker("engine-tests", uri=f"sqlite:///{out.parent / 'mlflow.db'}", resume_run_id=run_id)
+        return Tracker(
+            "engine-tests", uri=f"sqlite:///{out.parent / 'mlflow.db'}", resume_run_id=run_id
+        )
 
     def on_log(step: int, metrics: dict[str, float]) -> None:
         if o["sleep_after_step"]:
@@ -156,10 +164,16 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         torch.save(params, out / "weights.pt")
         (out / "result.json").write_text(
             json.dumps(
-                {"step": result.step, "train": result.train, "eval": result.eval,
-                 "run_id": result.tracker.run_id, "world": world.size}
+                {
+                    "step": result.step,
+                    "train": result.train,
+                    "eval": result.eval,
+                    "run_id": result.tracker.run_id,
+                    "world": world.size,
+                }
             )
         )
+    shutdown(world)
 
 
 if __name__ == "__main__":

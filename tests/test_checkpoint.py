@@ -52,8 +52,9 @@ def test_resume_loads_weights_and_position(tmp_path) -> None:  # type: ignore[no
     h.main(out, {"max_steps": 6, "checkpoint_every": 2, "resume": True, "zero_stage": 0})
     result = json.loads((out / "result.json").read_text())
     assert result["step"] == 6 and result["run_id"] == run_id  # same MLflow run
-    state = torch.load(out / "checkpoints" / "step00000006" / "mp_rank_00_model_states.pt",
-                       weights_only=True)
+    state = torch.load(
+        out / "checkpoints" / "step00000006" / "mp_rank_00_model_states.pt", weights_only=True
+    )
     assert state["data"] == {"epoch": 0, "index": 6, "served": 6}
     assert state["mlflow_run_id"] == run_id
     assert not torch.equal(first["embed.weight"], state["module"]["embed.weight"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import engine_harness as h
@@ -41,7 +42,7 @@ def test_warmup_then_linear_decay() -> None:
     f = [lr_factor(s, warmup=4, total=12, kind="linear") for s in range(13)]
     assert f[:4] == [0.25, 0.5, 0.75, 1.0]
     assert f[4] == 1.0 and f[8] == pytest.approx(0.5) and f[12] == 0.0
-    assert all(a >= b for a, b in zip(f[3:], f[4:]))
+    assert all(a >= b for a, b in itertools.pairwise(f[3:]))
 
 
 def test_cosine_decay_and_floor() -> None:
@@ -129,7 +130,7 @@ def test_deepspeed_config_from_ours() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU behaviour")
 def test_precision_on_cpu() -> None:
     assert resolve_precision("auto") == "fp32"
-    with pytest.raises(ConfigError, match="engine.precision"):
+    with pytest.raises(ConfigError, match=r"engine\.precision"):
         resolve_precision("bf16")
 
 
@@ -153,7 +154,7 @@ def test_ranks_split_each_global_batch_without_overlap() -> None:
         ids, _ = h.examples(1)
         assert sorted(rows[:, 0].tolist()) == sorted(ids[plan[b], 0].tolist())
         # Same micro-batch keys -> identical masks whatever the process layout.
-        for a, c in zip(parts, single):
+        for a, c in zip(parts, single, strict=True):
             assert torch.equal(a["mlm_labels"], c["mlm_labels"])
 
 
@@ -180,7 +181,11 @@ def test_loop_learns_and_logs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert result["eval"]["eval/mask_accuracy"] > 0.25  # chance: 1/45
     assert result["eval"]["eval/sop_accuracy"] > 0.8
     assert set(result["eval"]) == {
-        "eval/loss", "eval/mask_loss", "eval/mask_accuracy", "eval/sop_loss", "eval/sop_accuracy"
+        "eval/loss",
+        "eval/mask_loss",
+        "eval/mask_accuracy",
+        "eval/sop_loss",
+        "eval/sop_accuracy",
     }
     from mlflow.tracking import MlflowClient
 

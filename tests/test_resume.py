@@ -26,9 +26,16 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> Non
     killed = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), *sys.path])}
     proc = subprocess.Popen(
-        [sys.executable, str(Path(h.__file__)), str(killed),
-         json.dumps({**CONFIG, "sleep_after_step": 1.0})],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            str(Path(h.__file__)),
+            str(killed),
+            json.dumps({**CONFIG, "sleep_after_step": 1.0}),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     deadline = time.monotonic() + 600
     try:

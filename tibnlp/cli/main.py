@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from tibnlp.cli import data
+from tibnlp.cli import data, pretrain
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
 
@@ -17,6 +17,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(data.app, name="data")
+app.command("pretrain")(pretrain.pretrain)
 
 
 def main() -> None:

@@ -117,4 +117,6 @@ class PretrainConfig:
         try:
             parse_duration(self.time_budget)
         except ConfigError as exc:
-            raise ConfigError(f"config key '{prefix}.time_budget': {exc.message}", exc.hint) from exc
+            raise ConfigError(
+                f"config key '{prefix}.time_budget': {exc.message}", exc.hint
+            ) from exc

@@ -37,7 +37,13 @@ def rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "python": [version, list(py_state), gauss],
-        "numpy": [kind, torch.from_numpy(np.asarray(keys).astype(np.int64)), pos, has_gauss, cached],
+        "numpy": [
+            kind,
+            torch.from_numpy(np.asarray(keys).astype(np.int64)),
+            pos,
+            has_gauss,
+            cached,
+        ],
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():

@@ -111,7 +111,9 @@ class TrainLoop:
         assert sums is not None
         reduced = self._reduce(sums, len(micro_batches), [tokens, float(over_budget)])
         n = len(self.keys)
-        metrics = {k: float(v) / self.world.size for k, v in zip(self.keys, reduced[:n])}
+        metrics = {
+            k: float(v) / self.world.size for k, v in zip(self.keys, reduced[:n], strict=True)
+        }
         if not math.isfinite(metrics["loss"]):
             raise TrainingDiverged(
                 f"loss is {metrics['loss']} at step {self.step + 1}; the update was not applied "
@@ -144,7 +146,7 @@ class TrainLoop:
         if sums is None:
             return {}
         reduced = self._reduce(sums, count, [])
-        return {k: float(v) / self.world.size for k, v in zip(keys, reduced)}
+        return {k: float(v) / self.world.size for k, v in zip(keys, reduced, strict=True)}
 
     # ---- checkpoints ----------------------------------------------------------------
     def _weights_finite(self) -> bool:

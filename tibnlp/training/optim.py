@@ -27,7 +27,9 @@ class Lamb(torch.optim.Optimizer):
     ) -> None:
         if lr <= 0 or eps < 0 or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError("Lamb: lr must be > 0, eps >= 0, betas in [0, 1)")
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+        super().__init__(
+            params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        )
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def,override]
