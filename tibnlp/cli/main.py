@@ -7,6 +7,7 @@ import sys
 import typer
 
 from tibnlp.cli import data, pretrain
+from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
 
@@ -17,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(data.app, name="data")
+app.add_typer(model_cli.app, name="model")
 app.command("pretrain")(pretrain.pretrain)
 
 

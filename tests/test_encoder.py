@@ -1,0 +1,172 @@
+"""ALBERT-tiny encoder, pretraining heads and model directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tibnlp.config.model import HeadsConfig, ModelConfig
+from tibnlp.errors import ConfigError, DataError
+from tibnlp.models import (
+    AlbertForPretraining,
+    Encoder,
+    build_encoder,
+    load_encoder,
+    load_pretrained,
+    read_extra,
+    save_pretrained,
+)
+
+
+def tiny(**kw: object) -> ModelConfig:
+    base: dict[str, object] = dict(
+        vocab_size=50, embedding_size=8, hidden_size=24, num_layers=2, ffn_size=32, max_len=64
+    )
+    base.update(kw)
+    return ModelConfig(**base)  # type: ignore[arg-type]
+
+
+def batch(lengths: list[int], n: int, vocab: int = 50, seed: int = 0):  # type: ignore[no-untyped-def]
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (len(lengths), n), generator=g)
+    mask = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
+    ids = ids.masked_fill(~mask, 0)
+    return ids, mask.long()
+
+
+def test_shapes_and_shared_weights() -> None:
+    cfg = tiny()
+    enc = Encoder(cfg).eval()
+    ids, mask = batch([10, 7], 12)
+    out = enc(ids, mask)
+    assert out.hidden.shape == (2, 12, 24)
+    assert out.route_large_fraction.item() == 0.0
+    # One layer's weights, whatever num_layers says: ALBERT's cross-layer sharing.
+    deeper = Encoder(tiny(num_layers=6))
+    assert sum(p.numel() for p in deeper.parameters()) == sum(p.numel() for p in enc.parameters())
+    # The padding rows of the output are zero.
+    assert out.hidden[1, 7:].abs().max().item() == 0.0
+
+
+def test_padding_invariance() -> None:
+    enc = Encoder(tiny()).eval()
+    ids, mask = batch([9, 5], 9)
+    together = enc(ids, mask).hidden
+    alone = enc(ids[1:, :5], mask[1:, :5]).hidden
+    padded_more = enc(F.pad(ids, (0, 7)), F.pad(mask, (0, 7))).hidden
+    torch.testing.assert_close(together[1, :5], alone[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(padded_more[:, :9], together, rtol=1e-5, atol=1e-5)
+
+
+def test_left_padding_is_rejected() -> None:
+    enc = Encoder(tiny())
+    ids, mask = batch([4], 6)
+    with pytest.raises(ValueError, match="prefix"):
+        enc(ids, mask.flip(1))
+
+
+def test_cls_max_sentence_vector_ignores_padding() -> None:
+    enc = Encoder(tiny(pooling="cls_max")).eval()
+    ids, mask = batch([6, 3], 6)
+    out = enc(ids, mask)
+    vec = enc.sentence_vector(out, mask)
+    assert vec.shape == (2, enc.sentence_dim) == (2, 48)
+    torch.testing.assert_close(vec[1, 24:], out.hidden[1, :3].amax(0))
+    torch.testing.assert_close(vec[:, :24], out.hidden[:, 0])
+
+
+def test_pretraining_metrics_and_sparse_mlm_equals_dense() -> None:
+    cfg = tiny()
+    model = AlbertForPretraining(cfg).eval()
+    ids, mask = batch([8, 6], 8)
+    labels = torch.full_like(ids, -100)
+    labels[0, 2], labels[0, 5], labels[1, 1] = 7, 9, 3
+    sop = torch.tensor([0, 1])
+    out = model(ids, mask, None, labels, sop)
+    assert set(out) == {
+        "loss",
+        "mask_loss",
+        "mask_accuracy",
+        "sop_loss",
+        "sop_accuracy",
+        "route_large_fraction",
+    }
+    torch.testing.assert_close(out["loss"], out["mask_loss"] + out["sop_loss"])
+    # Reference: the vocabulary projection at every position, then the loss at masked ones.
+    h = model.encoder(ids, mask).hidden
+    z = model.mlm_norm(F.gelu(model.mlm_dense(h)))
+    logits = z @ model.encoder.embeddings.word.weight.T + model.mlm_bias
+    ref = F.cross_entropy(logits.view(-1, cfg.vocab_size), labels.view(-1), ignore_index=-100)
+    torch.testing.assert_close(out["mask_loss"], ref)
+
+
+def test_no_masked_token_gives_zero_mask_loss_and_gradients_flow() -> None:
+    model = AlbertForPretraining(tiny())
+    ids, mask = batch([5], 5)
+    out = model(ids, mask, None, torch.full_like(ids, -100), torch.tensor([1]))
+    assert out["mask_loss"].item() == 0.0
+    out["loss"].backward()
+    assert model.sop_classifier.weight.grad is not None
+
+
+def test_tiny_model_overfits_one_batch() -> None:
+    torch.manual_seed(0)
+    model = AlbertForPretraining(tiny(dropout=0.0, attention_dropout=0.0))
+    ids, mask = batch([8, 8, 6, 7], 8)
+    labels = torch.full_like(ids, -100)
+    labels[:, 2] = ids[:, 2]
+    labels[:, 4] = ids[:, 4]
+    ids = ids.clone()
+    ids[:, 2] = ids[:, 4] = 1  # the [MASK] id of this toy vocabulary
+    sop = torch.tensor([0, 1, 0, 1])
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    for _ in range(200):
+        opt.zero_grad()
+        out = model(ids, mask, None, labels, sop)
+        out["loss"].backward()
+        opt.step()
+    assert out["loss"].item() < 0.2  # from ~4.6 (ln 50 + ln 2) at initialisation
+
+
+def test_save_load_roundtrip(tmp_path: Path) -> None:
+    cfg = tiny(heads=HeadsConfig(small=4, large=6, threshold=5, rule="sentence"))
+    model = AlbertForPretraining(cfg).eval()
+    save_pretrained(model, cfg, tmp_path / "m", extra={"step": 12})
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["model.safetensors", "model.yaml"]
+    cfg2, state = load_pretrained(tmp_path / "m")
+    assert cfg2 == cfg
+    assert read_extra(tmp_path / "m") == {"step": 12}
+    fresh = AlbertForPretraining(cfg2).eval()
+    fresh.load_state_dict(state)
+    ids, mask = batch([7, 3], 7)
+    torch.testing.assert_close(fresh.encoder(ids, mask).hidden, model.encoder(ids, mask).hidden)
+    _, enc = load_encoder(tmp_path / "m")
+    torch.testing.assert_close(enc.eval()(ids, mask).hidden, model.encoder(ids, mask).hidden)
+
+
+def test_load_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"model\.yaml"):
+        load_pretrained(tmp_path)
+    cfg = tiny()
+    save_pretrained(Encoder(cfg), cfg, tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises(DataError, match=r"model\.safetensors"):
+        load_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(DataError, match=r"model\.safetensors"):
+        load_pretrained(tmp_path)
+    (tmp_path / "model.yaml").write_text("hidden_size: -3\n")
+    with pytest.raises(ConfigError, match=r"model\.yaml"):
+        load_pretrained(tmp_path)
+
+
+def test_auto_threshold_must_be_resolved(tmp_path: Path) -> None:
+    dyn = tiny(heads=HeadsConfig(small=4, large=6, threshold="auto"))
+    with pytest.raises(ConfigError, match="threshold"):
+        build_encoder(dyn)
+    fixed = tiny(heads=HeadsConfig(small=6, large=6, threshold="auto"))
+    save_pretrained(build_encoder(fixed), fixed, tmp_path)  # unused by a fixed-head model
+    assert load_pretrained(tmp_path)[0] == fixed

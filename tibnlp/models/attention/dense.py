@@ -1,0 +1,29 @@
+"""Dense attention through PyTorch's fused `scaled_dot_product_attention`."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tibnlp.models.attention.base import AttentionContext, AttentionCore
+
+
+class DenseCore(AttentionCore):
+    """Every real token attends to every real token; padding keys are masked out.
+
+    When the batch holds no padding the mask is dropped, which keeps SDPA on its fastest
+    kernel (an explicit mask rules out flash attention on GPU).
+    """
+
+    def __init__(self, heads: int, dropout: float = 0.0) -> None:
+        super().__init__(heads)
+        self.dropout = dropout
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext
+    ) -> torch.Tensor:
+        mask = ctx.attention_mask
+        n = q.shape[-2]
+        attn_mask = None if int(ctx.lengths.min()) == n else mask[:, None, None, :]
+        p = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)

@@ -1,0 +1,137 @@
+"""ALBERT-tiny encoder (MODELS.md section 1): factorized embeddings, one shared post-LN layer.
+
+The layer's attention is `RoutedAttention` (fixed or dynamic head count) around the core the
+config selects. The batch is cut to its longest real sequence before the layers run, so a
+padded batch costs what its real tokens cost; padding outputs are zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tibnlp.config.model import ModelConfig
+from tibnlp.models.attention import AttentionContext, build_attention, choose_large
+
+
+@dataclass
+class EncoderOutput:
+    """`hidden` [B, N, D] of the last layer; `large` [B] bool: which sequences took the large
+    head route (all False for fixed heads); `route_large_fraction`: its mean (for logging)."""
+
+    hidden: torch.Tensor
+    large: torch.Tensor
+    route_large_fraction: torch.Tensor
+
+
+class Embeddings(nn.Module):
+    """Token + absolute position + segment embeddings of width E, then the E -> D projection."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        e = cfg.embedding_size
+        self.word = nn.Embedding(cfg.vocab_size, e)
+        self.position = nn.Embedding(cfg.max_len, e)
+        self.segment = nn.Embedding(2, e)
+        self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.project = nn.Linear(e, cfg.hidden_size)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        n = input_ids.shape[1]
+        pos = torch.arange(n, device=input_ids.device)
+        x = self.word(input_ids) + self.position(pos)[None] + self.segment(token_type_ids)
+        return self.project(self.dropout(self.norm(x)))
+
+
+class SharedLayer(nn.Module):
+    """Post-LN transformer layer; with `scales.ffn: false` the paper's norm(H + ReLU(MSMSA(H)))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d = cfg.hidden_size
+        self.attention = build_attention(cfg)
+        self.attention_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.use_ffn = cfg.scales.ffn or not cfg.scales.enabled
+        if self.use_ffn:
+            self.ffn_in = nn.Linear(d, cfg.ffn_size)
+            self.ffn_out = nn.Linear(cfg.ffn_size, d)
+            self.ffn_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+            self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext, large: torch.Tensor) -> torch.Tensor:
+        a = self.attention(x, ctx, large)
+        if not self.use_ffn:
+            return self.attention_norm(x + F.relu(a))
+        x = self.attention_norm(x + a)
+        return self.ffn_norm(x + self.dropout(self.ffn_out(F.gelu(self.ffn_in(x)))))
+
+
+class Encoder(nn.Module):
+    """`forward(input_ids [B,N], attention_mask [B,N], token_type_ids=None) -> EncoderOutput`.
+
+    Padding must be on the right (real tokens a prefix of each row), which the data stage
+    guarantees; windows and routes read each row's real length from the mask.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embeddings = Embeddings(cfg)
+        self.layer = SharedLayer(cfg)
+        self.apply(lambda m: init_weights(m, cfg.initializer_range))
+
+    @property
+    def sentence_dim(self) -> int:
+        """Width of `sentence_vector`: D for `cls`, 2D for `cls_max`."""
+        return self.cfg.hidden_size * (2 if self.cfg.pooling == "cls_max" else 1)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> EncoderOutput:
+        mask = attention_mask.bool()
+        if mask.shape[1] > 1 and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+            raise ValueError("attention_mask must mark real tokens as a prefix (right padding)")
+        lengths = mask.sum(1)
+        n = input_ids.shape[1]
+        if n > self.cfg.max_len:
+            raise ValueError(f"sequence length {n} exceeds model.max_len {self.cfg.max_len}")
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        keep = max(int(lengths.max()), 1)  # cut shared padding: it would only cost compute
+        large = choose_large(lengths, self.cfg.heads)
+        ctx = AttentionContext(mask[:, :keep], lengths, 0, self.cfg.num_layers)
+        x = self.embeddings(input_ids[:, :keep], token_type_ids[:, :keep])
+        for layer in range(self.cfg.num_layers):
+            x = self.layer(x, ctx.at_layer(layer), large)
+        x = x * ctx.attention_mask.unsqueeze(-1).to(x.dtype)  # padding outputs are zero
+        if keep < n:
+            x = F.pad(x, (0, 0, 0, n - keep))
+        return EncoderOutput(x, large, large.float().mean())
+
+    def sentence_vector(self, output: EncoderOutput, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[B, sentence_dim]: [CLS], or [CLS] ++ max-pool over real tokens (`cls_max`)."""
+        h = output.hidden
+        cls = h[:, 0]
+        if self.cfg.pooling == "cls":
+            return cls
+        real = attention_mask.bool().unsqueeze(-1)
+        pooled = h.masked_fill(~real, float("-inf")).amax(dim=1)
+        return torch.cat([cls, pooled], dim=-1)
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT/ALBERT initialisation: N(0, std) weights, zero biases, unit LayerNorm."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)

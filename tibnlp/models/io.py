@@ -1,0 +1,115 @@
+"""Model directories: `model.safetensors` + `model.yaml`, the unit that `finetune --model` reads.
+
+Weights are stored with safetensors only, so loading never unpickles. `model.yaml` is the
+`ModelConfig` with a numeric head threshold, so fine-tuning routes exactly as pretraining did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from safetensors import SafetensorError
+from safetensors.torch import load_file, safe_open, save_file
+from torch import nn
+
+from tibnlp.config.core import atomic_write_text, from_dict, to_dict
+from tibnlp.config.model import ModelConfig
+from tibnlp.errors import ConfigError, DataError
+from tibnlp.models.attention import numeric_threshold
+from tibnlp.models.encoder import Encoder
+
+WEIGHTS = "model.safetensors"
+CONFIG = "model.yaml"
+ENCODER_PREFIX = "encoder."
+
+
+def build_encoder(cfg: ModelConfig) -> Encoder:
+    """A freshly initialised encoder; raises ConfigError if a dynamic threshold is 'auto'."""
+    return Encoder(cfg)
+
+
+def save_pretrained(
+    model: nn.Module, cfg: ModelConfig, out_dir: Path, extra: dict[str, Any] | None = None
+) -> Path:
+    """Write weights then config, each through a temp file and rename (never half-written).
+
+    `extra` (JSON-serialisable, e.g. step or vocabulary name) goes into the safetensors
+    metadata; read it back with `read_extra`.
+    """
+    if cfg.heads.dynamic:
+        numeric_threshold(cfg.heads)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    meta = {"format": "pt", "tibnlp_extra": json.dumps(extra or {})}
+    fd, tmp = tempfile.mkstemp(prefix=f".{WEIGHTS}.", suffix=".tmp", dir=out_dir)
+    os.close(fd)
+    try:
+        save_file(state, tmp, metadata=meta)
+        os.replace(tmp, out_dir / WEIGHTS)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+    atomic_write_text(out_dir / CONFIG, text)
+    return out_dir
+
+
+def load_config_file(model_dir: Path) -> ModelConfig:
+    path = Path(model_dir) / CONFIG
+    if not path.is_file():
+        raise DataError(f"{path} does not exist", "point --model at a saved model directory")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return from_dict(ModelConfig, data, "model")
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} is not a readable model config ({exc})") from exc
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
+
+
+def load_pretrained(model_dir: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """The config and the raw state dict (keys as saved) of a model directory."""
+    cfg = load_config_file(model_dir)
+    path = Path(model_dir) / WEIGHTS
+    if not path.is_file():
+        raise DataError(f"{path} does not exist", "the directory holds no saved weights")
+    try:
+        return cfg, load_file(path)
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise DataError(f"{path} is corrupt or not a safetensors file ({exc})") from exc
+
+
+def read_extra(model_dir: Path) -> dict[str, Any]:
+    """The `extra` mapping given to `save_pretrained`."""
+    path = Path(model_dir) / WEIGHTS
+    try:
+        with safe_open(path, framework="pt") as fh:
+            meta = fh.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise DataError(f"{path} is missing or corrupt ({exc})") from exc
+    result: dict[str, Any] = json.loads(meta.get("tibnlp_extra", "{}"))
+    return result
+
+
+def load_encoder(model_dir: Path) -> tuple[ModelConfig, Encoder]:
+    """An `Encoder` with the saved weights, from a pretraining or an encoder-only directory."""
+    cfg, state = load_pretrained(model_dir)
+    if any(k.startswith(ENCODER_PREFIX) for k in state):
+        state = {
+            k[len(ENCODER_PREFIX) :]: v for k, v in state.items() if k.startswith(ENCODER_PREFIX)
+        }
+    encoder = build_encoder(cfg)
+    missing, unexpected = encoder.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise DataError(
+            f"{Path(model_dir) / WEIGHTS} does not match its {CONFIG}: "
+            f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+        )
+    return cfg, encoder

@@ -1,0 +1,69 @@
+"""ALBERT pretraining heads: MLM (decoder tied to the input embedding) and sentence order.
+
+The vocabulary projection runs only at masked positions (`mlm_labels != -100`): with a 30k
+vocabulary it is most of a tiny model's compute, and the other 85% of its outputs would be
+thrown away by the loss anyway.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tibnlp.config.model import ModelConfig
+from tibnlp.models.encoder import Encoder, init_weights
+
+IGNORE = -100
+
+
+class AlbertForPretraining(nn.Module):
+    """`forward(...) -> dict` with ALBERT's five metrics and the large-route share.
+
+    `loss = mask_loss + sop_loss`; all values are tensors (the trainer decides when to sync).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        d, e = cfg.hidden_size, cfg.embedding_size
+        self.mlm_dense = nn.Linear(d, e)
+        self.mlm_norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
+        self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.sop_pooler = nn.Linear(d, d)
+        self.sop_classifier = nn.Linear(d, 2)
+        for m in (self.mlm_dense, self.mlm_norm, self.sop_pooler, self.sop_classifier):
+            init_weights(m, cfg.initializer_range)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None,
+        mlm_labels: torch.Tensor,
+        sop_labels: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
+        out = self.encoder(input_ids, attention_mask, token_type_ids)
+        h = out.hidden
+        sel = mlm_labels != IGNORE
+        targets = mlm_labels[sel]
+        if targets.numel():
+            z = self.mlm_norm(F.gelu(self.mlm_dense(h[sel])))
+            logits = F.linear(z, self.encoder.embeddings.word.weight, self.mlm_bias)
+            mask_loss = F.cross_entropy(logits, targets)
+            mask_acc = (logits.argmax(-1) == targets).float().mean()
+        else:  # no masked token in the batch: a zero loss that still touches the graph
+            mask_loss = h.sum() * 0.0
+            mask_acc = h.new_zeros(())
+        sop_logits = self.sop_classifier(torch.tanh(self.sop_pooler(h[:, 0])))
+        sop_loss = F.cross_entropy(sop_logits, sop_labels)
+        sop_acc = (sop_logits.argmax(-1) == sop_labels).float().mean()
+        return {
+            "loss": mask_loss + sop_loss,
+            "mask_loss": mask_loss.detach(),
+            "mask_accuracy": mask_acc.detach(),
+            "sop_loss": sop_loss.detach(),
+            "sop_accuracy": sop_acc.detach(),
+            "route_large_fraction": out.route_large_fraction.detach(),
+        }

@@ -1,0 +1,47 @@
+"""What a config builds, for `tibnlp model describe`: head distributions and parameter counts."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from tibnlp.config.model import ModelConfig
+from tibnlp.models.attention import core_name, head_distribution
+from tibnlp.models.pretraining import AlbertForPretraining
+
+
+@dataclass
+class ModelSummary:
+    """`distributions[h]` holds, per layer, the heads given to each of `scales` (h = a route)."""
+
+    core: str
+    scales: list[str]
+    distributions: dict[int, list[list[int]]]
+    parameters: dict[str, int]
+
+
+def describe(cfg: ModelConfig) -> ModelSummary:
+    """Summarise `cfg` without needing data (an unresolved 'auto' threshold is fine here)."""
+    heads = sorted({cfg.heads.small, cfg.heads.large})
+    scales = list(cfg.scales.windows) or ["N"]
+    dists = {
+        h: head_distribution(cfg.num_layers, h, len(scales), cfg.scales.alpha)
+        if cfg.scales.enabled
+        else [[h] for _ in range(cfg.num_layers)]
+        for h in heads
+    }
+    counting = dataclasses.replace(cfg, heads=dataclasses.replace(cfg.heads, threshold=0))
+    model = AlbertForPretraining(counting)
+    enc = model.encoder
+
+    def count(module: object) -> int:
+        return sum(p.numel() for p in module.parameters())  # type: ignore[attr-defined]
+
+    params = {"embeddings": count(enc.embeddings)}
+    for h in heads:
+        params[f"attention route h={h}"] = count(enc.layer.attention.route(h))
+    params["shared layer (all)"] = count(enc.layer)
+    params["encoder"] = count(enc)
+    params["pretraining heads (MLM + SOP)"] = count(model) - count(enc)
+    params["total"] = count(model)
+    return ModelSummary(core_name(cfg), scales, dists, params)
