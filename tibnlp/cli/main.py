@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from tibnlp.cli import data, pretrain
+from tibnlp.cli import data, pretrain, vocab
 from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
@@ -19,6 +19,7 @@ app = typer.Typer(
 )
 app.add_typer(data.app, name="data")
 app.add_typer(model_cli.app, name="model")
+app.add_typer(vocab.app, name="vocab")
 app.command("pretrain")(pretrain.pretrain)
 
 

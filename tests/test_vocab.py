@@ -1,0 +1,194 @@
+"""The SentencePiece vocabulary: fixed special ids, syllable-bounded pieces, report, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tibetan_fixtures import write_prepared
+
+from tibnlp.config import VocabConfig
+from tibnlp.errors import DataError
+from tibnlp.text.syllables import SYLLABLE_RE, TSHEG, count_syllables
+from tibnlp.text.vocab import Vocabulary, is_syllable_char
+from tibnlp.text.vocab_build import build_vocabulary
+
+SIZE = 200
+
+
+def _config(**kw: object) -> VocabConfig:
+    return VocabConfig(**{"vocab_size": SIZE, "num_threads": 1, **kw})  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_prepared(tmp_path_factory.mktemp("corpus") / "prepared")
+
+
+@pytest.fixture(scope="module")
+def built(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("vocab") / "v"
+    return out, build_vocabulary(corpus, out, _config())
+
+
+@pytest.fixture(scope="module")
+def vocab(built: tuple[Path, dict]) -> Vocabulary:
+    return Vocabulary.load(built[0])
+
+
+def test_special_tokens_have_fixed_ids(vocab: Vocabulary) -> None:
+    pieces = [vocab.id_to_piece(i) for i in range(5)]
+    assert pieces == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert (vocab.pad_id, vocab.unk_id, vocab.cls_id, vocab.sep_id, vocab.mask_id) == (
+        0,
+        1,
+        2,
+        3,
+        4,
+    )
+    assert vocab.size == SIZE
+    # control symbols: text that spells them is not turned into the special id
+    assert vocab.mask_id not in vocab.encode("[MASK] ཀ་ཁ")
+
+
+def test_output_folder(built: tuple[Path, dict], corpus: Path) -> None:
+    out, report = built
+    names = {p.name for p in out.iterdir()}
+    assert {"spm.model", "spm.vocab", "vocab.yaml", "report.json", "tibnlp-vocab.json"} <= names
+    assert json.loads((out / "report.json").read_text()) == report
+    text = (out / "vocab.yaml").read_text()
+    assert "vocab_size: 200" in text and "corpus_report_sha256" in text
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temp left
+
+
+def test_no_piece_crosses_a_syllable_boundary(vocab: Vocabulary) -> None:
+    for i in range(5, vocab.size):
+        piece = vocab.id_to_piece(i)
+        cut = piece.find(TSHEG)
+        if cut >= 0:  # whatever follows a tsheg inside a piece is not a new syllable
+            assert not any(is_syllable_char(c) for c in piece[cut + 1 :]), piece
+
+
+def test_without_split_pieces_span_syllables(corpus: Path, tmp_path: Path) -> None:
+    build_vocabulary(corpus, tmp_path / "v", _config(split_on_tsheg=False))
+    v = Vocabulary.load(tmp_path / "v")
+    crossing = [
+        p
+        for p in (v.id_to_piece(i) for i in range(5, v.size))
+        if TSHEG in p[:-1] and SYLLABLE_RE.search(p.split(TSHEG, 1)[1])
+    ]
+    assert crossing, "frequent multi-syllable words should become single pieces"
+
+
+def test_encode_decode_and_batch(vocab: Vocabulary) -> None:
+    texts = ["ཀ་ཁ་གང།", "བོད་ཀྱི་སྐད་ཡིག།", "ཀ\u0f0cཁ"]
+    batch = vocab.encode_batch(texts)
+    assert batch == [vocab.encode(t) for t in texts]
+    assert vocab.decode(vocab.encode(texts[0])) == texts[0]
+    assert vocab.encode(texts[2]) == vocab.encode("ཀ་ཁ")  # normalised before encoding
+
+
+def test_every_syllable_opens_with_a_word_piece(vocab: Vocabulary) -> None:
+    assert vocab.split_on_tsheg
+    pieces = [vocab.id_to_piece(i) for i in vocab.encode("ཀ་ཁང་གད། །ངར")]
+    assert sum(p.startswith("\u2581") for p in pieces) == 4 + 1  # 4 syllables, the 2nd shad
+
+
+def test_syllable_starts_group_pieces_into_syllables(vocab: Vocabulary) -> None:
+    for text in ["ཀ་ཁ་གང་ཅིད།", "སེམ་ཁུལ་མེན་མུས། ཏོར་པུར།", "ཀ་ཁང་གད། །ངར"]:
+        ids = vocab.encode(text)
+        starts = vocab.syllable_starts(ids)
+        assert starts[0]
+        units: list[str] = []
+        for i, start in zip(ids, starts, strict=True):
+            piece = vocab.id_to_piece(i).lstrip("\u2581")
+            units.append(piece) if start or not units else units.__setitem__(-1, units[-1] + piece)
+        # each unit holds at most one syllable (a lone shad after a space is its own unit)
+        counts = [count_syllables(u) for u in units]
+        assert max(counts) == 1 and sum(counts) == count_syllables(text), units
+    assert vocab.syllable_starts([vocab.cls_id, vocab.sep_id]) == [True, True]
+    # an unseen letter ([UNK]) stays inside its syllable: 4 syllables, 4 units
+    ids = vocab.encode("བོད་ཀྱི་སྐད་ཡིག།")
+    assert vocab.unk_id in ids
+    assert sum(vocab.syllable_starts(ids)) == 4
+
+
+def test_report_figures(built: tuple[Path, dict]) -> None:
+    report = built[1]
+    assert report["vocab_size"] == SIZE
+    assert 0.0 <= report["unk_share"] < 0.01
+    assert report["pieces_per_syllable"] >= 1.0
+    assert 0.9 <= report["syllable_type_coverage"] <= 1.0
+    assert 0.0 <= report["syllable_type_single_piece"] <= report["syllable_type_coverage"]
+    longest = report["longest_pieces"]
+    assert len(longest) == 20
+    assert [len(p) for p in longest] == sorted((len(p) for p in longest), reverse=True)
+
+
+def test_pickle_and_sha(vocab: Vocabulary, built: tuple[Path, dict]) -> None:
+    clone = pickle.loads(pickle.dumps(vocab))
+    assert clone.encode("ཀ་ཁ།") == vocab.encode("ཀ་ཁ།")
+    assert vocab.sha256 == built[1]["sha256"] and len(vocab.sha256) == 64
+
+
+def test_load_rejects_other_folders(tmp_path: Path, corpus: Path) -> None:
+    with pytest.raises(DataError, match="not a tibnlp vocabulary"):
+        Vocabulary.load(tmp_path)
+    with pytest.raises(DataError, match="not a tibnlp vocabulary"):
+        Vocabulary.load(corpus)
+
+
+def test_vocab_size_the_corpus_cannot_support(corpus: Path, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"at most ~\d+ pieces") as info:
+        build_vocabulary(corpus, tmp_path / "v", _config(vocab_size=200_000))
+    assert "lower --vocab-size" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_empty_corpus(tmp_path: Path) -> None:
+    empty = write_prepared(tmp_path / "empty", n_docs=5, heldout=1, empty=True)
+    with pytest.raises(DataError, match="no sentences"):
+        build_vocabulary(empty, tmp_path / "v", _config())
+    assert not (tmp_path / "v").exists()
+
+
+def test_not_a_prepared_corpus(tmp_path: Path) -> None:
+    (tmp_path / "c").mkdir()
+    with pytest.raises(DataError, match="not a prepared corpus"):
+        build_vocabulary(tmp_path / "c", tmp_path / "v", _config())
+
+
+def test_existing_output_is_refused(corpus: Path, built: tuple[Path, dict]) -> None:
+    with pytest.raises(DataError, match="not empty"):
+        build_vocabulary(corpus, built[0], _config())
+
+
+def test_cli_reports_errors_without_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tibnlp.cli.main",
+            "vocab",
+            "build",
+            "--corpus",
+            str(tmp_path),
+            "--output",
+            str(tmp_path / "v"),
+            "--vocab-size",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode != 0
+    message = " ".join(proc.stderr.split())  # rich wraps long lines
+    assert "is not a prepared corpus" in message and "Traceback" not in message

@@ -1,0 +1,59 @@
+"""Tiny prepared corpora in the `tibnlp corpus prepare` layout, for vocabulary and data tests."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+ROOTS = "ཀཁགངཅཆཇཉཏཐདནཔཕབམཙཚཛཝཞཟའཡརལཤསཧ"
+VOWELS = ["", "ི", "ུ", "ེ", "ོ"]
+SUFFIXES = ["", "ག", "ང", "ད", "ན", "བ", "མ", "ར", "ལ", "ས"]
+
+
+def syllable(rng: random.Random) -> str:
+    return rng.choice(ROOTS) + rng.choice(VOWELS) + rng.choice(SUFFIXES)
+
+
+def sentence(rng: random.Random, words: list[str]) -> str:
+    """1-3 clauses of words (1-3 syllables, Zipf-ish) joined by tsheg, each closed by shad."""
+    weights = [1.0 / (rank + 1) for rank in range(len(words))]
+    clauses = ["་".join(rng.choices(words, weights, k=rng.randint(2, 6))) + "།"]
+    clauses += [
+        "་".join(rng.choices(words, weights, k=rng.randint(2, 6))) + "།"
+        for _ in range(rng.randint(0, 2))
+    ]
+    return " ".join(clauses)
+
+
+def write_prepared(
+    path: Path, n_docs: int = 120, seed: int = 0, empty: bool = False, heldout: int = 10
+) -> Path:
+    import datasets
+
+    rng = random.Random(seed)
+    words = ["་".join(syllable(rng) for _ in range(rng.choice([1, 1, 2, 3]))) for _ in range(400)]
+    docs = [
+        {
+            "doc_id": i,
+            "source": "synthetic",
+            "sentences": [] if empty else [sentence(rng, words) for _ in range(rng.randint(1, 12))],
+        }
+        for i in range(n_docs)
+    ]
+    features = datasets.Features(
+        {
+            "doc_id": datasets.Value("int64"),
+            "source": datasets.Value("string"),
+            "sentences": datasets.Sequence(datasets.Value("string")),
+        }
+    )
+    dd = datasets.DatasetDict(
+        train=datasets.Dataset.from_list(docs[heldout:], features=features),
+        heldout=datasets.Dataset.from_list(docs[:heldout], features=features),
+    )
+    path.mkdir(parents=True, exist_ok=True)
+    dd.save_to_disk(str(path / "dataset"))
+    (path / "tibnlp-corpus.json").write_text(json.dumps({"kind": "prepared_corpus", "version": 1}))
+    (path / "report.json").write_text(json.dumps({"documents": n_docs, "seed": seed}))
+    return path

@@ -1,0 +1,49 @@
+"""`tibnlp vocab`: build the SentencePiece unigram vocabulary from a prepared corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
+from tibnlp.text.vocab_build import build_vocabulary
+
+app = typer.Typer(help="SentencePiece unigram vocabulary.", no_args_is_help=True)
+
+
+@app.command("build")
+def build(
+    corpus: Annotated[Path, typer.Option(help="Prepared corpus folder (`tibnlp corpus prepare`).")],
+    output: Annotated[Path, typer.Option(help="New folder for the vocabulary.")],
+    vocab_size: Annotated[
+        int | None, typer.Option(help="Pieces (default: vocab.vocab_size).")
+    ] = None,
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+) -> None:
+    """Train the vocabulary on the train split and report it on the held-out split."""
+    extra = [f"vocab.vocab_size={vocab_size}"] if vocab_size is not None else []
+    cfg = resolve_config(config, overrides, *extra)
+    with console.status("training SentencePiece unigram model..."):
+        report = build_vocabulary(corpus, output, cfg.vocab)
+    table = Table(title=f"vocabulary {output}")
+    table.add_column("figure")
+    table.add_column("value", overflow="fold")
+    for key in (
+        "vocab_size",
+        "split_on_tsheg",
+        "unk_share",
+        "pieces_per_syllable",
+        "syllable_type_coverage",
+        "syllable_type_single_piece",
+        "syllable_token_single_piece",
+        "syllable_types",
+        "heldout_syllables",
+    ):
+        value = report[key]
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    table.add_row("20 longest pieces", " ".join(report["longest_pieces"]))
+    console.print(table)

@@ -1,0 +1,166 @@
+"""ALBERT n-gram masking over whole Tibetan syllables, and the MLM + SOP batch collator.
+
+Units: a unit is one syllable as the vocabulary segments it (a run of pieces from one
+`syllable_start=True` piece to the next), so a masked span is n whole syllables and never
+cuts one. This is our reading of MODELS.md's "spans never crossing a Tibetan syllable
+boundary": a span may cover several syllables (n <= 3), but its two ends always sit on
+syllable boundaries. Special tokens ([CLS], [SEP], ...) are never units, so never masked.
+
+Selection follows ALBERT's `create_masked_lm_predictions`: 15% of the real tokens are the
+budget; span starts are visited in random order, each draws n with p(n) proportional to 1/n
+(shortened when it would overrun the budget), spans overlapping earlier ones are skipped. Each
+chosen token becomes [MASK] with p=0.8, a random regular token with p=0.1, stays with p=0.1.
+
+Randomness is a `torch.Generator` seeded from (seed, batch_index) only, so a batch's masking is
+a pure function of (seed, batch_index, examples): a resumed run reproduces it exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+IGNORE_INDEX = -100
+
+
+class _VocabLike(Protocol):
+    size: int
+    pad_id: int
+    mask_id: int
+    special_ids: frozenset[int]
+
+
+@dataclass(frozen=True)
+class MaskingIds:
+    """What masking needs from a vocabulary (a `Vocabulary` works as well)."""
+
+    size: int
+    pad_id: int = 0
+    unk_id: int = 1
+    mask_id: int = 4
+    special_ids: frozenset[int] = frozenset({0, 2, 3, 4})  # [PAD] [CLS] [SEP] [MASK]
+
+
+def ngram_probs(max_ngram: int) -> torch.Tensor:
+    """p(n) proportional to 1/n for n = 1..max_ngram."""
+    p = 1.0 / torch.arange(1, max_ngram + 1, dtype=torch.float64)
+    return p / p.sum()
+
+
+def syllable_units(syllable_start: Sequence[bool], is_special: Sequence[bool]) -> list[list[int]]:
+    """Token positions grouped into syllable units; special tokens belong to none."""
+    units: list[list[int]] = []
+    for pos, (start, special) in enumerate(zip(syllable_start, is_special, strict=True)):
+        if special:
+            continue
+        if start or not units or units[-1][-1] != pos - 1:
+            units.append([pos])
+        else:
+            units[-1].append(pos)
+    return units
+
+
+def sample_spans(
+    units: list[list[int]],
+    budget: int,
+    probs: torch.Tensor,
+    generator: torch.Generator,
+) -> list[list[int]]:
+    """ALBERT span selection: lists of unit indices (each span n consecutive units)."""
+    if not units or budget <= 0:
+        return []
+    max_n = len(probs)
+    order = torch.randperm(len(units), generator=generator).tolist()
+    draws = torch.multinomial(probs, len(units), replacement=True, generator=generator) + 1
+    draws_l = draws.tolist()
+    covered = [False] * len(units)
+    spans: list[list[int]] = []
+    n_tokens = 0
+    for start, n in zip(order, draws_l, strict=True):
+        if n_tokens >= budget:
+            break
+        n = min(n, max_n, len(units) - start)
+        size = sum(len(units[u]) for u in range(start, start + n))
+        while n > 1 and n_tokens + size > budget:  # shorten rather than overrun the budget
+            n -= 1
+            size -= len(units[start + n])
+        if n_tokens + size > budget or any(covered[start : start + n]):
+            continue
+        for u in range(start, start + n):
+            covered[u] = True
+        spans.append(list(range(start, start + n)))
+        n_tokens += size
+    return spans
+
+
+class MlmCollator:
+    """Pads a list of pretraining examples into a batch and applies n-gram masking."""
+
+    def __init__(
+        self,
+        vocab: _VocabLike,
+        mask_prob: float = 0.15,
+        max_ngram: int = 3,
+        seed: int = 42,
+    ) -> None:
+        if not 0.0 < mask_prob < 1.0:
+            raise ValueError("mask_prob must be in (0, 1)")
+        if max_ngram < 1:
+            raise ValueError("max_ngram must be >= 1")
+        self.size = int(vocab.size)
+        self.pad_id = int(vocab.pad_id)
+        self.mask_id = int(vocab.mask_id)
+        self.special_ids = frozenset(int(i) for i in vocab.special_ids)
+        unk = getattr(vocab, "unk_id", None)  # [UNK] may be predicted but is no replacement
+        regular = [i for i in range(self.size) if i not in self.special_ids and i != unk]
+        if not regular:
+            raise ValueError("the vocabulary has no regular tokens to sample replacements from")
+        self._regular = torch.tensor(regular, dtype=torch.long)
+        self.mask_prob = mask_prob
+        self.probs = ngram_probs(max_ngram)
+        self.seed = seed
+
+    def generator(self, batch_index: int) -> torch.Generator:
+        # Distinct, reproducible streams per (seed, batch); the mix keeps neighbours apart.
+        mixed = (self.seed * 0x9E3779B97F4A7C15 + batch_index * 0xBF58476D1CE4E5B9) % (2**63)
+        return torch.Generator().manual_seed(mixed)
+
+    def __call__(self, examples: list[dict[str, Any]], batch_index: int) -> dict[str, torch.Tensor]:
+        g = self.generator(batch_index)
+        width = max(len(ex["input_ids"]) for ex in examples)
+        batch = len(examples)
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        token_types = torch.zeros((batch, width), dtype=torch.long)
+        attention = torch.zeros((batch, width), dtype=torch.long)
+        chosen = torch.zeros((batch, width), dtype=torch.bool)
+        for row, ex in enumerate(examples):
+            ids = [int(i) for i in ex["input_ids"]]
+            n = len(ids)
+            input_ids[row, :n] = torch.tensor(ids, dtype=torch.long)
+            token_types[row, :n] = torch.as_tensor(list(ex["token_type_ids"]), dtype=torch.long)
+            attention[row, :n] = 1
+            special = [i in self.special_ids for i in ids]
+            units = syllable_units(list(ex["syllable_start"]), special)
+            n_real = n - sum(special)
+            budget = max(1, round(n_real * self.mask_prob)) if n_real else 0
+            for span in sample_spans(units, budget, self.probs, g):
+                for u in span:
+                    chosen[row, units[u]] = True
+        labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+        roll = torch.rand((batch, width), generator=g)
+        random_ids = self._regular[torch.randint(len(self._regular), (batch, width), generator=g)]
+        masked = input_ids.clone()
+        masked[chosen & (roll < 0.8)] = self.mask_id
+        swap = chosen & (roll >= 0.8) & (roll < 0.9)
+        masked[swap] = random_ids[swap]
+        sop = torch.tensor([int(ex["sop_label"]) for ex in examples], dtype=torch.long)
+        return {
+            "input_ids": masked,
+            "attention_mask": attention,
+            "token_type_ids": token_types,
+            "mlm_labels": labels,
+            "sop_labels": sop,
+        }

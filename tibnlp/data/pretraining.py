@@ -1,0 +1,282 @@
+"""Pretraining examples: tokenised ALBERT sentence-order pairs, on disk, plus length bucketing.
+
+Example filling (ALBERT's `create_instances_from_document`, with SOP): the sentences of ONE
+document are accumulated until they reach a target of `seq_len - 3` tokens (with probability
+`short_seq_prob` a random shorter target in [2, seq_len - 3], so the model also sees short
+inputs), then cut at a random sentence boundary into A and B; with probability 1/2 they are
+swapped (`sop_label` 1). A chunk of one sentence is cut at a syllable boundary near its middle.
+Sentences longer than the budget are first split at syllable boundaries, so no text is lost to
+truncation. Consequence for `median_length` (the DMA-ALBERT threshold `m`): most examples are
+full (close to `seq_len`); short ones come from the `short_seq_prob` draws and from document
+tails, so the median sits near `seq_len` on long-document corpora and drops on corpora of
+short documents.
+
+Examples are stored unpadded (`length` real tokens); the collator pads per batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import statistics
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tibnlp.errors import DataError
+from tibnlp.text.vocab import Vocabulary
+
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+
+
+def _load_corpus(path: Path) -> Any:
+    from tibnlp.text.vocab_build import load_corpus
+
+    return load_corpus(path)
+
+
+def _split_long(ids: list[int], starts: list[bool], limit: int) -> list[tuple[list, list]]:
+    """Cut a token sequence into parts of <= limit tokens at syllable starts where possible."""
+    parts = []
+    while len(ids) > limit:
+        cut = max((i for i in range(1, limit + 1) if starts[i]), default=limit)
+        parts.append((ids[:cut], starts[:cut]))
+        ids, starts = ids[cut:], [True, *starts[cut + 1 :]]
+    parts.append((ids, starts))
+    return parts
+
+
+def _pair(
+    chunk: list[tuple[list, list]], rng: random.Random
+) -> tuple[list[int], list[bool], list[int], list[bool]] | None:
+    if len(chunk) >= 2:
+        a_end = rng.randint(1, len(chunk) - 1)
+        a = [t for s in chunk[:a_end] for t in s[0]], [t for s in chunk[:a_end] for t in s[1]]
+        b = [t for s in chunk[a_end:] for t in s[0]], [t for s in chunk[a_end:] for t in s[1]]
+        return a[0], a[1], b[0], b[1]
+    ids, starts = chunk[0]
+    cuts = [i for i in range(1, len(ids)) if starts[i]]
+    if not cuts:
+        return None
+    cut = min(cuts, key=lambda i: abs(i - len(ids) / 2))
+    return ids[:cut], starts[:cut], ids[cut:], starts[cut:]
+
+
+def make_examples(
+    doc_id: int,
+    sentences: list[list[int]],
+    vocab: Vocabulary,
+    seq_len: int,
+    rng: random.Random,
+    short_seq_prob: float,
+) -> list[dict[str, Any]]:
+    """SOP examples of one document (see the module docstring for the policy)."""
+    budget = seq_len - 3
+    parts = []
+    for ids in sentences:
+        if ids:
+            parts.extend(_split_long(ids, vocab.syllable_starts(ids), budget))
+    out: list[dict[str, Any]] = []
+    target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
+    chunk: list[tuple[list, list]] = []
+    size = 0
+    for i, part in enumerate(parts):
+        if chunk and size + len(part[0]) > budget:  # would overflow: emit what we have
+            out.extend(_emit(doc_id, chunk, vocab, rng))
+            chunk, size = [], 0
+            target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
+        chunk.append(part)
+        size += len(part[0])
+        if size >= target or i == len(parts) - 1:
+            out.extend(_emit(doc_id, chunk, vocab, rng))
+            chunk, size = [], 0
+            target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
+    return out
+
+
+def _emit(
+    doc_id: int, chunk: list[tuple[list, list]], vocab: Vocabulary, rng: random.Random
+) -> list[dict[str, Any]]:
+    pair = _pair(chunk, rng)
+    if pair is None:
+        return []
+    a, a_starts, b, b_starts = pair
+    swapped = rng.random() < 0.5
+    if swapped:
+        a, a_starts, b, b_starts = b, b_starts, a, a_starts
+    ids = [vocab.cls_id, *a, vocab.sep_id, *b, vocab.sep_id]
+    return [
+        {
+            "input_ids": ids,
+            "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
+            "syllable_start": [True, *a_starts, True, *b_starts, True],
+            "sop_label": int(swapped),
+            "length": len(ids),
+            "doc_id": doc_id,
+        }
+    ]
+
+
+def _features() -> Any:
+    import datasets
+
+    return datasets.Features(
+        {
+            "input_ids": datasets.Sequence(datasets.Value("int32")),
+            "token_type_ids": datasets.Sequence(datasets.Value("int8")),
+            "syllable_start": datasets.Sequence(datasets.Value("bool")),
+            "sop_label": datasets.Value("int8"),
+            "length": datasets.Value("int32"),
+            "doc_id": datasets.Value("int64"),
+        }
+    )
+
+
+def _examples_batch(
+    batch: dict[str, list], vocab: Vocabulary, seq_len: int, seed: int, split: str, short: float
+) -> dict[str, list]:
+    out: dict[str, list] = {k: [] for k in _features()}
+    for doc_id, sentences in zip(batch["doc_id"], batch["sentences"], strict=True):
+        rng = random.Random(f"{seed}/{split}/{doc_id}")  # per document: order-independent
+        ids = vocab.encode_batch(sentences, num_threads=1) if sentences else []
+        for ex in make_examples(int(doc_id), ids, vocab, seq_len, rng, short):
+            for key, value in ex.items():
+                out[key].append(value)
+    return out
+
+
+def _sha256_file(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def build_pretraining_dataset(
+    corpus_dir: Path,
+    vocab: Vocabulary,
+    seq_len: int,
+    out_dir: Path,
+    seed: int = 42,
+    num_proc: int = 0,
+    short_seq_prob: float = 0.1,
+) -> Path:
+    """Tokenise a prepared corpus into SOP examples under `out_dir` (cached by its inputs)."""
+    import datasets
+
+    corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
+    if seq_len < 8:
+        raise DataError(f"seq_len {seq_len} is too short for [CLS] A [SEP] B [SEP]; use >= 8")
+    if not 0.0 <= short_seq_prob <= 1.0:
+        raise DataError(f"short_seq_prob {short_seq_prob} must be in [0, 1]")
+    corpus = _load_corpus(corpus_dir)
+    key = {
+        "format": FORMAT_VERSION,
+        "seq_len": seq_len,
+        "vocab_sha256": vocab.sha256,
+        "corpus_report_sha256": _sha256_file(corpus_dir / "report.json"),
+        "corpus_fingerprints": {
+            s: getattr(corpus[s], "_fingerprint", None) for s in sorted(corpus)
+        },
+        "seed": seed,
+        "short_seq_prob": short_seq_prob,
+    }
+    cache_key = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    if (out_dir / META_FILE).is_file():
+        meta = json.loads((out_dir / META_FILE).read_text(encoding="utf-8"))
+        if meta.get("cache_key") == cache_key:
+            return out_dir
+        raise DataError(
+            f"{out_dir} holds pretraining data built from other inputs",
+            "choose another output folder or delete it",
+        )
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise DataError(f"{out_dir} exists and is not a pretraining dataset; choose another")
+    procs = num_proc or os.cpu_count() or 1
+    splits = {}
+    for split in ("train", "heldout"):
+        if split not in corpus:
+            raise DataError(f"{corpus_dir}: the prepared corpus has no {split!r} split")
+        ds = corpus[split]
+        splits[split] = ds.map(
+            _examples_batch,
+            batched=True,
+            batch_size=16,
+            remove_columns=ds.column_names,
+            features=_features(),
+            num_proc=min(procs, max(1, len(ds))) if procs > 1 else None,
+            fn_kwargs={
+                "vocab": vocab,
+                "seq_len": seq_len,
+                "seed": seed,
+                "split": split,
+                "short": short_seq_prob,
+            },
+            desc=f"tokenising {split}",
+            load_from_cache_file=False,
+        )
+    if len(splits["train"]) == 0:
+        raise DataError(f"{corpus_dir}: no pretraining example could be made from the train split")
+    lengths = splits["train"]["length"]
+    meta = {
+        **key,
+        "cache_key": cache_key,
+        "vocab_size": vocab.size,
+        "corpus": str(corpus_dir.resolve()),
+        "counts": {s: len(d) for s, d in splits.items()},
+        "tokens": {s: int(np.sum(d["length"])) if len(d) else 0 for s, d in splits.items()},
+        "sop_swapped": {s: int(np.sum(d["sop_label"])) if len(d) else 0 for s, d in splits.items()},
+        "median_length": float(statistics.median(lengths)),
+        "mean_length": float(np.mean(lengths)),
+    }
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        datasets.DatasetDict(splits).save_to_disk(str(tmp / "dataset"))
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        if out_dir.exists():
+            out_dir.rmdir()
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def load_pretraining_dataset(path: Path) -> tuple[Any, dict[str, Any]]:
+    """(DatasetDict with train/heldout, meta) of a folder made by `build_pretraining_dataset`."""
+    import datasets
+
+    path = Path(path)
+    if not (path / META_FILE).is_file() or not (path / "dataset").is_dir():
+        raise DataError(
+            f"{path} is not a pretraining dataset (no {META_FILE} or dataset/)",
+            "build it with build_pretraining_dataset (run by `tibnlp pretrain`)",
+        )
+    meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+    return datasets.load_from_disk(str(path / "dataset")), meta
+
+
+def length_bucketed_batches(
+    lengths: Sequence[int], batch_size: int, seed: int, epoch: int, chunk_batches: int = 50
+) -> list[list[int]]:
+    """Shuffled batches of similar lengths: shuffle, sort inside mega-chunks of
+    `chunk_batches` batches, cut, shuffle the batch order. Deterministic in (seed, epoch);
+    every index appears exactly once (the last batch may be smaller)."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    rng = np.random.default_rng([seed, epoch])
+    lengths_a = np.asarray(lengths)
+    order = rng.permutation(len(lengths_a))
+    mega = batch_size * chunk_batches
+    batches: list[list[int]] = []
+    for start in range(0, len(order), mega):
+        part = order[start : start + mega]
+        part = part[np.argsort(lengths_a[part], kind="stable")]
+        batches.extend(part[i : i + batch_size].tolist() for i in range(0, len(part), batch_size))
+    perm = rng.permutation(len(batches))
+    return [batches[i] for i in perm]

@@ -1,0 +1,158 @@
+"""The SentencePiece unigram vocabulary as the rest of tibnlp uses it.
+
+Syllable boundaries (`vocab.split_on_tsheg`, default true): the model is trained with a
+normalisation rule, compiled into spm.model, that turns every tsheg into whitespace (and puts
+a space after each shad). SentencePiece never lets a piece span whitespace, so every piece
+lies inside one syllable, and every syllable starts with a `▁X` piece. Because the rule lives
+in the model, encoding at use time (ours, or sentencepiece called directly) sees exactly what
+training saw. `decode` maps the whitespace after a syllable back to a tsheg.
+
+Why this and not SentencePiece's `pretokenization_delimiter` (syllable + tsheg as pre-tokens):
+measured on the real corpus, the unigram model then keeps the tsheg as a piece of its own
+(a stem `X` serves both `X་` and `X།`), about 2 pieces per syllable; with the tsheg as the word
+marker it is about 1.2 (benchmarks/results/vocab.md). With `split_on_tsheg: false` the
+normaliser is identity and pieces may span syllables (`པ་ལ`): fewer pieces per syllable, but
+masking units that cut words.
+
+Build (training and the report) lives in `tibnlp.text.vocab_build`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import sentencepiece as spm
+
+from tibnlp.errors import DataError
+from tibnlp.text.syllables import SYLLABLE_RE, TSHEG
+
+MARKER = "tibnlp-vocab.json"
+MODEL_FILE = "spm.model"
+WORD_START = "\u2581"  # SentencePiece's whitespace marker
+# Syllable characters: the same class as `tibnlp.text.syllables` (its regex without `[]+`).
+_SYLLABLE_CHARS = frozenset(
+    chr(c) for c in range(0x0F00, 0x1000) if SYLLABLE_RE.fullmatch(chr(c)) is not None
+)
+
+_SPACE_AFTER_SYLLABLE = re.compile(f"(?<={SYLLABLE_RE.pattern[:-1]}) (?=[^ A-Za-z0-9])")
+
+try:  # the Tibetan normaliser arrives from a parallel branch; NFC until it is merged
+    from tibnlp.text.normalize import normalize as _normalize
+except ImportError:  # pragma: no cover - exercised only before the merge
+
+    def _normalize(text: str, join_spaced_syllables: bool = False) -> str:
+        return unicodedata.normalize("NFC", text).replace("\u0f0c", "\u0f0b")
+
+
+normalize: Callable[..., str] = _normalize
+
+
+def is_syllable_char(char: str) -> bool:
+    return char in _SYLLABLE_CHARS
+
+
+class Vocabulary:
+    """A trained SentencePiece model plus the special-token ids tibnlp relies on."""
+
+    def __init__(self, model_proto: bytes, path: Path | None = None) -> None:
+        self.path = path
+        self._proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.size: int = self.sp.get_piece_size()
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = range(5)
+        expected = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        got = [self.sp.id_to_piece(i) for i in range(5)]
+        if got != expected:
+            raise DataError(
+                f"vocabulary {path or '(in memory)'}: ids 0-4 are {got}, expected {expected}",
+                "rebuild it with `tibnlp vocab build`",
+            )
+        # Never masked nor predicted: [PAD] and the control symbols. [UNK] stands for text
+        # (an unseen character), so it is an ordinary piece inside its syllable.
+        self.special_ids: frozenset[int] = frozenset(
+            i for i in range(self.size) if self.sp.is_control(i) or i == self.pad_id
+        )
+        self.sha256: str = hashlib.sha256(model_proto).hexdigest()
+        # Trained with the tsheg-as-whitespace rule (split_on_tsheg)? Read it off the model.
+        self.split_on_tsheg: bool = TSHEG not in self.sp.normalize(f"ཀ{TSHEG}ཀ")
+        # Per piece: does it end inside a syllable (the next piece may continue it), and is
+        # it a lone whitespace marker (which belongs to the syllable after it)?
+        pieces = [self.sp.id_to_piece(i) for i in range(self.size)]
+        self._ends_in_syllable = [
+            i == self.unk_id or (i not in self.special_ids and bool(p) and is_syllable_char(p[-1]))
+            for i, p in enumerate(pieces)
+        ]
+        self._lone_space = [p == WORD_START for p in pieces]
+        self._opens_word = [p.startswith(WORD_START) for p in pieces]
+
+    @classmethod
+    def load(cls, path: Path | str) -> Vocabulary:
+        path = Path(path)
+        marker = path / MARKER
+        if not marker.is_file() or not (path / MODEL_FILE).is_file():
+            raise DataError(
+                f"{path} is not a tibnlp vocabulary (no {MARKER} or {MODEL_FILE})",
+                "build one with `tibnlp vocab build --corpus DIR --output DIR`",
+            )
+        try:
+            kind = json.loads(marker.read_text(encoding="utf-8")).get("kind")
+        except (ValueError, AttributeError) as exc:
+            raise DataError(f"{marker}: not valid JSON ({exc})", "rebuild the vocabulary") from exc
+        if kind != "vocabulary":
+            raise DataError(f"{marker}: kind is {kind!r}, expected 'vocabulary'")
+        return cls((path / MODEL_FILE).read_bytes(), path)
+
+    # Pickled for `datasets.map(num_proc=...)`: the model travels as bytes.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"proto": self._proto, "path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["proto"], state["path"])  # type: ignore[misc]
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.sp.encode(normalize(text)))
+
+    def encode_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
+        """Many texts at once: SentencePiece's C++ batch encoder on `num_threads` threads
+        (-1: all cores), which avoids a Python round trip per text."""
+        return self.sp.encode([normalize(t) for t in texts], num_threads=num_threads)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        text = str(self.sp.decode(list(ids)))
+        if self.split_on_tsheg:  # whitespace after a syllable was a tsheg
+            text = _SPACE_AFTER_SYLLABLE.sub(TSHEG, text)
+        return text
+
+    def id_to_piece(self, i: int) -> str:
+        return str(self.sp.id_to_piece(int(i)))
+
+    def piece_to_id(self, piece: str) -> int:
+        return int(self.sp.piece_to_id(piece))
+
+    def syllable_starts(self, ids: Sequence[int]) -> list[bool]:
+        """True where a piece opens a new syllable unit (for whole-syllable masking).
+
+        A piece continues the current unit when the piece before it ended on a syllable
+        letter (so this piece carries more of that syllable, or the tsheg/shad closing it) or
+        was a lone `▁` (a space belongs to the syllable after it), unless it starts with `▁`.
+        Special tokens are units of their own. With `split_on_tsheg: false` a piece that
+        spans syllables is one unit.
+        """
+        out: list[bool] = []
+        prev = -1
+        ends, lone, specials = self._ends_in_syllable, self._lone_space, self.special_ids
+        opens = self._opens_word
+        for i in ids:
+            i = int(i)
+            if prev < 0 or i in specials or prev in specials:
+                out.append(True)
+            else:
+                out.append(opens[i] or not (ends[prev] or lone[prev]))
+            prev = i
+        return out

@@ -1,0 +1,205 @@
+"""`tibnlp vocab build`: train the SentencePiece unigram model on a prepared corpus, report it.
+
+The train split's sentences are streamed to SentencePiece (`sentence_iterator`), which samples
+`input_sentence_size` of them (shuffled) when the corpus is larger. Our own normaliser has
+already run at corpus preparation, so SentencePiece's default NFKC (which would rewrite some
+Tibetan compatibility characters differently from `normalize`) is replaced by identity, plus
+the syllable rules below when `split_on_tsheg`. The output is
+written to a temporary sibling folder and renamed, so a failed build leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import sentencepiece as spm
+
+from tibnlp.config.core import dump_yaml, to_dict
+from tibnlp.config.text import VocabConfig
+from tibnlp.errors import DataError
+from tibnlp.text.syllables import count_syllables, syllables
+from tibnlp.text.vocab import MARKER, MODEL_FILE, WORD_START, Vocabulary
+
+# SentencePiece normalisation rules (hex code points -> hex code points) for split_on_tsheg:
+# tsheg becomes whitespace, so each syllable is a SentencePiece "word" `▁X` (its own pieces
+# can never reach into the next syllable); a space after each shad keeps punctuation from
+# gluing to the following syllable. The rules are compiled into spm.model itself, so
+# sentencepiece used directly encodes exactly like `Vocabulary.encode`.
+SYLLABLE_RULES = {
+    "F0B": "20",  # tsheg
+    "F0C": "20",  # non-breaking tsheg
+    **{f"{c:X}": f"{c:X} 20" for c in (0x0F0D, 0x0F0E, 0x0F0F, 0x0F10, 0x0F11, 0x0F12, 0x0F14)},
+}
+_TOO_BIG_RE = re.compile(r"<=\s*(\d+)")
+
+
+def load_corpus(path: Path) -> Any:
+    """The prepared corpus's DatasetDict (swap for `tibnlp.text.prepare.load_prepared`)."""
+    import datasets
+
+    path = Path(path)
+    marker = path / "tibnlp-corpus.json"
+    try:
+        kind = json.loads(marker.read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    if kind != "prepared_corpus" or not (path / "dataset").is_dir():
+        raise DataError(
+            f"{path} is not a prepared corpus (no valid {marker.name} and dataset/)",
+            "make one with `tibnlp corpus prepare --input FILE... --output DIR`",
+        )
+    return datasets.load_from_disk(str(path / "dataset"))
+
+
+def _sentences(split: Any) -> Iterator[str]:
+    for batch in split.iter(batch_size=1000):
+        for sentences in batch["sentences"]:
+            yield from (s for s in sentences if s.strip())
+
+
+def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> bytes:
+    model = io.BytesIO()
+    specials = config.special_tokens
+    rules: dict[str, Any] = {"normalization_rule_name": "identity"}
+    if config.split_on_tsheg:
+        tsv = workdir / "syllable_rules.tsv"
+        tsv.write_text("".join(f"{k}\t{v}\n" for k, v in SYLLABLE_RULES.items()))
+        rules = {"normalization_rule_tsv": str(tsv)}
+    spm.set_random_generator_seed(config.seed)  # sampling and shuffling are reproducible
+    try:
+        spm.SentencePieceTrainer.train(
+            **rules,
+            sentence_iterator=sentences,
+            model_writer=model,
+            model_type="unigram",
+            vocab_size=config.vocab_size,
+            character_coverage=config.character_coverage,
+            input_sentence_size=config.input_sentence_size,
+            shuffle_input_sentence=True,
+            max_sentence_length=config.max_sentence_length,
+            num_threads=config.num_threads or os.cpu_count() or 1,
+            seed_sentencepiece_size=max(1_000_000, config.vocab_size * 10),
+            pad_id=0,
+            pad_piece=specials[0],
+            unk_id=1,
+            unk_piece=specials[1],
+            bos_id=-1,
+            eos_id=-1,
+            control_symbols=specials[2:],
+            hard_vocab_limit=True,
+            minloglevel=2,
+        )
+    except RuntimeError as exc:
+        text = str(exc)
+        if "Vocabulary size" in text or "vocab_size" in text:
+            found = _TOO_BIG_RE.search(text)
+            most = f"~{found.group(1)}" if found else "fewer"
+            raise DataError(
+                f"vocabulary size {config.vocab_size}: the corpus supports at most {most} pieces",
+                "lower --vocab-size (or use a larger corpus)",
+            ) from exc
+        raise DataError(f"SentencePiece could not train: {text.strip()}") from exc
+    return model.getvalue()
+
+
+def _sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def evaluate(vocab: Vocabulary, sentences: list[str]) -> dict[str, Any]:
+    """Held-out figures: [UNK] share, pieces per syllable, coverage of syllable types."""
+    ids = vocab.encode_batch(sentences)
+    n_pieces = sum(len(x) for x in ids)
+    n_unk = sum(x.count(vocab.unk_id) for x in ids)
+    n_syll = sum(count_syllables(s) for s in sentences)
+    types = Counter(syl for s in sentences for syl in syllables(s))
+    encoded = vocab.encode_batch(list(types))
+    single = known = single_tokens = known_tokens = 0
+    for (_syl, count), type_ids in zip(types.items(), encoded, strict=True):
+        type_ids = [p for p in type_ids if vocab.id_to_piece(p) != WORD_START]
+        if vocab.unk_id not in type_ids:
+            known += 1
+            known_tokens += count
+        if len(type_ids) == 1 and type_ids[0] != vocab.unk_id:
+            single += 1
+            single_tokens += count
+    n_types, n_tokens = len(types) or 1, sum(types.values()) or 1
+    regular = (i for i in range(vocab.size) if i not in vocab.special_ids and i != vocab.unk_id)
+    pieces = [vocab.id_to_piece(i) for i in regular]
+    return {
+        "heldout_sentences": len(sentences),
+        "heldout_pieces": n_pieces,
+        "heldout_syllables": n_syll,
+        "unk_share": n_unk / max(n_pieces, 1),
+        "pieces_per_syllable": n_pieces / max(n_syll, 1),
+        "syllable_types": len(types),
+        "syllable_type_coverage": known / n_types,  # types encoded without [UNK]
+        "syllable_type_single_piece": single / n_types,  # types that are one piece
+        "syllable_token_single_piece": single_tokens / n_tokens,
+        "syllable_token_coverage": known_tokens / n_tokens,
+        "longest_pieces": sorted(pieces, key=lambda p: (-len(p.lstrip(WORD_START)), p))[:20],
+    }
+
+
+def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) -> dict[str, Any]:
+    """Train, evaluate on the held-out split and write the vocabulary folder; returns the report."""
+    corpus_dir, output_dir = Path(corpus_dir), Path(output_dir)
+    if output_dir.exists() and any(output_dir.iterdir()):
+        raise DataError(f"{output_dir} already exists and is not empty", "choose a new --output")
+    corpus = load_corpus(corpus_dir)
+    if "train" not in corpus or "heldout" not in corpus:
+        raise DataError(f"{corpus_dir}: the prepared corpus lacks a train or heldout split")
+    train = corpus["train"]
+    first = next(_sentences(train), None)
+    if first is None:
+        raise DataError(f"{corpus_dir}: the train split has no sentences; nothing to learn from")
+    with tempfile.TemporaryDirectory() as workdir:
+        proto = _train(config, _sentences(train), Path(workdir))
+    vocab = Vocabulary(proto)
+    heldout = list(_sentences(corpus["heldout"]))
+    report: dict[str, Any] = {
+        "vocab_size": vocab.size,
+        "split_on_tsheg": config.split_on_tsheg,
+        "sha256": vocab.sha256,
+        "corpus": str(corpus_dir.resolve()),
+        **evaluate(vocab, heldout),
+    }
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        (tmp / MODEL_FILE).write_bytes(proto)
+        (tmp / "spm.vocab").write_text(
+            "".join(
+                f"{vocab.sp.id_to_piece(i)}\t{vocab.sp.get_score(i)}\n" for i in range(vocab.size)
+            ),
+            encoding="utf-8",
+        )
+        dump_yaml(
+            {
+                "vocab": to_dict(config),
+                "corpus": str(corpus_dir.resolve()),
+                "corpus_report_sha256": _sha256(corpus_dir / "report.json"),
+            },
+            tmp / "vocab.yaml",
+        )
+        (tmp / "report.json").write_text(
+            json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8"
+        )
+        (tmp / MARKER).write_text(json.dumps({"kind": "vocabulary", "version": 1}))
+        if output_dir.exists():
+            output_dir.rmdir()
+        os.replace(tmp, output_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return report
