@@ -4,6 +4,7 @@ so the engine gets a client optimizer that runs anywhere."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -32,7 +33,7 @@ class Lamb(torch.optim.Optimizer):
         )
 
     @torch.no_grad()
-    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+    def step(self, closure: Any = None) -> Any:
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -69,7 +70,8 @@ class Lamb(torch.optim.Optimizer):
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """No weight decay on biases and normalisation weights (1-d tensors), as BERT/ALBERT do."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for _, p in model.named_parameters():
         if p.requires_grad:
             (no_decay if p.ndim <= 1 else decay).append(p)

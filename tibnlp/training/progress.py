@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -56,7 +57,7 @@ class TrainProgress:
     def update(self, step: int, loss: float | None = None, tokens_per_s: float | None = None):
         if self._progress is None:
             return
-        fields = {}
+        fields: dict[str, Any] = {}
         if loss is not None:
             fields["loss"] = f"{loss:.4f}"
         if tokens_per_s is not None:
