@@ -55,16 +55,24 @@ def _free_port() -> int:
 
 def init_distributed(cfg: EngineConfig) -> World:
     """Join (or create) the process group; idempotent within a process."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(cfg.port or _free_port()))
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     cuda = torch.cuda.is_available()
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if cuda else "gloo")
     if backend == "nccl" and not cuda:
         raise ConfigError("config key 'engine.backend': nccl needs a CUDA device; use gloo")
     if not dist.is_initialized():
-        deepspeed.init_distributed(dist_backend=backend, verbose=False)
+        if launched:
+            deepspeed.init_distributed(dist_backend=backend, verbose=False)
+        else:  # a world of one on a local port; RANK etc. stay unset for child processes
+            os.environ.setdefault("LOCAL_RANK", "0")  # DeepSpeed's initialize asserts it
+            deepspeed.init_distributed(
+                dist_backend=backend,
+                auto_mpi_discovery=False,
+                init_method=f"tcp://127.0.0.1:{cfg.port or _free_port()}",
+                rank=0,
+                world_size=1,
+                verbose=False,
+            )
     world = World(dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")), dist.get_world_size())
     if cuda:
         torch.cuda.set_device(world.local_rank)
