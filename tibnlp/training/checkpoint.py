@@ -91,7 +91,8 @@ def save(
 
 
 def _prune(directory: Path, keep: int) -> None:
-    """Keep the newest `keep` complete tags; drop older ones and stale partial newer ones."""
+    """Keep the newest `keep` complete tags. A partial folder newer than the marker (a save
+    that was killed) is left alone: the next save of that step overwrites it."""
     current = latest_tag(directory)
     if current is None:
         return

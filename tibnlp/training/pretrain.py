@@ -30,7 +30,7 @@ from tibnlp.data.pretraining import (
     length_bucketed_batches,
     load_pretraining_dataset,
 )
-from tibnlp.errors import ConfigError
+from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.io import save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
@@ -123,6 +123,12 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
     barrier()
     splits, meta = load_pretraining_dataset(output / "data")
     model_cfg = resolve_model_config(cfg.model, vocab.size, meta)
+    if len(splits["train"]) < p.batch_size:
+        raise DataError(
+            f"{output / 'data'}: {len(splits['train'])} training examples, fewer than one batch "
+            f"(pretrain.batch_size={p.batch_size})",
+            "use a larger corpus or a smaller batch_size",
+        )
 
     _seed_everything(p.seed)  # identical initial weights on every rank
     model = AlbertForPretraining(model_cfg)
