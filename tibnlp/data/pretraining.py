@@ -9,7 +9,10 @@ Sentences longer than the budget are first split at syllable boundaries, so no t
 truncation. Consequence for `median_length` (the DMA-ALBERT threshold `m`): most examples are
 full (close to `seq_len`); short ones come from the `short_seq_prob` draws and from document
 tails, so the median sits near `seq_len` on long-document corpora and drops on corpora of
-short documents.
+short documents. Measured on the real corpus (16000-piece vocabulary, short_seq_prob 0.1):
+seq_len 512 -> median 468, mean 407; seq_len 128 -> median 116, mean 102. A median this close
+to `seq_len` makes DMA's batch rule pick `h_l` for about half the batches; lower
+`short_seq_prob` raises it, packing several documents per example would remove the tails.
 
 Examples are stored unpadded (`length` real tokens); the collator pads per batch.
 """

@@ -9,10 +9,11 @@ training saw. `decode` maps the whitespace after a syllable back to a tsheg.
 
 Why this and not SentencePiece's `pretokenization_delimiter` (syllable + tsheg as pre-tokens):
 measured on the real corpus, the unigram model then keeps the tsheg as a piece of its own
-(a stem `X` serves both `X་` and `X།`), about 2 pieces per syllable; with the tsheg as the word
-marker it is about 1.2 (benchmarks/results/vocab.md). With `split_on_tsheg: false` the
-normaliser is identity and pieces may span syllables (`པ་ལ`): fewer pieces per syllable, but
-masking units that cut words.
+(a stem `X` serves both `X་` and `X།`): 2.01 pieces per held-out syllable at 2000 pieces, where
+this rule gives 1.07 at 16000 (benchmarks/results/vocab.md). A consequence: pieces are bounded
+by the corpus's syllable inventory (19,010 syllable types in the real train split), so the
+corpus supports only ~20k pieces in this mode. With `split_on_tsheg: false` the normaliser is
+identity and pieces may span syllables (`པ་ལ`), at the cost of masking units that cut words.
 
 Build (training and the report) lives in `tibnlp.text.vocab_build`.
 """

@@ -104,9 +104,15 @@ def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> byte
         if "Vocabulary size" in text or "vocab_size" in text:
             found = _TOO_BIG_RE.search(text)
             most = f"~{found.group(1)}" if found else "fewer"
+            hint = "lower --vocab-size (or use a larger corpus)"
+            if config.split_on_tsheg:
+                hint += (
+                    "; pieces stay inside syllables (vocab.split_on_tsheg), so the corpus's "
+                    "syllable inventory bounds the size (vocab.split_on_tsheg=false lifts it)"
+                )
             raise DataError(
                 f"vocabulary size {config.vocab_size}: the corpus supports at most {most} pieces",
-                "lower --vocab-size (or use a larger corpus)",
+                hint,
             ) from exc
         raise DataError(f"SentencePiece could not train: {text.strip()}") from exc
     return model.getvalue()
