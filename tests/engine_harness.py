@@ -109,6 +109,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         "sleep_after_step": 0.0,
         "seed": 7,
         "dropout": 0.1,
+        "time_budget_s": None,
         **overrides,
     }
     engine_cfg = EngineConfig(zero_stage=o["zero_stage"], threads=1)
@@ -142,6 +143,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         keep_checkpoints=2,
         checkpoint_dir=out / "checkpoints",
         progress=False,
+        time_budget_s=o["time_budget_s"],
     )
     loop = TrainLoop(engine, world, train, heldout, settings)
 
@@ -169,6 +171,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
                     "train": result.train,
                     "eval": result.eval,
                     "run_id": result.tracker.run_id,
+                    "stopped_by": result.stopped_by,
                     "world": world.size,
                 }
             )

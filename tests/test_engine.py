@@ -207,3 +207,16 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_checkpoint(tmp_path) -> None
     # The run can resume from there once the cause is fixed.
     h.main(tmp_path / "run", {"max_steps": 8, "checkpoint_every": 2, "resume": True})
     assert checkpoint.latest_tag(ckpt) == "step00000008"
+
+
+def test_time_budget_stops_early_and_checkpoints(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from tibnlp.training import checkpoint
+
+    # The budget is checked before each step: a spent budget lets one step run, then stops.
+    h.main(tmp_path / "run", {"max_steps": 50, "checkpoint_every": 20, "time_budget_s": 1e-9})
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["step"] == 1 and result["stopped_by"] == "time_budget"
+    assert checkpoint.latest_tag(tmp_path / "run" / "checkpoints") == "step00000001"
+    assert "eval/loss" in result["eval"]  # the final step is evaluated too
