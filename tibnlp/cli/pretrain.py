@@ -20,8 +20,12 @@ def pretrain(
         typer.Option("--time-budget", help='Stop after this wall-clock time: "2h", "30m", "90s".'),
     ] = None,
 ) -> None:
-    """Pretrain the encoder; multi-process: `torchrun --nproc_per_node N -m tibnlp.cli.main
-    pretrain ...` or `deepspeed --num_gpus N ...` (multi-node: `deepspeed --hostfile FILE`)."""
+    """Pretrain the encoder (MLM + SOP) on DeepSpeed; one process by default.
+
+    Several processes: `torchrun --nproc_per_node N -m tibnlp.cli.main pretrain ...`, or
+    `deepspeed --num_gpus N --no_local_rank --module tibnlp.cli.main pretrain ...`; several
+    nodes: the same with `deepspeed --hostfile FILE` (one line per node: `host slots=N`).
+    """
     from tibnlp.training.pretrain import run_pretraining
 
     extra = [f"pretrain.time_budget={time_budget}"] if time_budget is not None else []
