@@ -71,15 +71,21 @@ def timer(
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    # One thread by default: on an oversubscribed machine, thread barriers between many small
+    # ops add noise that says more about the load than about the kernels.
+    torch.set_num_threads(args.threads)
     shapes = [(128, 16), (512, 4)]
     lines = [
         "# Attention benchmark: one layer, forward + backward (CPU)",
         "",
-        f"`PYTHONPATH=. python benchmarks/bench_attention.py --rounds {args.rounds}`; "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor()}"
-        f", load average at start {os.getloadavg()[0]:.1f} (machine shared with other jobs: "
+        f"`PYTHONPATH=. python benchmarks/bench_attention.py --rounds {args.rounds} "
+        f"--threads {args.threads}`; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {platform.machine()}"
+        f" ({os.cpu_count()} cores), load average at start {os.getloadavg()[0]:.1f} "
+        "(machine shared with other jobs: "
         "absolute times are noisy, ratios were measured interleaved in one run).",
         "",
         "D=384, FFN 1536, fp32, dropout off. Multi-scale: windows "
@@ -100,6 +106,8 @@ def main() -> None:
             make_cfg(12, 12, WINDOWS, ffn=False), b, n, "layer"
         )
         for part in ("attention", "layer"):
+            # A second, identical dense layer: its ratio is the noise floor of this run.
+            variants[(part, "dense h=12 again (control)")] = timer(make_cfg(12, 12, []), b, n, part)
             variants[(part, "dynamic (8,12) batch rule")] = timer(make_cfg(8, 12, []), b, n, part)
             variants[(part, "dynamic (8,12) sentence rule, mixed")] = timer(
                 make_cfg(8, 12, []), b, n, part, lengths=half
