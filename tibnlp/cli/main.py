@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from tibnlp.cli import corpus, data, finetune, pipeline, predict, runs, ui, vocab
+from tibnlp.cli import corpus, data, finetune, pipeline, predict, pretrain, runs, ui, vocab
 from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
@@ -26,6 +26,7 @@ app.add_typer(model_cli.app, name="model")
 app.add_typer(finetune.app, name="finetune")
 app.command("predict")(predict.predict)
 app.add_typer(vocab.app, name="vocab")
+app.command("pretrain")(pretrain.pretrain)
 
 
 def main() -> None:

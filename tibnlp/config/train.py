@@ -7,10 +7,39 @@ changes the model.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 from tibnlp.config.core import check
+from tibnlp.errors import ConfigError
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([hms])")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in "2h", "30m", "90s", "1h30m" or a bare number of seconds; "" -> None (no limit)."""
+    text = text.strip().lower()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        pos, seconds = 0, 0.0
+        for match in _DURATION.finditer(text):
+            if match.start() != pos:
+                break
+            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+        if pos != len(text) or pos == 0:
+            raise ConfigError(
+                f"time budget {text!r} is not a duration",
+                'write it like "2h", "30m", "90s" or "1h30m"',
+            ) from None
+    if seconds <= 0:
+        raise ConfigError(f"time budget {text!r} must be positive")
+    return seconds
 
 
 @dataclass
@@ -43,9 +72,12 @@ class EngineConfig:
     threads: int = 0  # torch intra-op threads per process; 0: cores / processes
     compile: bool = False
     num_workers: int = 0
+    backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on GPU, gloo on CPU
+    port: int = 0  # rendezvous port for a single process without a launcher; 0: a free one
 
     def validate(self, prefix: str) -> None:
         check(self.zero_stage in (0, 1, 2), f"{prefix}.zero_stage", "allowed values: 0, 1, 2")
+        check(0 <= self.port < 65536, f"{prefix}.port", "must be a port number or 0")
         check(self.threads >= 0, f"{prefix}.threads", "must be >= 0")
 
 
@@ -78,5 +110,13 @@ class PretrainConfig:
         check(0.0 < self.mask_prob < 1.0, f"{prefix}.mask_prob", "must be in (0, 1)")
         check(1 <= self.max_ngram <= 10, f"{prefix}.max_ngram", "must be in [1, 10]")
         check(self.max_steps >= 1, f"{prefix}.max_steps", "must be >= 1")
-        for key in ("eval_every", "log_every", "checkpoint_every"):
+        check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", "must be >= 0")
+        for key in ("eval_every", "log_every", "checkpoint_every", "keep_checkpoints"):
             check(getattr(self, key) >= 1, f"{prefix}.{key}", "must be >= 1")
+        check(self.eval_batches >= 0, f"{prefix}.eval_batches", "must be >= 0")
+        try:
+            parse_duration(self.time_budget)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"config key '{prefix}.time_budget': {exc.message}", exc.hint
+            ) from exc

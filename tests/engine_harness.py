@@ -1,0 +1,183 @@
+"""A tiny stand-in model and data for the engine tests, runnable as a (multi-process) script.
+
+    python tests/engine_harness.py OUT_DIR '{"max_steps": 6, ...}'
+
+Trains with the real engine (DeepSpeed, checkpoints, MLflow through Tracker) and writes
+OUT_DIR/result.json (final step, metrics) and OUT_DIR/weights.pt (rank 0's parameters).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+VOCAB, SEQ, N_EXAMPLES = 50, 12, 96
+
+
+class TinyPretrainer(nn.Module):
+    """Embeddings, dropout (so RNG state matters), a width-3 convolution (so a masked token
+    can be read off its neighbours), a linear MLM head and a pooled SOP head."""
+
+    def __init__(self, nan_at: int = 0, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 16)
+        self.drop = nn.Dropout(dropout)
+        self.conv = nn.Conv1d(16, 16, 3, padding=1)
+        self.mlm = nn.Linear(16, VOCAB)
+        self.sop = nn.Linear(16, 2)
+        self.nan_at = nan_at
+        self.calls = 0
+
+    def forward(self, input_ids, attention_mask, mlm_labels, sop_labels):  # type: ignore[no-untyped-def]
+        if self.training:
+            self.calls += 1
+        h = self.conv(self.drop(self.embed(input_ids)).transpose(1, 2)).transpose(1, 2)
+        logits = self.mlm(h)
+        mask_loss = nn.functional.cross_entropy(
+            logits.view(-1, VOCAB), mlm_labels.view(-1), ignore_index=-100
+        )
+        pooled = (h * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
+        sop_logits = self.sop(pooled)
+        sop_loss = nn.functional.cross_entropy(sop_logits, sop_labels)
+        sel = mlm_labels != -100
+        loss = mask_loss + sop_loss
+        if self.nan_at and self.calls >= self.nan_at:
+            loss = loss * float("nan")
+        return {
+            "loss": loss,
+            "mask_loss": mask_loss,
+            "mask_accuracy": (logits.argmax(-1)[sel] == mlm_labels[sel]).float().mean(),
+            "sop_loss": sop_loss,
+            "sop_accuracy": (sop_logits.argmax(-1) == sop_labels).float().mean(),
+        }
+
+
+def examples(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    # Each row repeats one token: learnable from context (MLM) and from any token (SOP).
+    ids = torch.randint(5, VOCAB, (N_EXAMPLES, 1), generator=g).repeat(1, SEQ)
+    lengths = torch.randint(SEQ // 2, SEQ + 1, (N_EXAMPLES,), generator=g)
+    return ids, lengths
+
+
+def make_collate(ids: torch.Tensor, lengths: torch.Tensor, seed: int):  # type: ignore[no-untyped-def]
+    def collate(indices: list[int], key: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed * 1_000_003 + key)
+        batch = ids[list(indices)].clone()
+        mask = (torch.arange(SEQ)[None, :] < lengths[list(indices)][:, None]).long()
+        batch[mask == 0] = 0
+        chosen = (torch.rand(batch.shape, generator=g) < 0.3) & (mask == 1)
+        labels = torch.where(chosen, batch, torch.full_like(batch, -100))
+        batch[chosen] = 4
+        sop = (ids[list(indices), 0] % 2).long()
+        return {"input_ids": batch, "attention_mask": mask, "mlm_labels": labels, "sop_labels": sop}
+
+    return collate
+
+
+def make_plan(batch_size: int, seed: int):  # type: ignore[no-untyped-def]
+    def plan(epoch: int) -> list[list[int]]:
+        order = torch.randperm(N_EXAMPLES, generator=torch.Generator().manual_seed(seed + epoch))
+        return [order[i : i + batch_size].tolist() for i in range(0, N_EXAMPLES, batch_size)]
+
+    return plan
+
+
+def main(out: Path, overrides: dict[str, Any]) -> None:
+    from tibnlp.config import EngineConfig, OptimizerConfig
+    from tibnlp.tracking import Tracker
+    from tibnlp.training.batches import ShardedBatches
+    from tibnlp.training.engine import accumulation_steps, init_distributed, initialize, shutdown
+    from tibnlp.training.loop import LoopSettings, TrainLoop, fit
+
+    o = {
+        "max_steps": 6,
+        "batch_size": 8,
+        "micro_batch_size": 0,
+        "checkpoint_every": 2,
+        "eval_every": 3,
+        "lr": 5e-3,
+        "optimizer": "adamw",
+        "nan_at": 0,
+        "zero_stage": 0,
+        "resume": False,
+        "sleep_after_step": 0.0,
+        "seed": 7,
+        "dropout": 0.1,
+        "time_budget_s": None,
+        **overrides,
+    }
+    engine_cfg = EngineConfig(zero_stage=o["zero_stage"], threads=1)
+    world = init_distributed(engine_cfg)
+    torch.manual_seed(o["seed"])
+    model = TinyPretrainer(nan_at=o["nan_at"], dropout=o["dropout"])
+    optim = OptimizerConfig(name=o["optimizer"], lr=o["lr"], warmup_steps=2)
+    accum = accumulation_steps(o["batch_size"], o["micro_batch_size"], world.size)
+    engine = initialize(
+        model, engine_cfg, optim, o["batch_size"], o["micro_batch_size"], o["max_steps"], world
+    )
+    ids, lengths = examples(o["seed"])
+    collate = make_collate(ids, lengths, o["seed"])
+    train = ShardedBatches(
+        make_plan(o["batch_size"], o["seed"]),
+        collate,
+        o["batch_size"],
+        world.rank,
+        world.size,
+        accum,
+    )
+    heldout = ShardedBatches(
+        make_plan(o["batch_size"], 999), collate, o["batch_size"], world.rank, world.size, accum
+    )
+    settings = LoopSettings(
+        max_steps=o["max_steps"],
+        log_every=1,
+        eval_every=o["eval_every"],
+        eval_batches=2,
+        checkpoint_every=o["checkpoint_every"],
+        keep_checkpoints=2,
+        checkpoint_dir=out / "checkpoints",
+        progress=False,
+        time_budget_s=o["time_budget_s"],
+    )
+    loop = TrainLoop(engine, world, train, heldout, settings)
+
+    def open_tracker(run_id: str | None) -> Tracker:
+        return Tracker(
+            "engine-tests", uri=f"sqlite:///{out.parent / 'mlflow.db'}", resume_run_id=run_id
+        )
+
+    def on_log(step: int, metrics: dict[str, float]) -> None:
+        if o["sleep_after_step"]:
+            import time
+
+            print(f"step {step}", flush=True)
+            time.sleep(o["sleep_after_step"])
+
+    result = fit(loop, o["resume"], open_tracker, on_log)
+    if world.is_main:
+        result.tracker.end()
+        params = {k: v.detach().clone() for k, v in engine.module.state_dict().items()}
+        torch.save(params, out / "weights.pt")
+        (out / "result.json").write_text(
+            json.dumps(
+                {
+                    "step": result.step,
+                    "train": result.train,
+                    "eval": result.eval,
+                    "run_id": result.tracker.run_id,
+                    "stopped_by": result.stopped_by,
+                    "world": world.size,
+                }
+            )
+        )
+    shutdown(world)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})

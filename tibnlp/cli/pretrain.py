@@ -1,0 +1,34 @@
+"""`tibnlp pretrain`: ALBERT MLM + SOP pretraining on DeepSpeed (one process or a launcher's)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
+
+
+def pretrain(
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue from the newest complete checkpoint.")
+    ] = False,
+    time_budget: Annotated[
+        str | None,
+        typer.Option("--time-budget", help='Stop after this wall-clock time: "2h", "30m", "90s".'),
+    ] = None,
+) -> None:
+    """Pretrain the encoder (MLM + SOP) on DeepSpeed; one process by default.
+
+    Several processes: `torchrun --nproc_per_node N -m tibnlp.cli.main pretrain ...`, or
+    `deepspeed --num_gpus N --no_local_rank --module tibnlp.cli.main pretrain ...`; several
+    nodes: the same with `deepspeed --hostfile FILE` (one line per node: `host slots=N`).
+    """
+    from tibnlp.training.pretrain import run_pretraining
+
+    extra = [f"pretrain.time_budget={time_budget}"] if time_budget is not None else []
+    cfg = resolve_config(config, overrides, *extra)
+    model_dir = run_pretraining(cfg, resume=resume)
+    console.print(f"model: {model_dir}")

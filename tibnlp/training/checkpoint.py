@@ -1,0 +1,116 @@
+"""Checkpoints through DeepSpeed's save/load with a completeness marker and rotation.
+
+Layout: `OUTPUT/checkpoints/step00000200/` (DeepSpeed files, one tag per save) and
+`OUTPUT/checkpoints/latest` naming the newest *complete* tag. DeepSpeed's own `latest` is not
+used (`save_latest=False`): ours is written atomically by rank 0 only after every rank has
+finished writing, so a run killed mid-save resumes from the previous checkpoint. Anything
+needed to continue bit-exactly rides in `client_state`: RNG states, data position, MLflow run
+id, the running log window. Everything there is tensors, lists and numbers, so it loads with
+`weights_only=True`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tibnlp.config.core import atomic_write_text
+from tibnlp.training.engine import barrier
+
+MARKER = "latest"
+_TAG = re.compile(r"^step(\d{8})$")
+
+
+def tag_for(step: int) -> str:
+    return f"step{step:08d}"
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch RNG states as weights_only-safe values (ints, lists, tensors)."""
+    version, py_state, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": [version, list(py_state), gauss],
+        "numpy": [
+            kind,
+            torch.from_numpy(np.asarray(keys).astype(np.int64)),
+            pos,
+            has_gauss,
+            cached,
+        ],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, py_state, gauss = state["python"]
+    random.setstate((version, tuple(py_state), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def latest_tag(directory: Path) -> str | None:
+    """The newest complete checkpoint's tag, or None."""
+    marker = Path(directory) / MARKER
+    if not marker.is_file():
+        return None
+    tag = marker.read_text(encoding="utf-8").strip()
+    return tag if (Path(directory) / tag).is_dir() else None
+
+
+def save(
+    engine: Any,
+    directory: Path,
+    step: int,
+    client_state: dict[str, Any],
+    keep: int,
+    is_main: bool,
+) -> Path:
+    """Collective: every rank calls it. Returns the checkpoint folder."""
+    directory = Path(directory)
+    tag = tag_for(step)
+    engine.save_checkpoint(str(directory), tag=tag, client_state=client_state, save_latest=False)
+    barrier()  # every rank's shard is on disk before the marker says "complete"
+    if is_main:
+        atomic_write_text(directory / MARKER, tag + "\n")
+        _prune(directory, keep)
+    barrier()
+    return directory / tag
+
+
+def _prune(directory: Path, keep: int) -> None:
+    """Keep the newest `keep` complete tags. A partial folder newer than the marker (a save
+    that was killed) is left alone: the next save of that step overwrites it."""
+    current = latest_tag(directory)
+    if current is None:
+        return
+    steps = sorted(
+        int(m.group(1)) for p in directory.iterdir() if p.is_dir() and (m := _TAG.match(p.name))
+    )
+    newest = int(current[4:])
+    complete = [s for s in steps if s <= newest]
+    for s in complete[:-keep]:
+        shutil.rmtree(directory / tag_for(s), ignore_errors=True)
+
+
+def load(engine: Any, directory: Path) -> tuple[str, dict[str, Any]] | None:
+    """Collective: load the newest complete checkpoint; returns (tag, client_state) or None."""
+    tag = latest_tag(directory)
+    if tag is None:
+        return None
+    path, client_state = engine.load_checkpoint(str(directory), tag=tag)
+    if path is None:
+        return None
+    return tag, client_state

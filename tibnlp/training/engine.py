@@ -1,0 +1,186 @@
+"""DeepSpeed set-up from our config: the only module that imports deepspeed.
+
+- `init_distributed`: a single process with no launcher gets a local world of one (gloo), so
+  `tibnlp pretrain` runs on a laptop; under `deepspeed`/`torchrun` the launcher's env is used.
+  gloo on CPU, NCCL on CUDA (the NCCL and bf16/fp16 paths follow DeepSpeed's documented
+  config but were not run on a GPU in this project's CI).
+- `deepspeed_config`: ZeRO stage, precision, gradient accumulation and clipping as a dict.
+- `safe_checkpoint_loading`: DeepSpeed 0.19.8 reads checkpoints with `torch.load(...,
+  weights_only=False)` (runtime/checkpoint_engine/torch_checkpoint_engine.py), which would
+  unpickle anything. We swap its loader for `weights_only=True` with an allowlist of the few
+  plain DeepSpeed classes its ZeRO optimizer state contains.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import deepspeed
+import torch
+import torch.distributed as dist
+from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+from deepspeed.runtime.zero.config import ZeroStageEnum
+from deepspeed.utils.tensor_fragment import fragment_address
+from torch import nn
+
+from tibnlp.config.train import EngineConfig, OptimizerConfig
+from tibnlp.errors import ConfigError, TibnlpError
+from tibnlp.training.optim import build_optimizer
+from tibnlp.training.schedule import build_scheduler
+
+# Classes DeepSpeed pickles into its own checkpoint files (checked on 0.19.8, ZeRO 0-2):
+# plain records, no code executed when they are rebuilt.
+_SAFE_GLOBALS = [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
+
+
+@dataclass
+class World:
+    rank: int
+    local_rank: int
+    size: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_distributed(cfg: EngineConfig) -> World:
+    """Join (or create) the process group; idempotent within a process."""
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    cuda = torch.cuda.is_available()
+    backend = cfg.backend if cfg.backend != "auto" else ("nccl" if cuda else "gloo")
+    if backend == "nccl" and not cuda:
+        raise ConfigError("config key 'engine.backend': nccl needs a CUDA device; use gloo")
+    if not dist.is_initialized():
+        if launched:
+            deepspeed.init_distributed(dist_backend=backend, verbose=False)
+        else:  # a world of one on a local port; RANK etc. stay unset for child processes
+            os.environ.setdefault("LOCAL_RANK", "0")  # DeepSpeed's initialize asserts it
+            deepspeed.init_distributed(
+                dist_backend=backend,
+                auto_mpi_discovery=False,
+                init_method=f"tcp://127.0.0.1:{cfg.port or _free_port()}",
+                rank=0,
+                world_size=1,
+                verbose=False,
+            )
+    world = World(dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")), dist.get_world_size())
+    if cuda:
+        torch.cuda.set_device(world.local_rank)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
+    torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(1, local)))
+    return world
+
+
+def resolve_precision(requested: str) -> str:
+    """auto: bf16 on a GPU that has it, else fp16 on GPU, fp32 on CPU."""
+    cuda = torch.cuda.is_available()
+    if requested == "auto":
+        if not cuda:
+            return "fp32"
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if requested in ("bf16", "fp16") and not cuda:
+        raise ConfigError(
+            f"config key 'engine.precision': {requested} needs a GPU here",
+            "use engine.precision=auto (fp32 on CPU)",
+        )
+    return requested
+
+
+def accumulation_steps(batch_size: int, micro_batch_size: int, world_size: int) -> int:
+    """Micro-steps per optimizer step so that micro * accumulation * world == batch_size."""
+    micro = micro_batch_size or batch_size // world_size
+    if micro < 1 or batch_size % (micro * world_size):
+        raise ConfigError(
+            f"config key 'pretrain.batch_size': {batch_size} is not a multiple of "
+            f"micro_batch_size ({micro}) x processes ({world_size})",
+            "choose batch_size = micro_batch_size x processes x accumulation steps",
+        )
+    return batch_size // (micro * world_size)
+
+
+def deepspeed_config(
+    engine: EngineConfig,
+    optimizer: OptimizerConfig,
+    batch_size: int,
+    micro_batch_size: int,
+    world_size: int,
+) -> dict[str, Any]:
+    accum = accumulation_steps(batch_size, micro_batch_size, world_size)
+    precision = resolve_precision(engine.precision)
+    config: dict[str, Any] = {
+        "train_batch_size": batch_size,
+        "train_micro_batch_size_per_gpu": batch_size // (accum * world_size),
+        "gradient_accumulation_steps": accum,
+        "gradient_clipping": optimizer.grad_clip,
+        "zero_optimization": {"stage": engine.zero_stage},
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+    if precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif precision == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    return config
+
+
+def _weights_only_load(path: str, map_location: Any = None) -> Any:
+    try:
+        with torch.serialization.safe_globals(_SAFE_GLOBALS):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # UnpicklingError and friends: name the file, never fall back
+        raise TibnlpError(
+            f"checkpoint file {path} could not be loaded safely: {exc}".splitlines()[0],
+            "only checkpoints written by tibnlp pretrain are loaded (weights_only)",
+        ) from exc
+
+
+def initialize(
+    model: nn.Module,
+    engine_cfg: EngineConfig,
+    optim_cfg: OptimizerConfig,
+    batch_size: int,
+    micro_batch_size: int,
+    total_steps: int,
+    world: World,
+) -> Any:
+    """The DeepSpeed engine around `model`, with our optimizer and lr schedule attached."""
+    config = deepspeed_config(engine_cfg, optim_cfg, batch_size, micro_batch_size, world.size)
+    optimizer = build_optimizer(model, optim_cfg)
+    scheduler = build_scheduler(optimizer, optim_cfg, total_steps)
+    ds_engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
+    )
+    ds_engine.checkpoint_engine.load = _weights_only_load
+    return ds_engine
+
+
+def shutdown(world: World) -> None:
+    """Leave the process group. Under a launcher, processes that exit with the group alive
+    hang at interpreter exit (seen with gloo on CPU); a single local process keeps it for reuse."""
+    if world.size > 1 and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    """Sum a small CPU tensor across ranks (moved to the GPU and back under NCCL)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return values
+    on_device = values.cuda() if dist.get_backend() == "nccl" else values
+    dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
+    return on_device.cpu()

@@ -1,0 +1,275 @@
+"""The one training loop: step, evaluate, log, checkpoint, stop; resumable at any checkpoint.
+
+Generic over the model: `engine(**micro_batch)` must return a dict whose 0-d tensors are
+metrics and whose "loss" is what is optimised. Pretraining and fine-tuning differ in the
+model, the batch sources and the logged extras, not in this file.
+
+Per optimizer step, every rank runs its micro-batches, then one all-reduce carries the
+metrics, the token count and the "out of time" flag, so all ranks agree on when to stop and
+on whether the loss is finite before any rank applies the update.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tibnlp.errors import TibnlpError
+from tibnlp.training import checkpoint
+from tibnlp.training.batches import ShardedBatches
+from tibnlp.training.engine import World, all_reduce_sum
+from tibnlp.training.progress import TrainProgress
+
+
+class TrainingDiverged(TibnlpError):
+    """The loss or the weights stopped being finite."""
+
+
+@dataclass
+class LoopSettings:
+    max_steps: int
+    log_every: int
+    eval_every: int
+    eval_batches: int
+    checkpoint_every: int
+    keep_checkpoints: int
+    checkpoint_dir: Path
+    time_budget_s: float | None = None
+    progress: bool = True
+
+
+@dataclass
+class LoopResult:
+    step: int
+    stopped_by: str  # "max_steps" or "time_budget"
+    train: dict[str, float] = field(default_factory=dict)
+    eval: dict[str, float] = field(default_factory=dict)
+    tracker: Any = None
+
+
+def _metric_keys(out: dict[str, Any]) -> list[str]:
+    keys = [k for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim() == 0]
+    if "loss" not in keys:
+        raise TypeError("the model's forward must return a dict with a scalar 'loss'")
+    return sorted(keys)
+
+
+def _tokens(batch: dict[str, torch.Tensor]) -> float:
+    mask = batch.get("attention_mask")
+    if mask is not None:
+        return float(mask.sum())
+    return float(next(iter(batch.values())).numel())
+
+
+class TrainLoop:
+    def __init__(
+        self,
+        engine: Any,
+        world: World,
+        train_data: ShardedBatches,
+        eval_data: ShardedBatches | None,
+        settings: LoopSettings,
+    ) -> None:
+        self.engine, self.world, self.settings = engine, world, settings
+        self.train_data, self.eval_data = train_data, eval_data
+        self.step = 0
+        self.keys: list[str] = []
+        self.window: dict[str, float] = {}  # sums since the last log, restored on resume
+        self.run_id: str | None = None
+
+    # ---- one step -------------------------------------------------------------------
+    def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        device = self.engine.device
+        return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+    def _reduce(self, sums: torch.Tensor, count: int, extra: list[float]) -> torch.Tensor:
+        packed = torch.cat([sums / count, torch.tensor(extra, dtype=torch.float64)])
+        return all_reduce_sum(packed)
+
+    def train_step(self, over_budget: bool) -> tuple[dict[str, float], float, bool]:
+        """One optimizer step; returns (metrics, tokens across ranks, stop flag)."""
+        micro_batches = self.train_data.next()
+        sums: torch.Tensor | None = None
+        tokens = 0.0
+        for i, raw in enumerate(micro_batches):
+            batch = self._to_device(raw)
+            out = self.engine(**batch)
+            if not self.keys:
+                self.keys = _metric_keys(out)
+            self.engine.backward(out["loss"])
+            values = torch.stack([out[k].detach().double().cpu() for k in self.keys])
+            sums = values if sums is None else sums + values
+            tokens += _tokens(raw)
+            if i < len(micro_batches) - 1:
+                self.engine.step()  # inside accumulation: no update yet
+        assert sums is not None
+        reduced = self._reduce(sums, len(micro_batches), [tokens, float(over_budget)])
+        n = len(self.keys)
+        metrics = {
+            k: float(v) / self.world.size for k, v in zip(self.keys, reduced[:n], strict=True)
+        }
+        if not math.isfinite(metrics["loss"]):
+            raise TrainingDiverged(
+                f"loss is {metrics['loss']} at step {self.step + 1}; the update was not applied "
+                "and the last good checkpoint is untouched",
+                "lower pretrain.optimizer.lr, raise warmup_steps or check the data; "
+                "then --resume from the last checkpoint",
+            )
+        metrics["lr"] = float(self.engine.get_lr()[0])  # the lr this update uses
+        self.engine.step()
+        return metrics, float(reduced[n]), bool(reduced[n + 1] > 0)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Mean metrics over the first `eval_batches` held-out batches (fixed masks)."""
+        if self.eval_data is None or self.settings.eval_batches == 0:
+            return {}
+        self.engine.eval()
+        self.eval_data.reset()
+        sums: torch.Tensor | None = None
+        count = 0
+        keys = self.keys
+        for _ in range(min(self.settings.eval_batches, len(self.eval_data))):
+            for raw in self.eval_data.next():
+                out = self.engine(**self._to_device(raw))
+                keys = keys or _metric_keys(out)
+                values = torch.stack([out[k].detach().double().cpu() for k in keys])
+                sums = values if sums is None else sums + values
+                count += 1
+        self.engine.train()
+        if sums is None:
+            return {}
+        reduced = self._reduce(sums, count, [])
+        return {k: float(v) / self.world.size for k, v in zip(keys, reduced, strict=True)}
+
+    # ---- checkpoints ----------------------------------------------------------------
+    def _weights_finite(self) -> bool:
+        bad = sum(
+            0 if bool(torch.isfinite(p).all()) else 1 for p in self.engine.module.parameters()
+        )
+        return float(all_reduce_sum(torch.tensor([float(bad)], dtype=torch.float64))[0]) == 0
+
+    def save(self) -> None:
+        if not self._weights_finite():
+            raise TrainingDiverged(
+                f"weights are not finite after step {self.step}; not saving a checkpoint, "
+                "the last good one is untouched",
+                "lower pretrain.optimizer.lr or raise warmup_steps, then --resume",
+            )
+        state = {
+            "step": self.step,
+            "data": self.train_data.state_dict(),
+            "rng": checkpoint.rng_state(),
+            "mlflow_run_id": self.run_id or "",
+            "window": dict(self.window),
+        }
+        checkpoint.save(
+            self.engine,
+            self.settings.checkpoint_dir,
+            self.step,
+            state,
+            self.settings.keep_checkpoints,
+            self.world.is_main,
+        )
+
+    def restore(self) -> bool:
+        """Load the newest complete checkpoint (collective). False when there is none."""
+        loaded = checkpoint.load(self.engine, self.settings.checkpoint_dir)
+        if loaded is None:
+            return False
+        _, state = loaded
+        self.step = int(state["step"])
+        self.train_data.load_state_dict(state["data"])
+        self.window = {k: float(v) for k, v in state.get("window", {}).items()}
+        self.run_id = state.get("mlflow_run_id") or None
+        checkpoint.set_rng_state(state["rng"])
+        return True
+
+    # ---- the loop -------------------------------------------------------------------
+    def run(
+        self, tracker: Any = None, on_log: Callable[[int, dict[str, float]], None] | None = None
+    ) -> LoopResult:
+        s = self.settings
+        start = time.monotonic()
+        last_log_t = start
+        result = LoopResult(step=self.step, stopped_by="max_steps", tracker=tracker)
+        with TrainProgress(s.max_steps, self.step, s.progress and self.world.is_main) as bar:
+            while self.step < s.max_steps:
+                over = s.time_budget_s is not None and time.monotonic() - start > s.time_budget_s
+                metrics, tokens, stop = self.train_step(over)
+                self.step += 1
+                for k, v in metrics.items():
+                    self.window[k] = self.window.get(k, 0.0) + v
+                self.window["_steps"] = self.window.get("_steps", 0.0) + 1
+                self.window["_tokens"] = self.window.get("_tokens", 0.0) + tokens
+                final = stop or self.step >= s.max_steps
+                if self.step % s.log_every == 0 or final:
+                    now = time.monotonic()
+                    n = self.window.pop("_steps")
+                    tps = self.window.pop("_tokens") / max(now - last_log_t, 1e-9)
+                    train = {f"train/{k}": v / n for k, v in self.window.items()}
+                    train["lr"] = train.pop("train/lr")
+                    train["tokens_per_s"] = tps
+                    self.window, last_log_t = {}, now
+                    result.train = train
+                    if tracker is not None:
+                        tracker.log_metrics(train, step=self.step)
+                    if on_log is not None:
+                        on_log(self.step, train)
+                    bar.update(self.step, train["train/loss"], tps)
+                else:
+                    bar.update(self.step)
+                if self.step % s.eval_every == 0 or final:
+                    result.eval = {f"eval/{k}": v for k, v in self.evaluate().items()}
+                    if tracker is not None and result.eval:
+                        tracker.log_metrics(result.eval, step=self.step)
+                if self.step % s.checkpoint_every == 0 or final:
+                    self.save()
+                if stop:
+                    result.stopped_by = "time_budget"
+                    bar.log(f"time budget reached at step {self.step}")
+                    break
+        result.step = self.step
+        return result
+
+
+def fit(
+    loop: TrainLoop,
+    resume: bool,
+    open_tracker: Callable[[str | None], Any],
+    on_log: Callable[[int, dict[str, float]], None] | None = None,
+) -> LoopResult:
+    """Restore (if resuming), open the MLflow run on rank 0 (the same run when resuming), train.
+
+    The tracker is returned open in the result so the caller can add the final artifacts; on
+    an error it is closed as FAILED.
+    """
+    directory = loop.settings.checkpoint_dir
+    if resume:
+        if not loop.restore():
+            raise TibnlpError(
+                f"--resume: no complete checkpoint in {directory}",
+                "run without --resume to start, or point pretrain.output at the earlier run",
+            )
+    elif checkpoint.latest_tag(directory) is not None:
+        raise TibnlpError(
+            f"{directory} already holds checkpoints of an earlier run",
+            "add --resume to continue it, or set pretrain.output to a new folder",
+        )
+    tracker = open_tracker(loop.run_id) if loop.world.is_main else None
+    if tracker is not None:
+        loop.run_id = tracker.run_id
+    try:
+        result = loop.run(tracker, on_log)
+    except BaseException:
+        if tracker is not None:
+            tracker.end("FAILED")
+        raise
+    result.tracker = tracker
+    return result

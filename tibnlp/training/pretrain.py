@@ -1,0 +1,221 @@
+"""`run_pretraining`: ALBERT MLM + SOP on the DeepSpeed engine, from a config to a model dir.
+
+What differs from any other training is here (data, model, what is logged); the step, eval,
+checkpoint and stop logic is `loop.TrainLoop`. Output layout:
+
+    OUTPUT/config.yaml        the resolved config of the run
+    OUTPUT/data/              tokenised SOP examples (built once by rank 0, then cached)
+    OUTPUT/checkpoints/       DeepSpeed checkpoints + `latest` marker (resume point)
+    OUTPUT/model/             model.safetensors + model.yaml + vocabulary: `finetune --model`
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tibnlp.config import Config, ModelConfig, dump_yaml, to_dict
+from tibnlp.config.train import parse_duration
+from tibnlp.data.masking import MlmCollator
+from tibnlp.data.pretraining import (
+    build_pretraining_dataset,
+    length_bucketed_batches,
+    load_pretraining_dataset,
+)
+from tibnlp.errors import ConfigError, DataError
+from tibnlp.models.io import save_pretrained
+from tibnlp.models.pretraining import AlbertForPretraining
+from tibnlp.text.vocab import Vocabulary
+from tibnlp.tracking import Tracker
+from tibnlp.training.batches import ShardedBatches
+from tibnlp.training.engine import (
+    World,
+    accumulation_steps,
+    barrier,
+    init_distributed,
+    initialize,
+    shutdown,
+)
+from tibnlp.training.loop import LoopSettings, TrainLoop, fit
+
+EVAL_SEED_OFFSET = 1_000_003  # held-out masks differ from any training batch's
+
+
+def resolve_model_config(model: ModelConfig, vocab_size: int, meta: dict[str, Any]) -> ModelConfig:
+    """The vocabulary's real size and, for `heads.threshold: auto`, the corpus median length."""
+    heads = model.heads
+    if heads.threshold == "auto":
+        heads = dataclasses.replace(heads, threshold=round(float(meta["median_length"])))
+    return dataclasses.replace(model, vocab_size=vocab_size, heads=heads)
+
+
+def _rows(dataset: Any, indices: Sequence[int]) -> list[dict[str, Any]]:
+    cols = dataset[list(indices)]
+    return [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)]
+
+
+def _batches(
+    dataset: Any, collator: MlmCollator, batch_size: int, seed: int, world: World, accum: int
+) -> ShardedBatches:
+    lengths = list(dataset["length"])
+
+    def plan(epoch: int) -> list[list[int]]:
+        return length_bucketed_batches(lengths, batch_size, seed, epoch)
+
+    def collate(indices: Sequence[int], key: int) -> dict[str, torch.Tensor]:
+        return collator(_rows(dataset, indices), key)
+
+    return ShardedBatches(plan, collate, batch_size, world.rank, world.size, accum)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _export(module: torch.nn.Module, cfg: ModelConfig, vocab_dir: Path, out: Path, extra: dict):
+    """Write OUTPUT/model atomically: build beside it, then swap in."""
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_pretrained(module, cfg, tmp, extra=extra)
+    for item in vocab_dir.iterdir():  # the vocabulary travels with the weights
+        if item.is_file():
+            shutil.copy2(item, tmp / item.name)
+    old = out.with_name(f".{out.name}.old")
+    if out.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def run_pretraining(cfg: Config, resume: bool = False) -> Path:
+    """Train (or continue) the run that `cfg.pretrain.output` names; returns OUTPUT/model."""
+    p = cfg.pretrain
+    if not p.corpus or not p.vocab:
+        raise ConfigError(
+            "config keys 'pretrain.corpus' and 'pretrain.vocab' must name a prepared corpus "
+            "and a vocabulary directory",
+            "e.g. --set pretrain.corpus=runs/corpus --set pretrain.vocab=runs/vocab",
+        )
+    budget = parse_duration(p.time_budget)
+    world = init_distributed(cfg.engine)
+    output = Path(p.output)
+    vocab_dir = Path(p.vocab)
+    vocab = Vocabulary.load(vocab_dir)
+    if world.is_main:
+        output.mkdir(parents=True, exist_ok=True)
+        num_proc = cfg.engine.num_workers or (os.cpu_count() or 1)
+        build_pretraining_dataset(
+            Path(p.corpus), vocab, p.seq_len, output / "data", p.seed, num_proc
+        )
+        dump_yaml(cfg, output / "config.yaml")
+    barrier()
+    splits, meta = load_pretraining_dataset(output / "data")
+    model_cfg = resolve_model_config(cfg.model, vocab.size, meta)
+    if len(splits["train"]) < p.batch_size:
+        raise DataError(
+            f"{output / 'data'}: {len(splits['train'])} training examples, fewer than one batch "
+            f"(pretrain.batch_size={p.batch_size})",
+            "use a larger corpus or a smaller batch_size",
+        )
+
+    _seed_everything(p.seed)  # identical initial weights on every rank
+    model = AlbertForPretraining(model_cfg)
+    accum = accumulation_steps(p.batch_size, p.micro_batch_size, world.size)
+    engine = initialize(
+        model, cfg.engine, p.optimizer, p.batch_size, p.micro_batch_size, p.max_steps, world
+    )
+    _seed_everything(p.seed + 7919 * world.rank)  # distinct dropout streams per rank
+
+    train = _batches(
+        splits["train"],
+        MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed),
+        p.batch_size,
+        p.seed,
+        world,
+        accum,
+    )
+    heldout = None
+    if p.eval_batches and len(splits["heldout"]) >= p.batch_size:
+        heldout = _batches(
+            splits["heldout"],
+            MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed + EVAL_SEED_OFFSET),
+            p.batch_size,
+            p.seed,
+            world,
+            accum,
+        )
+    settings = LoopSettings(
+        max_steps=p.max_steps,
+        log_every=p.log_every,
+        eval_every=p.eval_every,
+        eval_batches=p.eval_batches,
+        checkpoint_every=p.checkpoint_every,
+        keep_checkpoints=p.keep_checkpoints,
+        checkpoint_dir=output / "checkpoints",
+        time_budget_s=budget,
+    )
+    loop = TrainLoop(engine, world, train, heldout, settings)
+
+    def open_tracker(run_id: str | None) -> Tracker:
+        t = cfg.tracking
+        tracker = Tracker(
+            t.experiment,
+            run_name=t.run_name or output.name,
+            uri=t.uri,
+            enabled=t.enabled,
+            resume_run_id=run_id,
+        )
+        if run_id is None:  # a new run: describe it once
+            tracker.log_params(to_dict(cfg))
+            tracker.log_params(
+                {
+                    "resolved.model.vocab_size": model_cfg.vocab_size,
+                    "resolved.model.heads.threshold": model_cfg.heads.threshold,
+                    "resolved.processes": world.size,
+                    "resolved.accumulation_steps": accum,
+                }
+            )
+            tracker.set_tags(
+                {
+                    "stage": "pretrain",
+                    "vocab.sha256": vocab.sha256,
+                    **{f"data.{k}": str(v) for k, v in meta.items() if not isinstance(v, dict)},
+                    **{
+                        f"data.{k}.{s}": str(n)
+                        for k, v in meta.items()
+                        if isinstance(v, dict)
+                        for s, n in v.items()
+                    },
+                }
+            )
+            tracker.log_artifact(output / "config.yaml")
+            tracker.log_artifact(vocab_dir, "vocabulary")
+        return tracker
+
+    result = fit(loop, resume, open_tracker)
+    model_dir = output / "model"
+    if world.is_main:
+        extra = {
+            "step": result.step,
+            "stopped_by": result.stopped_by,
+            "vocab_sha256": vocab.sha256,
+            "mlflow_run_id": result.tracker.run_id or "",
+        }
+        _export(engine.module, model_cfg, vocab_dir, model_dir, extra)
+        result.tracker.log_artifact(model_dir, "model")
+        result.tracker.set_tags({"stopped_by": result.stopped_by, "final_step": str(result.step)})
+        result.tracker.end()
+    shutdown(world)
+    return model_dir
