@@ -9,7 +9,14 @@ from design_models import tiny as base_tiny
 
 from tibnlp.config.model import HeadsConfig, ModelConfig, RecurrenceConfig
 from tibnlp.models import AlbertForPretraining, Encoder
-from tibnlp.models.recurrence import encode_long, mlm_logits, mlm_over_segments, segments
+from tibnlp.models.recurrence import (
+    LongDocumentEncoder,
+    encode_long,
+    mlm_logits,
+    mlm_over_segments,
+    run_segments,
+    segments,
+)
 
 
 def tiny(mem_len: int = 8, **kw: object) -> ModelConfig:
@@ -74,8 +81,24 @@ def test_encode_long_of_a_short_document_is_the_encoder() -> None:
     enc = Encoder(tiny()).eval()
     ids, mask = doc([4, 6], 6)
     out = encode_long(enc, ids, mask, segment_len=8)
-    torch.testing.assert_close(out.sentence, enc.sentence_vector(enc(ids, mask), mask))
+    plain = enc(ids, mask)
+    torch.testing.assert_close(out.sentence, enc.sentence_vector(plain, mask))
+    torch.testing.assert_close(out.hidden, plain.hidden)
     assert out.segments.tolist() == [1, 1]
+
+
+def test_long_document_encoder_gives_document_states_to_a_head() -> None:
+    enc = Encoder(tiny()).eval()
+    ids, mask = doc([13, 6], 13)
+    out = LongDocumentEncoder(enc, segment_len=5)(ids, mask)
+    assert out.hidden.shape == (2, 13, 32) and out.hidden[1, 6:].abs().max() == 0
+    # Position 0 is the [CLS] of the last segment; content tokens come from their segment.
+    segs = list(run_segments(enc, ids, mask, 5))
+    last_seg, last_out = segs[-1]
+    assert last_seg.rows.tolist() == [0]
+    torch.testing.assert_close(out.hidden[0, 0], last_out.hidden[0, 0])
+    torch.testing.assert_close(out.hidden[0, 9:13], last_out.hidden[0, 1:5])
+    torch.testing.assert_close(out.hidden[1, 1:5], segs[0][1].hidden[1, 1:5])
 
 
 def test_encode_long_batches_documents_of_different_lengths() -> None:

@@ -8,8 +8,9 @@
   document segment by segment (with recurrence memory when the model has it) and gives each
   token the entropy (nats) of its predicted distribution at its own, unmasked position;
   `select_memory` keeps the tokens below the threshold in document order up to a budget;
-  `classify_with_memory` encodes each segment as `[CLS] (title [SEP]) memory [SEP] segment`
-  and pools the segment vectors.
+  `encode_with_memory` encodes each segment as `[CLS] (title [SEP]) memory [SEP] segment`
+  and pools the segment vectors (`classify_with_memory`: just the pooled vector);
+  `GlobalMemoryEncoder` wraps both passes as an encoder module for any head.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import nn
 
-from tibnlp.models.recurrence import mlm_logits, run_segments, segments
+from tibnlp.models.recurrence import LongOutput, mlm_logits, run_segments, segments
 
 if TYPE_CHECKING:
     from tibnlp.models.encoder import Encoder
@@ -139,6 +140,56 @@ def _pack(parts: list[list[tuple[list[int], int]]]) -> tuple[torch.Tensor, ...]:
     return ids, mask, types
 
 
+def encode_with_memory(
+    encoder: Encoder,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    memory: GlobalMemory,
+    segment_len: int,
+    prefix_ids: list[list[int]] | None = None,
+    pool: Literal["mean", "max"] = "mean",
+) -> LongOutput:
+    """Encode each segment as `[CLS] (prefix [SEP]) memory [SEP] segment` and pool.
+
+    `segment_len` counts the document positions per segment as in `segments` ([CLS] +
+    content). Prefix (title/question) and memory have token type 0, the segment type 1.
+    `sentence`: the segments' sentence vectors pooled (`mean` or `max`); `hidden` [B, T, D]:
+    each content token's state from its segment, position 0 the pooled [CLS] states. Raises
+    ValueError when a row would exceed `model.max_len`.
+    """
+    b, t = input_ids.shape
+    hidden = torch.zeros(b, t, encoder.cfg.hidden_size)
+    vecs: list[list[torch.Tensor]] = [[] for _ in range(b)]
+    cls: list[list[torch.Tensor]] = [[] for _ in range(b)]
+    for seg in segments(input_ids, attention_mask, segment_len):
+        parts, starts = [], []
+        for r, row in enumerate(seg.rows.tolist()):
+            head = [CLS_ID] + ([*prefix_ids[row], SEP_ID] if prefix_ids else [])
+            head += [*memory.ids[row, memory.mask[row]].tolist(), SEP_ID]
+            body = seg.input_ids[r, 1:][seg.attention_mask[r, 1:].bool()].tolist()
+            parts.append([(head, 0), (body, 1)])
+            starts.append(len(head))
+        ids, mask, types = _pack(parts)
+        if ids.shape[1] > encoder.cfg.max_len:
+            raise ValueError(
+                f"[CLS] prefix memory segment is {ids.shape[1]} tokens > model.max_len "
+                f"{encoder.cfg.max_len}: lower the memory budget or segment_len"
+            )
+        out = encoder(ids, mask, types)
+        sent = encoder.sentence_vector(out, mask)
+        for r, row in enumerate(seg.rows.tolist()):
+            vecs[row].append(sent[r])
+            cls[row].append(out.hidden[r, 0])
+            pos = seg.positions[1:][seg.attention_mask[r, 1:].bool()]
+            h = out.hidden[r, starts[r] : starts[r] + pos.numel()].to(hidden.dtype)
+            hidden = hidden.index_put((torch.full_like(pos, row), pos), h)
+    reduce = (lambda v: v.mean(0)) if pool == "mean" else (lambda v: v.amax(0))
+    sentence = torch.stack([reduce(torch.stack(v)) for v in vecs])
+    first = torch.stack([reduce(torch.stack(v)) for v in cls]).to(hidden.dtype)
+    hidden = torch.cat([first[:, None], hidden[:, 1:]], dim=1)
+    return LongOutput(hidden, sentence, torch.tensor([len(v) for v in vecs]))
+
+
 def classify_with_memory(
     encoder: Encoder,
     input_ids: torch.Tensor,
@@ -148,31 +199,45 @@ def classify_with_memory(
     prefix_ids: list[list[int]] | None = None,
     pool: Literal["mean", "max"] = "mean",
 ) -> torch.Tensor:
-    """[B, sentence_dim]: pooled sentence vectors of `[CLS] (prefix [SEP]) memory [SEP] seg`.
+    """[B, sentence_dim]: the pooled sentence vector of `encode_with_memory`."""
+    out = encode_with_memory(
+        encoder, input_ids, attention_mask, memory, segment_len, prefix_ids, pool
+    )
+    return out.sentence
 
-    `segment_len` counts the document positions per segment as in `segments` ([CLS] + content).
-    Prefix (title/question) and memory have token type 0, the segment type 1. Raises
-    ValueError when a row would exceed `model.max_len`.
+
+class GlobalMemoryEncoder(nn.Module):
+    """GEMFormer as a drop-in encoder: `forward(input_ids, attention_mask) -> LongOutput`.
+
+    Each call runs the first pass (`select_memory`, no gradient) with `mlm`, then
+    `encode_with_memory` with the trained `encoder`. `mlm` is kept outside the module tree
+    (not trained, not saved with the classifier): pass the pretrained model. `last_stats`
+    holds the latest batch's `GlobalMemory.stats()` for logging.
     """
-    b = input_ids.shape[0]
-    vecs: list[list[torch.Tensor]] = [[] for _ in range(b)]
-    for seg in segments(input_ids, attention_mask, segment_len):
-        parts = []
-        for r, row in enumerate(seg.rows.tolist()):
-            head = [CLS_ID] + ([*prefix_ids[row], SEP_ID] if prefix_ids else [])
-            mem = memory.ids[row, memory.mask[row]].tolist()
-            body = seg.input_ids[r, 1:][seg.attention_mask[r, 1:].bool()].tolist()
-            parts.append([(head + mem + [SEP_ID], 0), (body, 1)])
-        ids, mask, types = _pack(parts)
-        if ids.shape[1] > encoder.cfg.max_len:
-            raise ValueError(
-                f"[CLS] prefix memory segment is {ids.shape[1]} tokens > model.max_len "
-                f"{encoder.cfg.max_len}: lower the memory budget or segment_len"
-            )
-        sent = encoder.sentence_vector(encoder(ids, mask, types), mask)
-        for r, row in enumerate(seg.rows.tolist()):
-            vecs[row].append(sent[r])
-    stacked = [torch.stack(v) for v in vecs]
-    if pool == "mean":
-        return torch.stack([v.mean(0) for v in stacked])
-    return torch.stack([v.amax(0) for v in stacked])
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        mlm: AlbertForPretraining,
+        segment_len: int,
+        threshold: float = 0.3,
+        budget: int = 128,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.cfg = encoder.cfg
+        self._mlm = (mlm.eval(),)
+        self.segment_len, self.threshold, self.budget = segment_len, threshold, budget
+        self.last_stats: dict[str, float] = {}
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> LongOutput:
+        mem = select_memory(
+            self._mlm[0], input_ids, attention_mask, self.segment_len, self.threshold, self.budget
+        )
+        self.last_stats = mem.stats()
+        return encode_with_memory(self.encoder, input_ids, attention_mask, mem, self.segment_len)

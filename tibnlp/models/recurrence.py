@@ -8,7 +8,8 @@ therefore has a [CLS] whose state sees the segment and, through the memory, the 
 the sentence vector of the document is that of its last non-empty segment.
 
 - `SegmentMemory`: what `Encoder.forward(..., memory=)` takes and `EncoderOutput.memory` gives.
-- `encode_long(encoder, ids, mask, segment_len)`: classification of long documents.
+- `encode_long(encoder, ids, mask, segment_len)`: classification of long documents;
+  `LongDocumentEncoder(encoder, segment_len)` wraps it as an encoder module for heads.
 - `mlm_over_segments(model, ids, mask, mlm_labels, segment_len)`: pretraining MLM over
   consecutive segments of documents (no SOP: the pair task does not apply to one stream).
 """
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 if TYPE_CHECKING:
     from tibnlp.models.encoder import Encoder, EncoderOutput
@@ -32,7 +34,12 @@ IGNORE = -100
 @dataclass
 class SegmentMemory:
     """Per layer l, `states[l]` [B, M, D]: the inputs of layer l over the last M positions
-    read (detached); `mask` [B, M] bool marks which of them were real tokens."""
+    read (detached); `mask` [B, M] bool marks which of them were real tokens.
+
+    Relative distances count positions of the concatenation [memory; segment], padding
+    included, so a row's padding must only ever follow its document's last token: true for
+    `segments` (a document that ended has no further segment), not for arbitrary batches.
+    """
 
     states: list[torch.Tensor]
     mask: torch.Tensor
@@ -105,9 +112,14 @@ def run_segments(
 
 @dataclass
 class LongOutput:
-    """`sentence` [B, sentence_dim] from each document's last segment; `segments` [B] long:
-    how many segments each document took."""
+    """A long document as one sequence, for any classification head.
 
+    `hidden` [B, T, D]: each content token's state from the segment that read it, and at
+    position 0 the document's summary [CLS] state (encode_long: the last segment's [CLS]);
+    padding rows are zero. `sentence` [B, sentence_dim]; `segments` [B] long: segments read.
+    """
+
+    hidden: torch.Tensor
     sentence: torch.Tensor
     segments: torch.Tensor
 
@@ -118,18 +130,40 @@ def encode_long(
     """Read documents longer than the window segment by segment and classify from the last.
 
     With `model.recurrence.mem_len > 0` each segment sees the earlier ones through the memory;
-    without, this is the baseline that sees only the document's last segment.
+    without, this is the baseline that sees only the document's last segment. `sentence` is
+    the last segment's `encoder.sentence_vector`.
     """
-    sentence: torch.Tensor | None = None
-    count = torch.zeros(input_ids.shape[0], dtype=torch.long)
+    b, t = input_ids.shape
+    hidden = torch.zeros(b, t, encoder.cfg.hidden_size)
+    sentence = torch.zeros(b, encoder.sentence_dim)
+    count = torch.zeros(b, dtype=torch.long)
     for seg, out in run_segments(encoder, input_ids, attention_mask, segment_len):
+        h = out.hidden.to(hidden.dtype)
+        hidden = hidden.index_put((seg.rows[:, None], seg.positions[None, 1:]), h[:, 1:])
+        hidden = hidden.index_put((seg.rows, torch.zeros_like(seg.rows)), h[:, 0])
         vec = encoder.sentence_vector(out, seg.attention_mask)
-        if sentence is None:
-            sentence = vec.new_zeros(input_ids.shape[0], vec.shape[1])
-        sentence = sentence.index_copy(0, seg.rows, vec)
+        sentence = sentence.index_copy(0, seg.rows, vec.to(sentence.dtype))
         count[seg.rows] += 1
-    assert sentence is not None
-    return LongOutput(sentence, count)
+    return LongOutput(hidden, sentence, count)
+
+
+class LongDocumentEncoder(nn.Module):
+    """`encoder` reading documents segment by segment (`encode_long`), as a drop-in encoder:
+    `forward(input_ids, attention_mask) -> LongOutput` whose `.hidden` any head consumes."""
+
+    def __init__(self, encoder: Encoder, segment_len: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.cfg = encoder.cfg
+        self.segment_len = segment_len
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> LongOutput:
+        return encode_long(self.encoder, input_ids, attention_mask, self.segment_len)
 
 
 def mlm_logits(model: AlbertForPretraining, hidden: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,145 @@
+"""Pretraining-step speed and peak memory of the section 4-6 designs against the base model.
+
+One optimizer step = MLM + SOP forward, backward, AdamW update of ALBERT-tiny (D=384, L=4,
+FFN 1536, 12 heads) on a batch of 4 x 128 real tokens; the recurrence variant reads 2
+documents of 2 x 128 positions through `mlm_over_segments` (memory 128), the same number of
+positions per step. Every (variant, round) runs in a fresh worker process, variants
+alternating within each round, so the peak resident memory of one variant never hides
+another's and machine load drifts hit every variant alike. Reported: median tokens/s over
+rounds, its ratio to the base model, and the peak RSS growth of the worker over its state
+right before the model was built (parameters + AdamW state + activations).
+
+    PYTHONPATH=. python benchmarks/bench_designs.py --out benchmarks/results/designs.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from tibnlp.config.model import FusionConfig, HeadsConfig, ModelConfig, RecurrenceConfig
+from tibnlp.models import AlbertForPretraining
+from tibnlp.models.recurrence import mlm_over_segments
+
+B, N, VOCAB = 4, 128, 16000
+
+VARIANTS: dict[str, dict[str, object]] = {
+    "base (absolute, dense)": {},
+    "relative positions": {"position": "relative"},
+    "relative + recurrence (2 segments, mem 128)": {
+        "position": "relative",
+        "recurrence": RecurrenceConfig(mem_len=N),
+    },
+    "RPSAN masked fusion (c=3)": {"fusion": FusionConfig(enabled=True, radius=3)},
+    "memory tokens (k=16)": {"memory_tokens": 16},
+    "dynamic (8,12) + relative": {
+        "position": "relative",
+        "heads": HeadsConfig(small=8, large=12, threshold=64),
+    },
+}
+
+
+def rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def worker(name: str, steps: int) -> dict[str, float]:
+    torch.manual_seed(0)
+    before = rss_kib()
+    cfg = ModelConfig(vocab_size=VOCAB, dropout=0.0, attention_dropout=0.0, **VARIANTS[name])  # type: ignore[arg-type]
+    model = AlbertForPretraining(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    recurrent = cfg.recurrence.enabled
+    rows, length = (B // 2, 2 * N - 1) if recurrent else (B, N)
+    ids = torch.randint(5, VOCAB, (rows, length))
+    ids[:, 0] = 2
+    mask = torch.ones_like(ids)
+    labels = torch.full_like(ids, -100)
+    pick = torch.rand(ids.shape) < 0.15
+    pick[:, 0] = False
+    labels[pick] = ids[pick]
+    sop = torch.randint(0, 2, (rows,))
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        if recurrent:
+            loss = mlm_over_segments(model, ids, mask, labels, segment_len=N)["loss"]
+        else:
+            loss = model(ids, mask, None, labels, sop)["loss"]
+        loss.backward()
+        opt.step()
+
+    step()  # warm-up (allocator, lazy init)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    dt = (time.perf_counter() - t0) / steps
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"tokens_per_s": B * N / dt, "step_s": dt, "peak_mib": (peak - before) / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.steps)))
+        return
+    load = os.getloadavg()[0]
+    results: dict[str, list[dict[str, float]]] = {k: [] for k in VARIANTS}
+    for r in range(args.rounds):
+        order = list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS))
+        for name in order:
+            cmd = [sys.executable, __file__, "--worker", name, "--steps", str(args.steps)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(name, results[name][-1], flush=True)
+    base = statistics.median(x["tokens_per_s"] for x in results["base (absolute, dense)"])
+    base_mem = statistics.median(x["peak_mib"] for x in results["base (absolute, dense)"])
+    lines = [
+        "# Attention designs: pretraining-step speed and memory against the base model (CPU)",
+        "",
+        f"`PYTHONPATH=. python benchmarks/bench_designs.py --rounds {args.rounds} --steps "
+        f"{args.steps}`; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{platform.processor() or platform.machine()}, load average {load:.1f} at start, "
+        f"{os.getloadavg()[0]:.1f} at end. The machine (2 cores) was shared with other jobs: "
+        "absolute figures are noisy; ratios come from variants alternated in one run.",
+        "",
+        f"ALBERT-tiny (D=384, L=4, FFN 1536, 12 heads, vocab {VOCAB}), fp32, dropout off; one "
+        f"step = MLM(+SOP) forward + backward + AdamW on {B} x {N} positions. Peak memory = "
+        "worker peak RSS minus its RSS before the model was built.",
+        "",
+        "| variant | tokens/s (median) | ratio to base | peak MiB | ratio to base |",
+        "|---|---|---|---|---|",
+    ]
+    for name, rs in results.items():
+        tps = statistics.median(x["tokens_per_s"] for x in rs)
+        mem = statistics.median(x["peak_mib"] for x in rs)
+        lines.append(
+            f"| {name} | {tps:.0f} | {tps / base:.2f} | {mem:.0f} | {mem / base_mem:.2f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
