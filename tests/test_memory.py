@@ -16,7 +16,7 @@ from tibnlp.errors import ConfigError, DataError
 from tibnlp.models import AlbertForPretraining, Encoder, save_pretrained
 from tibnlp.models.memory import (
     GlobalMemoryEncoder,
-    classify_with_memory,
+    encode_with_memory,
     keep_low_entropy,
     select_memory,
     token_entropy,
@@ -113,22 +113,22 @@ def test_select_memory_keeps_confident_tokens_and_classifies() -> None:
     assert mem.size.tolist() == [4, 4]
     assert mem.positions.tolist() == [[1, 2, 3, 4], [1, 2, 3, 4]]
     enc = model.encoder
-    vec = classify_with_memory(enc, ids, mask, mem, 6, prefix_ids=[[11, 12], [13]])
+    vec = encode_with_memory(enc, ids, mask, mem, 6, prefix_ids=[[11, 12], [13]]).sentence
     assert vec.shape == (2, enc.sentence_dim) and torch.isfinite(vec).all()
     # Pooling is over the document's own segments: row 1 alone gives the same vector.
     sub = keep_low_entropy(ids[1:, :7], torch.zeros(1, 7), 0.3, 4)
-    alone = classify_with_memory(enc, ids[1:, :7], mask[1:, :7], sub, 6, prefix_ids=[[13]])
-    torch.testing.assert_close(vec[1], alone[0], atol=1e-5, rtol=1e-5)
+    alone = encode_with_memory(enc, ids[1:, :7], mask[1:, :7], sub, 6, prefix_ids=[[13]])
+    torch.testing.assert_close(vec[1], alone.sentence[0], atol=1e-5, rtol=1e-5)
     # The encoder module: document states for any head, stats to log, the MLM not trained.
     gm = GlobalMemoryEncoder(enc, model, segment_len=6, threshold=0.3, budget=4)
     out = gm(ids, mask)
     assert out.hidden.shape == (2, 12, 32) and out.hidden[1, 7:].abs().max() == 0
-    torch.testing.assert_close(out.sentence, classify_with_memory(enc, ids, mask, mem, 6))
+    torch.testing.assert_close(out.sentence, encode_with_memory(enc, ids, mask, mem, 6).sentence)
     assert gm.last_stats["memory_size_mean"] == 4.0
     assert all(not n.startswith("_mlm") for n, _ in gm.named_parameters())
     assert sum(1 for _ in gm.parameters()) == sum(1 for _ in enc.parameters())
     with pytest.raises(ValueError, match="max_len"):
-        classify_with_memory(enc, ids, mask, mem, 6, prefix_ids=[[5] * 25, [5]])
+        encode_with_memory(enc, ids, mask, mem, 6, prefix_ids=[[5] * 25, [5]])
 
 
 def _model_dir(tmp_path: Path) -> tuple[Path, Path]:

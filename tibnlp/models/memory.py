@@ -9,7 +9,7 @@
   token the entropy (nats) of its predicted distribution at its own, unmasked position;
   `select_memory` keeps the tokens below the threshold in document order up to a budget;
   `encode_with_memory` encodes each segment as `[CLS] (title [SEP]) memory [SEP] segment`
-  and pools the segment vectors (`classify_with_memory`: just the pooled vector);
+  and pools the segment vectors (`.sentence`) and keeps every token's state (`.hidden`);
   `GlobalMemoryEncoder` wraps both passes as an encoder module for any head.
 """
 
@@ -188,22 +188,6 @@ def encode_with_memory(
     first = torch.stack([reduce(torch.stack(v)) for v in cls]).to(hidden.dtype)
     hidden = torch.cat([first[:, None], hidden[:, 1:]], dim=1)
     return LongOutput(hidden, sentence, torch.tensor([len(v) for v in vecs]))
-
-
-def classify_with_memory(
-    encoder: Encoder,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    memory: GlobalMemory,
-    segment_len: int,
-    prefix_ids: list[list[int]] | None = None,
-    pool: Literal["mean", "max"] = "mean",
-) -> torch.Tensor:
-    """[B, sentence_dim]: the pooled sentence vector of `encode_with_memory`."""
-    out = encode_with_memory(
-        encoder, input_ids, attention_mask, memory, segment_len, prefix_ids, pool
-    )
-    return out.sentence
 
 
 class GlobalMemoryEncoder(nn.Module):
