@@ -141,16 +141,27 @@ def main() -> None:
         "Peak memory = worker peak RSS minus its RSS before the model was built (parameters, "
         "AdamW state, activations). Medians over rounds; each (variant, round) a fresh process.",
         "",
-        "| variant | tokens / CPU-s | speed ratio to base | wall tokens/s | peak MiB | "
-        "memory ratio to base |",
-        "|---|---|---|---|---|---|",
+        "| variant | tokens / CPU-s | (min-max over rounds) | speed ratio to base | "
+        "wall tokens/s | peak MiB | memory ratio to base |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in results:
         cpu, wall, mem = (med(name, k) for k in ("tokens_per_cpu_s", "tokens_per_s", "peak_mib"))
+        spread = [x["tokens_per_cpu_s"] for x in results[name]]
         lines.append(
-            f"| {name} | {cpu:.0f} | {cpu / med(ref, 'tokens_per_cpu_s'):.2f} | {wall:.0f} | "
+            f"| {name} | {cpu:.0f} | {min(spread):.0f}-{max(spread):.0f} | "
+            f"{cpu / med(ref, 'tokens_per_cpu_s'):.2f} | {wall:.0f} | "
             f"{mem:.0f} | {mem / med(ref, 'peak_mib'):.2f} |"
         )
+    lines += [
+        "",
+        "Read ratios within about +-20%: the spread column shows how much even CPU time moved "
+        "between rounds on this machine. Differences larger than that are the designs' own: "
+        "fusion runs three masked attentions plus a D x 4D gate (and holds their N x N "
+        "weights for backward); relative attention computes an extra query x distance "
+        "product over 2N-1 distances and cannot use the fused SDPA kernel; recurrence adds "
+        "the memory's keys/values (K = 2N) per segment.",
+    ]
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
