@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from tibnlp.config.model import ModelConfig, ScalesConfig
-from tibnlp.errors import ConfigError
 from tibnlp.models.attention import (
     CORES,
     AttentionContext,
@@ -44,6 +43,5 @@ def test_registry_selects_core_by_config() -> None:
         register_core("dense")(lambda cfg, h: DenseCore(h))
 
 
-def test_unimplemented_position_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"model\.position"):
-        core_name(ModelConfig(position="relative"))
+def test_relative_position_selects_its_core() -> None:
+    assert core_name(ModelConfig(position="relative")) == "relative"

@@ -1,12 +1,16 @@
-"""`tibnlp model ...`: inspect what a model config builds."""
+"""`tibnlp model ...`: inspect what a model config builds, and a model's global memory."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from tibnlp.cli.common import ConfigOption, SetOption, resolve_config
+from tibnlp.models.memory_report import inspect_memory
 from tibnlp.models.summary import describe as summarise
 
 app = typer.Typer(help="Inspect model configurations.", no_args_is_help=True)
@@ -42,3 +46,35 @@ def describe(config: ConfigOption = None, set_: SetOption = None) -> None:
     for name, n in s.parameters.items():
         params.add_row(name, f"{n:,}")
     out.print(params)
+
+
+@app.command()
+def memory(
+    model: Annotated[Path, typer.Option("--model", help="Pretraining model directory.")],
+    text: Annotated[Path, typer.Option("--text", help="UTF-8 text file: one document.")],
+    threshold: Annotated[
+        float | None, typer.Option(help="Entropy bound in nats (model.global_memory.threshold).")
+    ] = None,
+    budget: Annotated[
+        int | None, typer.Option(help="Most tokens kept (model.global_memory.budget).")
+    ] = None,
+    segment_len: Annotated[
+        int | None, typer.Option(help="Tokens per segment of the first pass (model.max_len).")
+    ] = None,
+) -> None:
+    """GEMFormer's global memory of one document: the tokens whose MLM entropy is low."""
+    r = inspect_memory(model, text, threshold, budget, segment_len)
+    out = Console()
+    out.print(
+        f"[bold]memory[/] {len(r.kept)} of {r.tokens} tokens ({r.share:.1%}); entropy < "
+        f"{r.threshold} nats, budget {r.budget}, segments of {r.segment_len}; "
+        f"mean entropy {r.mean_entropy:.3f}"
+    )
+    table = Table(title="kept tokens (document order)")
+    table.add_column("position", justify="right")
+    table.add_column("piece")
+    table.add_column("entropy", justify="right")
+    for k in r.kept:
+        table.add_row(str(k.position), k.piece, f"{k.entropy:.3f}")
+    out.print(table)
+    out.print(f"[bold]memory text[/] {r.memory_text}")

@@ -53,6 +53,37 @@ class ScalesConfig:
 
 
 @dataclass
+class RecurrenceConfig:
+    """Transformer-XL segment recurrence: each layer also attends to the previous segment's
+    `mem_len` (gradient-stopped) states. 0 = off. Needs `position: relative`."""
+
+    mem_len: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.mem_len > 0
+
+
+@dataclass
+class FusionConfig:
+    """RPSAN: forward, backward and distant (1 <= |i-j| <= radius) masked attentions fused
+    with the input by a per-position, per-dimension softmax gate over the four sources."""
+
+    enabled: bool = False
+    radius: int = 3
+
+
+@dataclass
+class GlobalMemoryConfig:
+    """GEMFormer: tokens whose MLM entropy (nats) is below `threshold` form a global memory
+    of at most `budget` tokens, prepended to every segment when classifying a long document."""
+
+    enabled: bool = False
+    threshold: float = 0.3
+    budget: int = 128
+
+
+@dataclass
 class ModelConfig:
     """ALBERT-tiny defaults (MODELS.md section 1)."""
 
@@ -70,6 +101,10 @@ class ModelConfig:
     pooling: Literal["cls", "cls_max"] = "cls"  # cls_max: [CLS] ++ max-pool (multi-scale paper)
     heads: HeadsConfig = field(default_factory=HeadsConfig)
     scales: ScalesConfig = field(default_factory=ScalesConfig)
+    recurrence: RecurrenceConfig = field(default_factory=RecurrenceConfig)
+    fusion: FusionConfig = field(default_factory=FusionConfig)
+    memory_tokens: int = 0  # learned [MEM] embeddings prepended to every input
+    global_memory: GlobalMemoryConfig = field(default_factory=GlobalMemoryConfig)
 
     def validate(self, prefix: str) -> None:
         for key in ("embedding_size", "hidden_size", "num_layers", "ffn_size", "max_len"):
@@ -82,3 +117,40 @@ class ModelConfig:
             )
         for key in ("dropout", "attention_dropout"):
             check(0.0 <= getattr(self, key) < 1.0, f"{prefix}.{key}", "must be in [0, 1)")
+        self._validate_designs(prefix)
+
+    def _validate_designs(self, prefix: str) -> None:
+        """Which of the section 4-6 designs compose (MODELS.md)."""
+        rec, fus = self.recurrence, self.fusion
+        check(rec.mem_len >= 0, f"{prefix}.recurrence.mem_len", "must be >= 0 (0 = off)")
+        check(self.memory_tokens >= 0, f"{prefix}.memory_tokens", "must be >= 0 (0 = off)")
+        check(fus.radius >= 1, f"{prefix}.fusion.radius", "must be >= 1")
+        gm = self.global_memory
+        check(gm.threshold > 0, f"{prefix}.global_memory.threshold", "must be > 0 (nats)")
+        check(gm.budget >= 1, f"{prefix}.global_memory.budget", "must be >= 1")
+        if rec.enabled:
+            check(
+                self.position == "relative",
+                f"{prefix}.recurrence.mem_len",
+                "segment recurrence needs model.position=relative (absolute positions would "
+                "repeat across segments)",
+            )
+        if self.position == "relative":
+            check(
+                not self.scales.enabled,
+                f"{prefix}.position",
+                "relative attention does not combine with multi-scale windows (scales.windows)",
+            )
+        if fus.enabled:
+            for on, key in (
+                (self.position == "relative", "position"),
+                (self.scales.enabled, "scales.windows"),
+                (self.memory_tokens > 0, "memory_tokens"),
+            ):
+                check(not on, f"{prefix}.fusion.enabled", f"masked fusion excludes model.{key}")
+        if self.memory_tokens:
+            check(
+                not self.scales.enabled,
+                f"{prefix}.memory_tokens",
+                "memory tokens must see every token; windowed heads (scales.windows) cannot",
+            )

@@ -3,10 +3,15 @@
 The layer's attention is `RoutedAttention` (fixed or dynamic head count) around the core the
 config selects. The batch is cut to its longest real sequence before the layers run, so a
 padded batch costs what its real tokens cost; padding outputs are zero.
+
+Designs of MODELS.md sections 4 and 6 enter here: `position: relative` drops the absolute
+position embedding, `memory_tokens: k` prepends k learned [MEM] states (dropped from the
+output), and `recurrence.mem_len` makes `forward` take and return a `SegmentMemory`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -15,35 +20,41 @@ from torch import nn
 
 from tibnlp.config.model import ModelConfig
 from tibnlp.models.attention import AttentionContext, build_attention, choose_large
+from tibnlp.models.memory import MemoryTokens
+from tibnlp.models.recurrence import SegmentMemory, next_memory
 
 
 @dataclass
 class EncoderOutput:
     """`hidden` [B, N, D] of the last layer; `large` [B] bool: which sequences took the large
-    head route (all False for fixed heads); `route_large_fraction`: its mean (for logging)."""
+    head route (all False for fixed heads); `route_large_fraction`: its mean (for logging).
+    `memory`: the memory to pass to the next segment (None unless recurrence is on)."""
 
     hidden: torch.Tensor
     large: torch.Tensor
     route_large_fraction: torch.Tensor
+    memory: SegmentMemory | None = None
 
 
 class Embeddings(nn.Module):
-    """Token + absolute position + segment embeddings of width E, then the E -> D projection."""
+    """Token + absolute position + segment embeddings of width E, then the E -> D projection.
+
+    With `position: relative` there is no position embedding: attention encodes distances."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         e = cfg.embedding_size
         self.word = nn.Embedding(cfg.vocab_size, e)
-        self.position = nn.Embedding(cfg.max_len, e)
+        self.position = nn.Embedding(cfg.max_len, e) if cfg.position == "absolute" else None
         self.segment = nn.Embedding(2, e)
         self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
         self.project = nn.Linear(e, cfg.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        n = input_ids.shape[1]
-        pos = torch.arange(n, device=input_ids.device)
-        x = self.word(input_ids) + self.position(pos)[None] + self.segment(token_type_ids)
+        x = self.word(input_ids) + self.segment(token_type_ids)
+        if self.position is not None:
+            x = x + self.position(torch.arange(input_ids.shape[1], device=input_ids.device))[None]
         return self.project(self.dropout(self.norm(x)))
 
 
@@ -82,6 +93,11 @@ class Encoder(nn.Module):
         self.cfg = cfg
         self.embeddings = Embeddings(cfg)
         self.layer = SharedLayer(cfg)
+        self.memory_tokens = (
+            MemoryTokens(cfg.memory_tokens, cfg.hidden_size, cfg.initializer_range)
+            if cfg.memory_tokens
+            else None
+        )
         self.apply(lambda m: init_weights(m, cfg.initializer_range))
 
     @property
@@ -94,7 +110,9 @@ class Encoder(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
+        memory: SegmentMemory | None = None,
     ) -> EncoderOutput:
+        """`memory`: the previous segment's `EncoderOutput.memory` (recurrence only)."""
         mask = attention_mask.bool()
         if mask.shape[1] > 1 and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
             raise ValueError("attention_mask must mark real tokens as a prefix (right padding)")
@@ -106,14 +124,34 @@ class Encoder(nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         keep = max(int(lengths.max()), 1)  # cut shared padding: it would only cost compute
         large = choose_large(lengths, self.cfg.heads)
-        ctx = AttentionContext(mask[:, :keep], lengths, 0, self.cfg.num_layers)
         x = self.embeddings(input_ids[:, :keep], token_type_ids[:, :keep])
+        real = mask[:, :keep]
+        k = 0
+        if self.memory_tokens is not None:
+            x, real, k = *self.memory_tokens.prepend(x, real), self.memory_tokens.count
+        ctx = AttentionContext(real, real.sum(1), 0, self.cfg.num_layers)
+        recurrent = self.cfg.recurrence.enabled
+        if memory is not None and not recurrent:
+            raise ValueError("memory given to an encoder without model.recurrence.mem_len")
+        states = []
         for layer in range(self.cfg.num_layers):
-            x = self.layer(x, ctx.at_layer(layer), large)
-        x = x * ctx.attention_mask.unsqueeze(-1).to(x.dtype)  # padding outputs are zero
+            lctx = ctx.at_layer(layer)
+            if memory is not None:
+                lctx = dataclasses.replace(
+                    lctx, memory=memory.states[layer], memory_mask=memory.mask
+                )
+            if recurrent:
+                states.append(x[:, k:])
+            x = self.layer(x, lctx, large)
+        x = x[:, k:] * mask[:, :keep].unsqueeze(-1).to(x.dtype)  # padding outputs are zero
         if keep < n:
             x = F.pad(x, (0, 0, 0, n - keep))
-        return EncoderOutput(x, large, large.float().mean())
+        new_memory = (
+            next_memory(memory, states, mask[:, :keep], self.cfg.recurrence.mem_len)
+            if recurrent
+            else None
+        )
+        return EncoderOutput(x, large, large.float().mean(), new_memory)
 
     def sentence_vector(self, output: EncoderOutput, attention_mask: torch.Tensor) -> torch.Tensor:
         """[B, sentence_dim]: [CLS], or [CLS] ++ max-pool over real tokens (`cls_max`)."""

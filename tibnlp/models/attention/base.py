@@ -8,6 +8,7 @@ multi-scale windows, ...). `AttentionContext` carries what a core may need about
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -21,24 +22,48 @@ class AttentionContext:
 
     `attention_mask` is [B, N] bool with real tokens as a prefix of each row (right padding);
     `lengths` [B] is its row sum. `layer` is the 0-based index of the layer being run.
+    `memory` [B, M, D] (segment recurrence): this layer's states of the previous segment,
+    prepended to the keys/values by `Route`; `memory_mask` [B, M] bool marks its real tokens.
+    Only cores that accept memory (relative) are built with recurrence on.
     """
 
     attention_mask: torch.Tensor
     lengths: torch.Tensor
     layer: int = 0
     num_layers: int = 1
+    memory: torch.Tensor | None = None
+    memory_mask: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> AttentionContext:
         """The context of a sub-batch (rows `index`), for routing sequences separately."""
-        return AttentionContext(
-            self.attention_mask.index_select(0, index),
-            self.lengths.index_select(0, index),
-            self.layer,
-            self.num_layers,
+        return dataclasses.replace(
+            self,
+            attention_mask=self.attention_mask.index_select(0, index),
+            lengths=self.lengths.index_select(0, index),
+            memory=None if self.memory is None else self.memory.index_select(0, index),
+            memory_mask=None
+            if self.memory_mask is None
+            else self.memory_mask.index_select(0, index),
         )
 
     def at_layer(self, layer: int) -> AttentionContext:
-        return AttentionContext(self.attention_mask, self.lengths, layer, self.num_layers)
+        return dataclasses.replace(self, layer=layer)
+
+    @property
+    def key_mask(self) -> torch.Tensor:
+        """[B, M + N] bool: which keys are real (memory first, then the current tokens)."""
+        if self.memory_mask is None:
+            return self.attention_mask
+        return torch.cat([self.memory_mask, self.attention_mask], dim=1)
+
+
+def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim restricted to `allowed`; a row with no allowed key gets all
+    zero weights (its attention output is the zero vector), never NaN, in forward or backward.
+    """
+    lowest = torch.finfo(scores.dtype).min
+    p = torch.softmax(scores.masked_fill(~allowed, lowest), dim=-1)
+    return p * allowed.to(p.dtype)
 
 
 class AttentionCore(nn.Module):
@@ -77,7 +102,13 @@ class Route(nn.Module):
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         b, n, d = x.shape
         skip = self.core.pointwise_heads(ctx)
-        if skip == 0:
+        if ctx.memory is not None:  # recurrence: keys/values over [memory; x], queries from x
+            w, bias = self.qkv.weight, self.qkv.bias
+            q = F.linear(x, w[:d], bias[:d]).view(b, n, self.heads, self.head_dim).transpose(1, 2)
+            full = torch.cat([ctx.memory.to(x.dtype), x], dim=1)
+            kv = F.linear(full, w[d:], bias[d:]).view(b, full.shape[1], 2, self.heads, -1)
+            k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)
+        elif skip == 0:
             qkv = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
             q, k, v = qkv[0], qkv[1], qkv[2]
         else:  # project Q and K only for the heads that read them

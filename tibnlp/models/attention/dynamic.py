@@ -9,6 +9,7 @@ fixed-head model: a single route, named the same way, so both load identically.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -87,6 +88,6 @@ def _run_trimmed(route: Route, x: torch.Tensor, ctx: AttentionContext) -> torch.
     n = int(ctx.lengths.max())
     if n == x.shape[1]:
         return route(x, ctx)
-    sub = AttentionContext(ctx.attention_mask[:, :n], ctx.lengths, ctx.layer, ctx.num_layers)
+    sub = dataclasses.replace(ctx, attention_mask=ctx.attention_mask[:, :n])  # keeps memory
     y = route(x[:, :n], sub)
     return torch.nn.functional.pad(y, (0, 0, 0, x.shape[1] - n))
