@@ -66,6 +66,7 @@ def main() -> None:
         split = split_text == "true"
         name = f"vocab-{'split' if split else 'nosplit'}-{size_text}"
         rows.append(build(args.corpus, args.out_root / name, int(size_text), split))
+        print(json.dumps(rows[-1]), flush=True)  # kept even if a later run is stopped
     text = json.dumps({"cpus": os.cpu_count(), "load": os.getloadavg(), "runs": rows}, indent=2)
     print(text)
     if args.json:
