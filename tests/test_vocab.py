@@ -145,9 +145,16 @@ def test_load_rejects_other_folders(tmp_path: Path, corpus: Path) -> None:
 
 def test_vocab_size_the_corpus_cannot_support(corpus: Path, tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"at most ~\d+ pieces") as info:
-        build_vocabulary(corpus, tmp_path / "v", _config(vocab_size=200_000))
+        build_vocabulary(corpus, tmp_path / "v", _config(vocab_size=200_000, hard_limit=True))
     assert "lower --vocab-size" in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_vocab_size_is_a_ceiling_by_default(corpus: Path, tmp_path: Path) -> None:
+    report = build_vocabulary(corpus, tmp_path / "v", _config(vocab_size=200_000))
+    assert report["requested_vocab_size"] == 200_000
+    assert 16 < report["vocab_size"] < 200_000
+    assert Vocabulary.load(tmp_path / "v").size == report["vocab_size"]
 
 
 def test_empty_corpus(tmp_path: Path) -> None:

@@ -47,3 +47,8 @@ def build(
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     table.add_row("20 longest pieces", " ".join(report["longest_pieces"]))
     console.print(table)
+    if report["vocab_size"] < report["requested_vocab_size"]:
+        console.print(
+            f"[yellow]note:[/] the corpus supports {report['vocab_size']} pieces, fewer than the "
+            f"{report['requested_vocab_size']} asked (vocab.hard_limit=true makes this an error)"
+        )

@@ -44,6 +44,10 @@ class VocabConfig:
     vocab_size: int = 30000
     character_coverage: float = 0.9995
     split_on_tsheg: bool = True  # pieces never cross a syllable boundary
+    # Under the syllable rule the corpus's syllable inventory bounds the size (about 20k pieces
+    # for the shared corpora), so by default vocab_size is a ceiling: the largest vocabulary
+    # the corpus supports is built and the report says so. true: fail instead.
+    hard_limit: bool = False
     input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) for training
     max_sentence_length: int = 8192  # bytes; longer sentences are skipped by SentencePiece
     num_threads: int = 0  # 0: one per CPU core

@@ -23,14 +23,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import sentencepiece as spm
 
 from tibnlp.errors import DataError
+from tibnlp.text.normalize import normalize
 from tibnlp.text.syllables import SYLLABLE_RE, TSHEG
 
 MARKER = "tibnlp-vocab.json"
@@ -42,16 +42,6 @@ _SYLLABLE_CHARS = frozenset(
 )
 
 _SPACE_AFTER_SYLLABLE = re.compile(f"(?<={SYLLABLE_RE.pattern[:-1]}) (?=[^ A-Za-z0-9])")
-
-try:  # the Tibetan normaliser arrives from a parallel branch; NFC until it is merged
-    from tibnlp.text.normalize import normalize as _normalize
-except ImportError:  # pragma: no cover - exercised only before the merge
-
-    def _normalize(text: str, join_spaced_syllables: bool = False) -> str:
-        return unicodedata.normalize("NFC", text).replace("\u0f0c", "\u0f0b")
-
-
-normalize: Callable[..., str] = _normalize
 
 
 def is_syllable_char(char: str) -> bool:

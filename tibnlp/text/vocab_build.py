@@ -44,21 +44,10 @@ _TOO_BIG_RE = re.compile(r"<=\s*(\d+)")
 
 
 def load_corpus(path: Path) -> Any:
-    """The prepared corpus's DatasetDict (swap for `tibnlp.text.prepare.load_prepared`)."""
-    import datasets
+    """The prepared corpus's DatasetDict, or a DataError saying how to make one."""
+    from tibnlp.text.prepare import load_prepared
 
-    path = Path(path)
-    marker = path / "tibnlp-corpus.json"
-    try:
-        kind = json.loads(marker.read_text(encoding="utf-8")).get("kind")
-    except (OSError, ValueError, AttributeError):
-        kind = None
-    if kind != "prepared_corpus" or not (path / "dataset").is_dir():
-        raise DataError(
-            f"{path} is not a prepared corpus (no valid {marker.name} and dataset/)",
-            "make one with `tibnlp corpus prepare --input FILE... --output DIR`",
-        )
-    return datasets.load_from_disk(str(path / "dataset"))
+    return load_prepared(Path(path))
 
 
 def _sentences(split: Any) -> Iterator[str]:
@@ -96,7 +85,7 @@ def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> byte
             bos_id=-1,
             eos_id=-1,
             control_symbols=specials[2:],
-            hard_vocab_limit=True,
+            hard_vocab_limit=config.hard_limit,
             minloglevel=2,
         )
     except RuntimeError as exc:
@@ -175,6 +164,7 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
     heldout = list(_sentences(corpus["heldout"]))
     report: dict[str, Any] = {
         "vocab_size": vocab.size,
+        "requested_vocab_size": config.vocab_size,
         "split_on_tsheg": config.split_on_tsheg,
         "sha256": vocab.sha256,
         "corpus": str(corpus_dir.resolve()),

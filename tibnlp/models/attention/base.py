@@ -8,6 +8,7 @@ multi-scale windows, ...). `AttentionContext` carries what a core may need about
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass
 
@@ -66,7 +67,7 @@ def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     return p * allowed.to(p.dtype)
 
 
-class AttentionCore(nn.Module):
+class AttentionCore(nn.Module, abc.ABC):
     """Per-head attention: `q, k, v` [B, h, N, d] -> [B, h, N, d]. Parameter-free by default.
 
     A core may declare leading "pointwise" heads (attending to their own position only, e.g.
@@ -81,10 +82,11 @@ class AttentionCore(nn.Module):
     def pointwise_heads(self, ctx: AttentionContext) -> int:
         return 0
 
+    @abc.abstractmethod
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext
     ) -> torch.Tensor:
-        raise NotImplementedError
+        """Each design's per-head attention."""
 
 
 class Route(nn.Module):
