@@ -17,16 +17,17 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+# In the order of the workflow: data -> corpus -> vocab -> model/pretrain -> finetune -> runs.
 app.add_typer(data.app, name="data")
 app.add_typer(corpus.app, name="corpus")
+app.add_typer(vocab.app, name="vocab")
+app.add_typer(model_cli.app, name="model")
+app.command("pretrain")(pretrain.pretrain)
+app.add_typer(finetune.app, name="finetune")
+app.command("predict")(predict.predict)
 app.add_typer(pipeline.app, name="pipeline")
 app.add_typer(runs.app, name="runs")
 app.command("ui")(ui.ui)
-app.add_typer(model_cli.app, name="model")
-app.add_typer(finetune.app, name="finetune")
-app.command("predict")(predict.predict)
-app.add_typer(vocab.app, name="vocab")
-app.command("pretrain")(pretrain.pretrain)
 
 
 def main() -> None:
