@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import Any
 
@@ -36,6 +37,8 @@ class TrainProgress:
             console=Console(stderr=True),
             transient=False,
         )
+        self._total = total
+        self._last_line = 0.0
         self._task = self._progress.add_task(
             description, total=total, completed=start, loss="-", tps="-"
         )
@@ -63,6 +66,22 @@ class TrainProgress:
         if tokens_per_s is not None:
             fields["tps"] = f"{tokens_per_s:,.0f}"
         self._progress.update(self._task, completed=step, **fields)
+        if not self._progress.console.is_terminal:
+            self._plain_line(step)
+
+    def _plain_line(self, step: int) -> None:
+        """Logs have no live bar: a plain line every 30 s keeps step, rate and ETA visible."""
+        assert self._progress is not None
+        now = time.monotonic()
+        if now - self._last_line < 30.0 and step < self._total:
+            return
+        self._last_line = now
+        task = self._progress.tasks[0]
+        eta = task.time_remaining
+        self._progress.console.print(
+            f"{task.description} step {step}/{self._total} loss {task.fields['loss']} "
+            f"{task.fields['tps']} tok/s ETA {'-' if eta is None else f'{eta / 60:.1f} min'}"
+        )
 
     def log(self, message: str) -> None:
         if self._progress is not None:
