@@ -414,3 +414,40 @@ def test_launched_stage_runs_in_a_child_process(toy: tuple[Path, str], tmp_path:
         "slice.txt",
     ]
     assert run_pipeline(load_pipeline(path), echo=lambda _: None).skipped == ["cut"]
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_pretrain_stage_resumes_only_from_a_checkpoint(
+    checkpointed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupted pretrain stage continues from its last checkpoint; one interrupted before
+    the first checkpoint starts over (run_pretraining refuses `resume` with no checkpoint)."""
+    import sys
+    import types
+
+    from tibnlp.config import Config
+    from tibnlp.pipeline import stages
+    from tibnlp.pipeline.context import StageContext
+    from tibnlp.tracking import Tracker
+
+    calls: list[bool] = []
+
+    def run_pretraining(cfg: Config, resume: bool = False) -> Path:
+        calls.append(resume)
+        return Path(cfg.pretrain.output) / "model"
+
+    module = types.ModuleType("tibnlp.training.pretrain")
+    module.run_pretraining = run_pretraining  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tibnlp.training.pretrain", module)
+    partial = tmp_path / "pretrain.partial"
+    left = partial / "model" / "data"
+    left.mkdir(parents=True)
+    if checkpointed:
+        (partial / "model" / "checkpoints" / "step-15").mkdir(parents=True)
+        (partial / "model" / "checkpoints" / "latest").write_text("step-15")
+    inputs = {"corpus": tmp_path / "corpus", "vocab": tmp_path / "vocab"}
+    tracker = Tracker("x", enabled=False)
+    ctx = StageContext("pretrain", "pretrain", "", Config(), inputs, partial, True, tracker)
+    stages.pretrain(ctx)
+    assert calls == [checkpointed]
+    assert left.exists() == checkpointed  # no checkpoint: the partial output starts clean

@@ -34,7 +34,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
             stage = parent.child(f"finetune[{model},{head}]", tags={"tibnlp.model": model})
             stage.log_params({"finetune": {"head": head}})
             mean = sum(seeds) / len(seeds)  # the stage's aggregate: not counted again
-            stage.log_metrics({"test_f1_macro": mean, "test_f1_weighted": mean + 0.05})
+            stage.log_metrics({"test_macro_f1": mean, "test_weighted_f1": mean + 0.05})
+            stage.log_metrics({"test_macro_f1_std": 0.01})  # the stage's own aggregate column
             for seed, f1 in enumerate(seeds, start=1):
                 run = stage.child(f"seed {seed}", tags={"tibnlp.model": model})
                 run.log_params(
@@ -43,12 +44,13 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
                         "finetune": {"head": head, "seed": seed, "task": "title"},
                     }
                 )
-                run.log_metrics({"test_f1_macro": f1, "test_f1_weighted": f1 + 0.05}, step=0)
+                run.log_metrics({"test_macro_f1": f1, "test_weighted_f1": f1 + 0.05}, step=0)
+                run.log_metrics({"test_macro_precision": f1}, step=0)  # not a headline column
                 run.log_metrics({"val_f1_macro": f1 - 0.01}, step=1)
                 run.end()
             stage.end()
         failed = parent.child("finetune[broken]", tags={"tibnlp.model": "fixed8"})
-        failed.log_metrics({"test_f1_macro": 0.0})
+        failed.log_metrics({"test_macro_f1": 0.0})
         failed.end("FAILED")  # failed runs stay out of the table
     return uri
 
@@ -68,8 +70,8 @@ def test_markdown_groups_by_model_and_head(store: str) -> None:
         " model.heads.large ",
         " finetune.head ",
         " runs ",
-        " test_f1_macro ",
-        " test_f1_weighted ",
+        " test_macro_f1 ",
+        " test_weighted_f1 ",
     ]
     rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in lines[2:]]
     assert [r[:4] for r in rows] == [
@@ -82,6 +84,8 @@ def test_markdown_groups_by_model_and_head(store: str) -> None:
     mean, std = statistics.mean(seeds), statistics.stdev(seeds)
     assert rows[2][4] == "3"
     assert rows[2][5] == f"{mean:.4f} ± {std:.4f}"
+    # neither an aggregate run's `*_std` nor non-headline metrics become (empty) columns
+    assert "_std" not in lines[0] and "precision" not in lines[0]
 
 
 def test_csv_pivot_puts_heads_side_by_side(store: str) -> None:
@@ -91,7 +95,7 @@ def test_csv_pivot_puts_heads_side_by_side(store: str) -> None:
         "-f",
         "csv",
         "--metric",
-        "test_f1_macro",
+        "test_macro_f1",
         "--columns-by",
         "finetune.head",
         "--tracking-uri",
@@ -103,10 +107,10 @@ def test_csv_pivot_puts_heads_side_by_side(store: str) -> None:
         "model.heads.small",
         "model.heads.large",
         "runs",
-        "test_f1_macro [cnn] mean",
-        "test_f1_macro [cnn] std",
-        "test_f1_macro [linear] mean",
-        "test_f1_macro [linear] std",
+        "test_macro_f1 [cnn] mean",
+        "test_macro_f1 [cnn] std",
+        "test_macro_f1 [linear] mean",
+        "test_macro_f1 [linear] std",
     ]
     dma = rows[1]
     assert dma[0] == "dma6-12"
@@ -114,9 +118,16 @@ def test_csv_pivot_puts_heads_side_by_side(store: str) -> None:
     assert float(dma[7]) == pytest.approx(statistics.stdev(SCORES[("dma6-12", 6, 12, "linear")]))
 
 
+def test_aggregate_runs_add_no_empty_columns(store: str) -> None:
+    out = _invoke("-e", "dma", "-f", "csv", "-m", "test*", "--tracking-uri", store)
+    header = next(csv.reader(io.StringIO(out)))
+    assert "test_macro_precision mean" in header
+    assert not [h for h in header if "_std" in h.split()[0]]  # the stage's own aggregates
+
+
 def test_glob_metrics_and_table_format(store: str) -> None:
     out = _invoke("-e", "dma", "-m", "val_*", "-g", "tag:tibnlp.model", "--tracking-uri", store)
-    assert "val_f1_macro" in out and "fixed8" in out and "test_f1" not in out
+    assert "val_f1_macro" in out and "fixed8" in out and "test_macro_f1" not in out
     only = _invoke(
         "-e",
         "dma",

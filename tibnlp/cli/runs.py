@@ -27,7 +27,11 @@ def compare(
     experiment: Annotated[str, typer.Option("--experiment", "-e", help="Experiment name.")],
     metric: Annotated[
         list[str] | None,
-        typer.Option("--metric", "-m", help="Metric name or glob (repeatable); default test*."),
+        typer.Option(
+            "--metric",
+            "-m",
+            help="Metric name or glob (repeatable); default test_accuracy and test_*f1.",
+        ),
     ] = None,
     group_by: Annotated[
         list[str] | None,

@@ -7,7 +7,6 @@ without the heavy layers. Where a function writes is decided here: always inside
 from __future__ import annotations
 
 import importlib
-import inspect
 import lzma
 import shutil
 from collections.abc import Iterator
@@ -127,9 +126,17 @@ def pretrain(ctx: StageContext) -> Path:
     cfg = ctx.config
     cfg.pretrain.corpus = str(_named(ctx, "corpus"))
     cfg.pretrain.vocab = str(_named(ctx, "vocab"))
-    cfg.pretrain.output = str(ctx.output / "model")
+    output = ctx.output / "model"
+    cfg.pretrain.output = str(output)
     run = _load("tibnlp.training.pretrain:run_pretraining")
-    return Path(run(cfg, resume=ctx.resume))
+    latest_tag = _load("tibnlp.training.checkpoint:latest_tag")
+    # An interrupted stage continues from its last complete checkpoint; one stopped before the
+    # first checkpoint starts again (run_pretraining refuses both "resume from nothing" and
+    # "start over existing checkpoints").
+    resume = ctx.resume and latest_tag(output / "checkpoints") is not None
+    if ctx.resume and not resume:
+        _fresh(output)
+    return Path(run(cfg, resume=resume))
 
 
 def finetune(ctx: StageContext) -> dict[str, Any]:
@@ -137,13 +144,11 @@ def finetune(ctx: StageContext) -> dict[str, Any]:
     model = _named(ctx, "model", required=False)
     if model is not None:
         cfg.finetune.model = str(model)
+    # Not cleared on resume: run_finetune reports seeds that finished (same fingerprint) as
+    # they are and trains only the rest.
     cfg.finetune.output = str(ctx.output / "finetune")
-    _fresh(Path(cfg.finetune.output))
     run = _load("tibnlp.training.finetune:run_finetune")
-    if "dataset" in inspect.signature(run).parameters:
-        value = run(cfg, cfg.finetune.dataset, cfg.finetune.task)
-    else:
-        value = run(cfg)
+    value = run(cfg, cfg.finetune.dataset, cfg.finetune.task)
     result = _as_dict(value)
     register_finetuned(ctx, result)
     return result

@@ -32,7 +32,8 @@ DEFAULT_GROUP_KEYS = (
     "finetune.task",
     "finetune.head",
 )
-DEFAULT_METRICS = ("test*",)
+# The headline numbers of a classification paper; `--metric 'test*'` lists every test metric.
+DEFAULT_METRICS = ("test_accuracy", "test_*f1")
 
 
 @dataclass
@@ -135,19 +136,23 @@ def compare_runs(
         if not token:
             break
     patterns = list(metrics) or list(DEFAULT_METRICS)
-    names = sorted(
-        {k for r in runs for k in r.data.metrics if any(fnmatch.fnmatch(k, p) for p in patterns)}
-    )
+
+    def matching(run: object) -> set[str]:
+        keys = run.data.metrics  # type: ignore[attr-defined]
+        return {k for k in keys if any(fnmatch.fnmatch(k, p) for p in patterns)}
+
+    runs = [r for r in runs if matching(r)]
+    # A run whose nested runs carry the metrics is their aggregate (a stage over seeds): count
+    # the leaves (the seeds), not the aggregate a second time, nor its own `*_mean`/`*_std`
+    # columns (left out before the columns are chosen, or they would stay empty).
+    parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
+    runs = [r for r in runs if r.info.run_id not in parents]
+    names = sorted({k for r in runs for k in matching(r)})
     if not names:
         raise TibnlpError(
             f"no finished run of {experiment!r} has a metric matching {', '.join(patterns)}",
             "list metric names in `tibnlp ui`, or pass --metric PATTERN (globs allowed)",
         )
-    runs = [r for r in runs if any(k in r.data.metrics for k in names)]
-    # A run whose nested runs carry the metrics is their aggregate (a stage over seeds): count
-    # the leaves (the seeds), not the aggregate a second time.
-    parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
-    runs = [r for r in runs if r.info.run_id not in parents]
     if group_by:
         keys = list(group_by)
     else:  # the model-describing keys whose value differs between runs

@@ -35,7 +35,7 @@ from tibnlp.models.classifier import HeadConfig
 from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
 from tibnlp.models.io import load_encoder, read_extra
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
-from tibnlp.tracking.tracker import Tracker
+from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.finetune_loop import pick_device, set_seed, train_one_seed
 
 SEED_FILE = "seed_result.json"
@@ -186,24 +186,24 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     tracking = cfg.tracking
     tags = {"stage": "finetune", "dataset": data.name, "system": setup.system}
     seeds: list[SeedResult] = []
-    with Tracker(
-        tracking.experiment,
-        tracking.run_name or f"{data.name} {setup.system}",
-        tracking.uri,
-        tracking.enabled,
-        tags=tags,
-    ) as parent:
-        parent.log_params(to_dict(cfg.finetune) | {"model_config": to_dict(setup.meta.model)})
+    # the encoder actually loaded (from the model directory), not the config's model section
+    described = {k: v for k, v in to_dict(cfg).items() if k != "tracking"}
+    described["model"] = to_dict(setup.meta.model)
+    in_stage = bool(tracking.run_id)  # a pipeline stage's run: it holds the config already
+    with tracker_from_config(tracking, f"{data.name} {setup.system}", tags) as parent:
+        if not in_stage:
+            parent.log_params(to_dict(cfg.finetune))
+        parent.log_params({"model_config": to_dict(setup.meta.model)})
         parent.set_tags({k: str(v) for k, v in notes.items()})
+        parent.set_tags(
+            provenance_tags(vocab=setup.vocab_dir, parent_model=setup.meta.source_model)
+        )
         for seed in ft.seeds:
-            with Tracker(
-                tracking.experiment,
-                f"seed {seed}",
-                tracking.uri,
-                tracking.enabled,
-                parent_run_id=parent.run_id,
-                tags=tags | {"seed": str(seed)},
+            # seeds are the leaves `runs compare` groups: they carry the config and model tags
+            with parent.child(
+                f"seed {seed}", tags={**tracking.tags, **tags, "seed": str(seed)}
             ) as run:
+                run.log_params(described)
                 result = _run_seed(setup, ft, seed, output / f"seed-{seed}", unseen, advts, run)
                 result.run_id = run.run_id
                 seeds.append(result)

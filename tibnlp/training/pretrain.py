@@ -34,7 +34,7 @@ from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.io import save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
-from tibnlp.tracking import Tracker
+from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import (
     World,
@@ -169,39 +169,42 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
     loop = TrainLoop(engine, world, train, heldout, settings)
 
     def open_tracker(run_id: str | None) -> Tracker:
+        """The run to log into: the checkpoint's (resume), the pipeline stage's
+        (`tracking.run_id`), or a new one (standalone)."""
         t = cfg.tracking
-        tracker = Tracker(
-            t.experiment,
-            run_name=t.run_name or output.name,
-            uri=t.uri,
-            enabled=t.enabled,
-            resume_run_id=run_id,
-        )
-        if run_id is None:  # a new run: describe it once
+        in_stage = bool(t.run_id) and run_id is None
+        tracking = dataclasses.replace(t, run_id=run_id or t.run_id)
+        tracker = tracker_from_config(tracking, output.name, {"stage": "pretrain"})
+        if run_id is not None:  # resumed: the run was described when it started
+            return tracker
+        if not in_stage:  # a pipeline stage's run already holds the flattened config
             tracker.log_params(to_dict(cfg))
-            tracker.log_params(
-                {
-                    "resolved.model.vocab_size": model_cfg.vocab_size,
-                    "resolved.model.heads.threshold": model_cfg.heads.threshold,
-                    "resolved.processes": world.size,
-                    "resolved.accumulation_steps": accum,
-                }
-            )
-            tracker.set_tags(
-                {
-                    "stage": "pretrain",
-                    "vocab.sha256": vocab.sha256,
-                    **{f"data.{k}": str(v) for k, v in meta.items() if not isinstance(v, dict)},
-                    **{
-                        f"data.{k}.{s}": str(n)
-                        for k, v in meta.items()
-                        if isinstance(v, dict)
-                        for s, n in v.items()
-                    },
-                }
-            )
-            tracker.log_artifact(output / "config.yaml")
-            tracker.log_artifact(vocab_dir, "vocabulary")
+        tracker.log_params(
+            {
+                "resolved.model.vocab_size": model_cfg.vocab_size,
+                "resolved.model.heads.threshold": model_cfg.heads.threshold,
+                "resolved.processes": world.size,
+                "resolved.accumulation_steps": accum,
+                "resolved.pretrain.corpus": p.corpus,
+                "resolved.pretrain.vocab": p.vocab,
+            }
+        )
+        tracker.set_tags(
+            {
+                "stage": "pretrain",
+                "vocab.sha256": vocab.sha256,
+                **provenance_tags(data=p.corpus, vocab=vocab_dir),
+                **{f"data.{k}": str(v) for k, v in meta.items() if not isinstance(v, dict)},
+                **{
+                    f"data.{k}.{s}": str(n)
+                    for k, v in meta.items()
+                    if isinstance(v, dict)
+                    for s, n in v.items()
+                },
+            }
+        )
+        tracker.log_artifact(output / "config.yaml")
+        tracker.log_artifact(vocab_dir, "vocabulary")
         return tracker
 
     result = fit(loop, resume, open_tracker)
