@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -31,4 +32,5 @@ def pretrain(
     extra = [f"pretrain.time_budget={time_budget}"] if time_budget is not None else []
     cfg = resolve_config(config, overrides, *extra)
     model_dir = run_pretraining(cfg, resume=resume)
-    console.print(f"model: {model_dir}")
+    if os.environ.get("RANK", "0") == "0":  # once per run, not once per process
+        console.print(f"model: {model_dir}")
