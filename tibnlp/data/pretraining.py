@@ -23,9 +23,7 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import statistics
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from tibnlp.errors import DataError
+from tibnlp.fsutil import staged_dir
 from tibnlp.text.vocab import Vocabulary
 
 FORMAT_VERSION = 1
@@ -236,17 +235,9 @@ def build_pretraining_dataset(
         "median_length": float(statistics.median(lengths)),
         "mean_length": float(np.mean(lengths)),
     }
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with staged_dir(out_dir) as tmp:
         datasets.DatasetDict(splits).save_to_disk(str(tmp / "dataset"))
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        if out_dir.exists():
-            out_dir.rmdir()
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

@@ -11,7 +11,6 @@ Written to a temporary folder and renamed into place, so a crash never leaves ha
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +23,7 @@ from torch import nn
 from tibnlp.config.core import from_dict, to_dict
 from tibnlp.config.model import ModelConfig
 from tibnlp.errors import DataError
+from tibnlp.fsutil import staged_dir
 from tibnlp.models.classifier import Classifier, EmbeddingEncoder, HeadConfig
 from tibnlp.models.encoder import Encoder
 
@@ -63,9 +63,7 @@ def save_classifier(
     directory: Path, model: nn.Module, meta: ClassifierMeta, vocab_dir: Path
 ) -> Path:
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    try:
+    with staged_dir(directory, replace=True) as tmp:
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS_FILE))
         text = yaml.safe_dump(to_dict(meta), sort_keys=False, allow_unicode=True)
@@ -77,12 +75,6 @@ def save_classifier(
                 and not (f.name.endswith((".safetensors", ".pt", ".txt")))
             ):
                 shutil.copy2(f, tmp / f.name)
-        if directory.exists():
-            shutil.rmtree(directory)
-        tmp.rename(directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return directory
 
 

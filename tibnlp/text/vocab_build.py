@@ -15,7 +15,6 @@ import io
 import json
 import os
 import re
-import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import sentencepiece as spm
 from tibnlp.config.core import dump_yaml, to_dict
 from tibnlp.config.text import VocabConfig
 from tibnlp.errors import DataError
+from tibnlp.fsutil import staged_dir
 from tibnlp.text.syllables import count_syllables, syllables
 from tibnlp.text.vocab import MARKER, MODEL_FILE, WORD_START, Vocabulary
 
@@ -170,9 +170,7 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
         "corpus": str(corpus_dir.resolve()),
         **evaluate(vocab, heldout),
     }
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with staged_dir(output_dir) as tmp:
         (tmp / MODEL_FILE).write_bytes(proto)
         (tmp / "spm.vocab").write_text(
             "".join(
@@ -192,10 +190,4 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
             json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8"
         )
         (tmp / MARKER).write_text(json.dumps({"kind": "vocabulary", "version": 1}))
-        if output_dir.exists():
-            output_dir.rmdir()
-        os.replace(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return report
