@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 
 from tibnlp.config import Config, dump_yaml, flatten, load_config, to_dict
+from tibnlp.config.core import from_dict
+from tibnlp.config.finetune import FinetuneConfig
+from tibnlp.config.train import OptimizerConfig
 from tibnlp.errors import ConfigError
 
 
@@ -75,3 +78,12 @@ def test_flatten_for_params() -> None:
     flat = flatten(to_dict(Config()))
     assert flat["model.heads.small"] == 12
     assert "pretrain.optimizer.lr" in flat
+
+
+def test_partial_nested_section_keeps_the_fields_own_default() -> None:
+    """finetune.optimizer defaults to lr 5e-5 with no warmup; setting only its lr must not
+    bring back OptimizerConfig's class default of 100 warmup steps."""
+    cfg = from_dict(Config, {"finetune": {"optimizer": {"lr": 0.001}}})
+    assert cfg.finetune.optimizer.lr == 0.001
+    assert cfg.finetune.optimizer.warmup_steps == FinetuneConfig().optimizer.warmup_steps == 0
+    assert cfg.pretrain.optimizer.warmup_steps == OptimizerConfig().warmup_steps

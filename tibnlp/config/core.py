@@ -13,6 +13,7 @@ after its fields are converted (see `check`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import tempfile
@@ -133,6 +134,36 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     raise TypeError(f"unsupported config field type {tp!r} at {key}")
 
 
+def _over_default(f: dataclasses.Field[Any], value: Any) -> Any:
+    """A partial mapping for a nested dataclass field applies over that field's own default.
+
+    `FinetuneConfig.optimizer` defaults to `OptimizerConfig(lr=5e-5, warmup_steps=0)`; setting
+    only `finetune.optimizer.lr` must keep warmup_steps=0, not fall back to the class's 100.
+    """
+    if not isinstance(value, Mapping):
+        return value
+    if f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+    elif f.default is not dataclasses.MISSING:
+        default = f.default
+    else:
+        return value
+    if not (dataclasses.is_dataclass(default) and not isinstance(default, type)):
+        return value
+    return deep_merge(to_dict(default), value)
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over` applied onto a copy of `base`, section by section (neither is modified)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
 def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     """Build dataclass `cls` from a mapping, converting and validating every field."""
     if data is None:
@@ -149,7 +180,10 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
         raise ConfigError(
             f"config key '{key}' is unknown; allowed keys here: {', '.join(sorted(fields))}"
         )
-    kwargs = {name: _convert(hints[name], data[name], _join(prefix, name)) for name in data}
+    kwargs = {
+        name: _convert(hints[name], _over_default(fields[name], data[name]), _join(prefix, name))
+        for name in data
+    }
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)
     if callable(validate):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tibnlp.config import Config, from_dict, to_dict
-from tibnlp.config.core import flatten
+from tibnlp.config.core import deep_merge, flatten
 from tibnlp.data.datadir import require
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.pipeline.cache import Slot, explain_change, node_key, slot_for
@@ -48,16 +48,6 @@ class PipelineRun:
     outputs: dict[str, Path] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
     run_id: str | None = None
-
-
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
@@ -132,7 +122,7 @@ class Planner:
 
     def config_dict(self, node: Node, real: bool) -> dict[str, Any]:
         where = f"{self.spec.source}: stages.{node.stage.name}"
-        data = _deep_merge(self.spec.config, node.stage.config)
+        data = deep_merge(self.spec.config, node.stage.config)
         for key, value in node.overrides.items():
             _set_dotted(data, key, value, where)
         data = substitute(data, self._lookup(node, real), f"stages.{node.stage.name}.config")
