@@ -129,7 +129,8 @@ def test_runs_then_skips_everything_and_logs_nested_runs(toy: tuple[Path, str]) 
     exp = client.get_experiment_by_name("toy-exp")
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    assert len(parents) == 2  # one per invocation
+    assert len(parents) == 1  # the fully cached second invocation opens no empty run
+    assert again.run_id is None
     kids = {r.info.run_name: r for r in runs if "mlflow.parentRunId" in r.data.tags}
     assert len(kids) == 7
     ft = kids["finetune[small=6,head=linear]"]

@@ -206,6 +206,11 @@ def run_pipeline(
         echo(f"  {s.action:4}  {s.node.name:{width}}  {s.reason}")
     if dry_run:
         return result
+    if all(s.action == "skip" for s in steps):  # nothing to log: no empty parent run
+        for s in steps:
+            _record_skip(result, planner, s)
+        echo("everything is cached; nothing to run")
+        return result
     base_cfg = from_dict(Config, spec.config)
     uri = tracking_uri or base_cfg.tracking.uri
     parent = Tracker(
@@ -225,9 +230,7 @@ def run_pipeline(
         for step in steps:
             node = step.node
             if step.action == "skip":
-                result.skipped.append(node.name)
-                result.outputs[node.name] = planner.outputs[id(node)]
-                result.results[node.name] = (step.manifest or {}).get("result")
+                _record_skip(result, planner, step)
                 continue
             echo(f"[{len(result.ran) + len(result.skipped) + 1}/{len(steps)}] {node.name}")
             out, res = _run_step(planner, step, parent, spec.experiment)
@@ -243,6 +246,12 @@ def run_pipeline(
         result.run_id = parent.run_id
         parent.end(status)
     return result
+
+
+def _record_skip(result: PipelineRun, planner: Planner, step: Step) -> None:
+    result.skipped.append(step.node.name)
+    result.outputs[step.node.name] = planner.outputs[id(step.node)]
+    result.results[step.node.name] = (step.manifest or {}).get("result")
 
 
 def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) -> tuple[Path, Any]:
