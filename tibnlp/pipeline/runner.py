@@ -284,7 +284,11 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
     slot.partial.mkdir(parents=True, exist_ok=True)
     run_file.write_text(json.dumps({"run_id": child.run_id}), encoding="utf-8")
     params = substitute(node.stage.params, planner._lookup(node, True), "params")
-    child.log_params({k: v for k, v in to_dict(cfg).items() if k != "tracking"})
+    # Paths left empty here (pretrain.corpus, finetune.model...) are filled from the inputs by
+    # the stage adapter, and the stage logs them itself: logging "" now would make MLflow
+    # reject that later batch ("changing param values is not allowed").
+    settings = flatten({k: v for k, v in to_dict(cfg).items() if k != "tracking"})
+    child.log_params({k: v for k, v in settings.items() if v != ""})
     if params:
         child.log_params({"params": params})
     child.set_tags({**_provenance(paths), "tibnlp.stage_key": step.key})
