@@ -74,16 +74,16 @@ def test_markdown_groups_by_model_and_head(store: str) -> None:
         " test_weighted_f1 ",
     ]
     rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in lines[2:]]
-    assert [r[:4] for r in rows] == [
-        ["dma6-12", "6", "12", "cnn"],
-        ["dma6-12", "6", "12", "linear"],
+    assert [r[:4] for r in rows] == [  # the order the runs were made in (a pipeline's order)
         ["fixed8", "8", "8", "cnn"],
         ["fixed8", "8", "8", "linear"],
+        ["dma6-12", "6", "12", "cnn"],
+        ["dma6-12", "6", "12", "linear"],
     ]
     seeds = SCORES[("fixed8", 8, 8, "cnn")]
     mean, std = statistics.mean(seeds), statistics.stdev(seeds)
-    assert rows[2][4] == "3"
-    assert rows[2][5] == f"{mean:.4f} ± {std:.4f}"
+    assert rows[0][4] == "3"
+    assert rows[0][5] == f"{mean:.4f} ± {std:.4f}"
     # neither an aggregate run's `*_std` nor non-headline metrics become (empty) columns
     assert "_std" not in lines[0] and "precision" not in lines[0]
 
@@ -112,7 +112,7 @@ def test_csv_pivot_puts_heads_side_by_side(store: str) -> None:
         "test_macro_f1 [linear] mean",
         "test_macro_f1 [linear] std",
     ]
-    dma = rows[1]
+    dma = rows[2]  # after fixed8, made first
     assert dma[0] == "dma6-12"
     assert float(dma[4]) == pytest.approx(statistics.mean(SCORES[("dma6-12", 6, 12, "cnn")]))
     assert float(dma[7]) == pytest.approx(statistics.stdev(SCORES[("dma6-12", 6, 12, "linear")]))
@@ -149,3 +149,23 @@ def test_unknown_experiment_is_a_clear_error(store: str, tmp_path: Path) -> None
         compare_runs("nope", uri=store)
     with pytest.raises(TibnlpError, match="no finished run"):
         compare_runs("dma", ["bleu*"], uri=store)
+
+
+def test_natural_order_and_percent(store: str) -> None:
+    out = _invoke(
+        "-e",
+        "dma",
+        "-f",
+        "markdown",
+        "--order",
+        "natural",
+        "--percent",
+        "--digits",
+        "2",
+        "--tracking-uri",
+        store,
+    )
+    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in out.strip().splitlines()[2:]]
+    assert [r[0] for r in rows] == ["dma6-12", "dma6-12", "fixed8", "fixed8"]
+    seeds = [100 * v for v in SCORES[("dma6-12", 6, 12, "cnn")]]
+    assert rows[0][5] == f"{statistics.mean(seeds):.2f} ± {statistics.stdev(seeds):.2f}"

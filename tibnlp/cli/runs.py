@@ -53,6 +53,13 @@ def compare(
             "--filter", help="MLflow run filter, e.g. \"params.finetune.task = 'title'\"."
         ),
     ] = "",
+    order: Annotated[
+        Literal["start", "natural"],
+        typer.Option(help="Rows in run order (a pipeline's variant order) or sorted by value."),
+    ] = "start",
+    percent: Annotated[
+        bool, typer.Option("--percent", help="Show values x100 (F1 as papers print it).")
+    ] = False,
     tracking_uri: UriOption = "",
 ) -> None:
     """Runs side by side, grouped by model configuration: mean ± std over seeds."""
@@ -63,16 +70,18 @@ def compare(
         columns_by=columns_by,
         uri=tracking_uri,
         filter_string=filter_string,
+        order=order,
     )
+    scale = 100.0 if percent else 1.0
     if fmt == "markdown":
-        typer.echo(result.markdown(digits), nl=False)
+        typer.echo(result.markdown(digits, scale), nl=False)
     elif fmt == "csv":
         typer.echo(result.csv(), nl=False)
     else:
         table = Table(title=f"experiment {experiment}: mean ± std over runs")
         for i, head in enumerate(result.headers()):
             table.add_column(head, justify="left" if i < len(result.group_keys) else "right")
-        for row in result.table(digits):
+        for row in result.table(digits, scale):
             table.add_row(*row)
         console.print(table)
 

@@ -15,6 +15,7 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from mlflow.tracking import MlflowClient
 
@@ -52,12 +53,12 @@ class Cell:
         m = self.mean
         return math.sqrt(sum((v - m) ** 2 for v in self.values) / (n - 1))
 
-    def text(self, digits: int = 4) -> str:
+    def text(self, digits: int = 4, scale: float = 1.0) -> str:
         if not self.values:
             return ""
         if len(self.values) == 1:
-            return f"{self.mean:.{digits}f}"
-        return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
+            return f"{scale * self.mean:.{digits}f}"
+        return f"{scale * self.mean:.{digits}f} ± {scale * self.std:.{digits}f}"
 
 
 @dataclass
@@ -69,13 +70,14 @@ class Comparison:
     def headers(self) -> list[str]:
         return [k.removeprefix("tag:") for k in self.group_keys] + ["runs", *self.metrics]
 
-    def table(self, digits: int = 4) -> list[list[str]]:
-        return [[*g, str(n), *(c.text(digits) for c in cells)] for g, n, cells in self.rows]
+    def table(self, digits: int = 4, scale: float = 1.0) -> list[list[str]]:
+        """Cells as text; `scale=100` shows fractions as percentages, as papers print F1."""
+        return [[*g, str(n), *(c.text(digits, scale) for c in cells)] for g, n, cells in self.rows]
 
-    def markdown(self, digits: int = 4) -> str:
+    def markdown(self, digits: int = 4, scale: float = 1.0) -> str:
         head = self.headers()
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in self.table(digits)]
+        lines += ["| " + " | ".join(row) + " |" for row in self.table(digits, scale)]
         return "\n".join(lines) + "\n"
 
     def csv(self) -> str:
@@ -108,12 +110,15 @@ def compare_runs(
     columns_by: str = "",
     uri: str = "",
     filter_string: str = "",
+    order: Literal["start", "natural"] = "start",
 ) -> Comparison:
     """Group the finished runs of `experiment` and aggregate `metrics` (glob patterns).
 
     `group_by`: param names or `tag:NAME`; default: the model-describing keys that vary.
     `columns_by`: a param or tag whose values become column suffixes (e.g. `finetune.head`
     puts "with CNN" and "without" side by side, as the papers' tables do).
+    `order`: rows in the order their first run started (a pipeline's variant order, e.g.
+    fixed heads before dynamic pairs) or sorted by the group values ("6" before "12").
     """
     client = MlflowClient(default_tracking_uri(uri))
     exp = client.get_experiment_by_name(experiment)
@@ -166,15 +171,17 @@ def compare_runs(
     pivots = sorted({_value(r, columns_by) or "" for r in runs}) if columns_by else [""]
     columns = [(m, p) for m in names for p in pivots]
     groups: dict[tuple[str, ...], dict[tuple[str, str], Cell]] = {}
-    for r in runs:
+    started: dict[tuple[str, ...], int] = {}
+    for r in sorted(runs, key=lambda r: r.info.start_time or 0):
         gkey = tuple(_value(r, k) or "" for k in keys)
         pivot = (_value(r, columns_by) or "") if columns_by else ""
         cells = groups.setdefault(gkey, {c: Cell() for c in columns})
+        started.setdefault(gkey, len(started))
         for m in names:
             if m in r.data.metrics:
                 cells[(m, pivot)].values.append(float(r.data.metrics[m]))
     rows = []
-    for gkey in sorted(groups, key=_natural):
+    for gkey in sorted(groups, key=_natural if order == "natural" else started.__getitem__):
         cells = groups[gkey]
         n = max(len(c.values) for c in cells.values()) if cells else 0
         rows.append((list(gkey), n, [cells[c] for c in columns]))
