@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -53,6 +52,7 @@ from rich.progress import (
 from tibnlp.config.core import to_dict
 from tibnlp.config.text import CorpusConfig
 from tibnlp.errors import DataError
+from tibnlp.fsutil import staged_dir
 from tibnlp.text.filtering import LINE_REASONS, choose_heldout, dedup_mask, process_documents
 from tibnlp.text.readers import InputInfo, expand_inputs, read_documents
 
@@ -113,29 +113,6 @@ def _check_output(output: Path, force: bool) -> None:
             f"output {output} exists and is not a prepared corpus; refusing to replace it",
             "choose another --output (only a previous prepared corpus is replaced by --force)",
         )
-
-
-@contextmanager
-def _staging(output: Path, force: bool) -> Iterator[Path]:
-    """A temporary directory beside `output`, renamed to it when the block succeeds."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the corpus is meant to be shared
-    try:
-        yield tmp
-        _check_output(output, force)
-        if output.exists():
-            old = output.with_name(f".{output.name}.old-{os.getpid()}")
-            output.rename(old)
-            tmp.rename(output)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(output)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextmanager
@@ -230,7 +207,7 @@ def prepare_corpus(
     if not progress:
         datasets.disable_progress_bars()
     try:
-        with _staging(output, force) as tmp:
+        with staged_dir(output, replace=True) as tmp:
             work = tmp / "work"
             work.mkdir()
             timings = {"setup": time.perf_counter() - started}
@@ -257,6 +234,7 @@ def prepare_corpus(
                 encoding="utf-8",
             )
             (tmp / MARKER).write_text(json.dumps(MARKER_CONTENT) + "\n", encoding="utf-8")
+            _check_output(output, force)  # again at publish time: OUT may have appeared since
     finally:
         if was_enabled and not progress:
             datasets.enable_progress_bars()
