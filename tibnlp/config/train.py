@@ -1,7 +1,7 @@
 """Settings of training: hyperparameters (what is learned) apart from speed knobs (how fast).
 
 As in cramming, `EngineConfig` holds what changes speed but must not change results
-(precision aside): ZeRO stage, threads, compile, loader workers. `PretrainConfig` holds what
+(precision aside): ZeRO stage, precision, threads, loader workers. `PretrainConfig` holds what
 changes the model.
 """
 
@@ -63,7 +63,14 @@ class OptimizerConfig:
 
 @dataclass
 class EngineConfig:
-    """Speed knobs: DeepSpeed and runtime settings."""
+    """Speed knobs: DeepSpeed and runtime settings.
+
+    There is no torch.compile knob: measured on CPU (torch 2.13, inductor), compiling the
+    shared layer gave no tokens/s at ALBERT-tiny's shape (the GEMMs dominate and already run
+    in oneDNN) after a ~80 s first step, and compiling the whole model splits it into 18
+    graphs at the data-dependent steps (padding cut, head routing, masked-position selection)
+    and ran a tiny model 8x slower than eager. Revisit on GPU.
+    """
 
     zero_stage: int = 0
     # auto: bf16 on a GPU that has it (else fp16), fp32 on CPU (bit-reproducible resume and
@@ -71,7 +78,6 @@ class EngineConfig:
     # instructions (AVX512-BF16/AMX), ~2x tokens/s on AMX, not bit-identical to fp32.
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     threads: int = 0  # torch intra-op threads per process; 0: cores / processes
-    compile: bool = False
     num_workers: int = 0
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on GPU, gloo on CPU
     port: int = 0  # rendezvous port for a single process without a launcher; 0: a free one
