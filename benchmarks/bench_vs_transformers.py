@@ -194,11 +194,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
-        "--variants", default=",".join(VARIANTS), help=f"comma-separated; also {ABLATIONS}"
+        "--variants", default=";".join(VARIANTS), help=f"separated by ;, also {ABLATIONS}"
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    variants = [v.strip() for v in args.variants.split(",")]
+    variants = [v.strip() for v in args.variants.split(";")]
     unknown = set(variants) - set(VARIANTS + ABLATIONS)
     if unknown or not set(BASELINES) <= set(variants):
         ap.error(f"unknown variants {sorted(unknown)} or a baseline {BASELINES} missing")

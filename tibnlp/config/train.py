@@ -73,9 +73,9 @@ class EngineConfig:
     """
 
     zero_stage: int = 0
-    # auto: bf16 on a GPU that has it (else fp16), fp32 on CPU (bit-reproducible resume and
-    # data-parallel runs). bf16 on CPU: autocast with fp32 weights/optimizer; needs native bf16
-    # instructions (AVX512-BF16/AMX), ~2x tokens/s on AMX, not bit-identical to fp32.
+    # auto: bf16 on a GPU that has it (else fp16), fp32 on CPU (a default run's numbers do not
+    # depend on the CPU model). bf16 on CPU: autocast with fp32 weights/optimizer; needs native
+    # bf16 instructions (AVX512-BF16/AMX); faster, resumes exactly, differs from fp32.
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     threads: int = 0  # torch intra-op threads per process; 0: cores / processes
     num_workers: int = 0
