@@ -29,4 +29,13 @@ class DenseCore(AttentionCore):
         n = k.shape[-2]
         attn_mask = None if int(ctx.lengths.min()) == n else mask[:, None, None, :]
         p = self.dropout if self.training else 0.0
+        if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+            # CPU SDPA backward in bf16 is 1.5-3.7x slower than in fp32 (torch 2.13, AMX CPU,
+            # 12 heads of 32, N 128-512: benchmarks/results/vs_transformers.md); the
+            # projections around it keep bf16's gain.
+            with torch.autocast("cpu", enabled=False):
+                out = F.scaled_dot_product_attention(
+                    q.float(), k.float(), v.float(), attn_mask=attn_mask, dropout_p=p
+                )
+            return out.to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
