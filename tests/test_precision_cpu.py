@@ -127,3 +127,22 @@ def test_bf16_pretraining_learns_and_resumes_exactly(inputs: Path, tmp_path: Pat
     assert (
         by_name["straight"].data.metrics["eval/loss"] == by_name["parted"].data.metrics["eval/loss"]
     )
+
+
+@needs_bf16
+def test_dense_attention_under_cpu_autocast_runs_in_fp32_and_returns_bf16() -> None:
+    from tibnlp.models.attention import AttentionContext, DenseCore
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 8, generator=g).bfloat16().requires_grad_() for _ in range(3))
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    ctx = AttentionContext(mask, mask.sum(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = DenseCore(4)(q, k, v, ctx)
+    assert out.dtype == torch.bfloat16
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=mask[:, None, None, :]
+    )
+    torch.testing.assert_close(out.float(), expected.bfloat16().float())
+    out.float().sum().backward()
+    assert q.grad is not None and q.grad.dtype == torch.bfloat16
