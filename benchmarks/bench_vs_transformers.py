@@ -4,16 +4,22 @@ Identical shape (vocab 30000, E=128, D=384, 4 shared layers, 12 heads, FFN 1536,
 identical batches (fully packed sequences, 15% MLM targets), AdamW, same thread count.
 Each variant lives in its own worker process so its peak RSS is its own; the parent runs
 them in turn, round after round (alternating), so machine load hits all of them alike.
-Ablations of our model isolate the levers: `dense MLM` projects every position onto the
-vocabulary (as HF does); `manual attention` replaces fused SDPA by matmul + softmax.
 
-    PYTHONPATH=. python benchmarks/bench_vs_transformers.py \
+Rows: transformers in fp32 (its default) and under bf16 autocast (like-for-like with ours
+in bf16); ours with the full last layer (every position), ours as pretraining runs it (last
+layer at masked positions and [CLS] only), and ours under bf16 autocast (what
+`engine.precision: bf16` does through DeepSpeed: fp32 weights and AdamW, bf16 matmuls).
+Ablations on request (`--variants`): `dense MLM` projects every position onto the vocabulary
+(as HF does); `manual attention` replaces fused SDPA by matmul + softmax.
+
+    PYTHONPATH=. nice -n 5 python benchmarks/bench_vs_transformers.py \
         --out benchmarks/results/vs_transformers.md
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import platform
@@ -23,7 +29,15 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ["transformers", "ours", "ours, dense MLM", "ours, manual attention"]
+VARIANTS = [
+    "transformers",
+    "transformers, bf16 autocast",
+    "ours, full last layer",
+    "ours",
+    "ours, bf16 autocast",
+]
+ABLATIONS = ["ours, dense MLM", "ours, manual attention"]
+BASELINES = ("transformers", "transformers, bf16 autocast")
 SHAPE = dict(vocab=30000, emb=128, hidden=384, layers=4, heads=12, ffn=1536)
 
 
@@ -31,7 +45,7 @@ def _build(variant: str) -> Any:
     import torch
     import torch.nn.functional as F
 
-    if variant == "transformers":
+    if variant.startswith("transformers"):
         from transformers import AlbertConfig, AlbertForPreTraining
 
         hf = AlbertConfig(
@@ -64,7 +78,7 @@ def _build(variant: str) -> Any:
         attention_dropout=0.0,
         heads=HeadsConfig(small=SHAPE["heads"], large=SHAPE["heads"]),
     )
-    model = AlbertForPretraining(cfg)
+    model = AlbertForPretraining(cfg, sparse_last_layer=variant != "ours, full last layer")
     if variant == "ours, manual attention":
 
         class ManualCore(AttentionCore):
@@ -109,20 +123,25 @@ def _worker(variant: str, batch: int, seq: int, threads: int, conn: Connection) 
     sop = torch.randint(0, 2, (batch,), generator=g)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
+    bf16 = variant.endswith("bf16 autocast")
+
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        if variant == "transformers":
-            out = model(
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            out = forward()
+        out["loss"].backward()
+        opt.step()
+
+    def forward() -> Any:
+        if variant.startswith("transformers"):
+            return model(
                 input_ids=ids,
                 attention_mask=mask,
                 token_type_ids=types,
                 labels=labels,
                 sentence_order_label=sop,
             )
-        else:
-            out = model(ids, mask, types, labels, sop)
-        out["loss"].backward()
-        opt.step()
+        return model(ids, mask, types, labels, sop)
 
     step()  # warm-up (allocator, AdamW state)
     conn.send(("ready", rss0))
@@ -138,16 +157,18 @@ def _worker(variant: str, batch: int, seq: int, threads: int, conn: Connection) 
     conn.close()
 
 
-def run_shape(batch: int, seq: int, rounds: int, steps: int, threads: int) -> dict[str, Any]:
+def run_shape(
+    variants: list[str], batch: int, seq: int, rounds: int, steps: int, threads: int
+) -> dict[str, Any]:
     ctx = mp.get_context("fork")
     workers = {}
-    for v in VARIANTS:
+    for v in variants:
         parent, child = ctx.Pipe()
         p = ctx.Process(target=_worker, args=(v, batch, seq, threads, child), daemon=True)
         p.start()
         workers[v] = (p, parent)
     base = {v: conn.recv()[1] for v, (_, conn) in workers.items()}
-    rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    rates: dict[str, list[float]] = {v: [] for v in variants}
     peak = dict(base)
     for _ in range(rounds):
         for v, (_, conn) in workers.items():
@@ -162,19 +183,31 @@ def run_shape(batch: int, seq: int, rounds: int, steps: int, threads: int) -> di
     return {"rates": rates, "peak_kib": peak, "base_kib": base}
 
 
+def _uptime() -> str:
+    """`uptime`'s load averages (1, 5, 15 min), as the results file records them."""
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--variants", default=";".join(VARIANTS), help=f"separated by ;, also {ABLATIONS}"
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    load0 = os.getloadavg()[0]
+    variants = [v.strip() for v in args.variants.split(";")]
+    unknown = set(variants) - set(VARIANTS + ABLATIONS)
+    if unknown or not set(BASELINES) <= set(variants):
+        ap.error(f"unknown variants {sorted(unknown)} or a baseline {BASELINES} missing")
+    load0, t0 = _uptime(), time.time()
     results = {
-        (s, b): run_shape(b, s, args.rounds, args.steps, args.threads)
+        (s, b): run_shape(variants, b, s, args.rounds, args.steps, args.threads)
         for s, b in [(128, 32), (512, 8)]
     }
-    load1 = os.getloadavg()[0]
+    load1, minutes = _uptime(), (time.time() - t0) / 60
     import torch
     import transformers
 
@@ -182,34 +215,43 @@ def main() -> None:
         "# Pretraining throughput: tibnlp AlbertForPretraining vs transformers "
         "AlbertForPreTraining",
         "",
-        f"`PYTHONPATH=. python benchmarks/bench_vs_transformers.py --rounds {args.rounds} "
-        f"--steps {args.steps} --threads {args.threads}`",
+        f"`PYTHONPATH=. nice -n 5 python benchmarks/bench_vs_transformers.py --rounds "
+        f"{args.rounds} --steps {args.steps} --threads {args.threads}`",
         "",
         f"torch {torch.__version__}, transformers {transformers.__version__}, CPU "
-        f"({platform.machine()}, {os.cpu_count()} cores), {args.threads} threads per model, fp32, "
-        f"AdamW. Load average {load0:.1f} at start and {load1:.1f} at end: the machine was shared "
-        "with other jobs, so absolute tokens/s are depressed and noisy; the variants ran "
-        "alternately (one at a time, round after round) so ratios are comparable.",
+        f"({platform.machine()}, {os.cpu_count()} cores, "
+        f"{'AMX-BF16' if torch.cpu.get_capabilities().get('amx_bf16') else 'no AMX'}), "
+        f"{args.threads} threads per model, AdamW, {minutes:.0f} min. Load averages (1, 5, "
+        f"15 min) {load0} at start and {load1} at end: the machine was shared with other "
+        "jobs, so absolute tokens/s are depressed and noisy; the variants ran alternately "
+        "(one at a time, round after round) so ratios are comparable.",
         "",
         "Shape: vocab 30000, E=128, D=384, 4 shared layers, 12 heads, FFN 1536, MLM + SOP, "
         "dropout 0 in both (ALBERT's setting). Batches are fully packed (no padding), 15% MLM "
-        "targets. Tokens/s: median over rounds; peak RSS: each variant's own worker process "
-        "(max resident set, includes the Python/torch runtime; 'training' is the growth over "
-        "the RSS before the first training step).",
+        "targets. bf16 rows: forward under `torch.autocast('cpu', torch.bfloat16)`, fp32 "
+        "weights and AdamW. Tokens/s: median over rounds; peak RSS: each variant's own worker "
+        "process (max resident set, includes the Python/torch runtime; 'training' is the "
+        "growth over the RSS before the first training step).",
         "",
-        "| seq | batch | variant | tokens/s (median) | vs transformers | peak RSS MiB | "
-        "training MiB |",
-        "|---|---|---|---|---|---|---|",
+        "| seq | batch | variant | tokens/s (median) | vs transformers fp32 | "
+        "vs transformers bf16 | peak RSS MiB | training MiB |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (s, b), r in results.items():
-        hf = statistics.median(r["rates"]["transformers"])
-        for v in VARIANTS:
+        hf32, hf16 = (statistics.median(r["rates"][v]) for v in BASELINES)
+        for v in variants:
             med = statistics.median(r["rates"][v])
             peak = r["peak_kib"][v] / 1024
             grow = (r["peak_kib"][v] - r["base_kib"][v]) / 1024
             lines.append(
-                f"| {s} | {b} | {v} | {med:,.0f} | {med / hf:.2f}x | {peak:,.0f} | {grow:,.0f} |"
+                f"| {s} | {b} | {v} | {med:,.0f} | {med / hf32:.2f}x | {med / hf16:.2f}x | "
+                f"{peak:,.0f} | {grow:,.0f} |"
             )
+    lines += ["", "Per-round tokens/s (alternating order):", ""]
+    for (s, b), r in results.items():
+        for v in variants:
+            rounds = ", ".join(f"{x:,.0f}" for x in r["rates"][v])
+            lines.append(f"- {s}/b{b} {v}: {rounds}")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -74,7 +74,9 @@ class SharedLayer(nn.Module):
             self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext, large: torch.Tensor) -> torch.Tensor:
+        """[B, N, D] -> [B, N, D]; [B, Q, D] at `ctx.queries` when given (keys from all N)."""
         a = self.attention(x, ctx, large)
+        x = ctx.gather_queries(x)
         if not self.use_ffn:
             return self.attention_norm(x + F.relu(a))
         x = self.attention_norm(x + a)
@@ -101,6 +103,11 @@ class Encoder(nn.Module):
         self.apply(lambda m: init_weights(m, cfg.initializer_range))
 
     @property
+    def supports_sparse_outputs(self) -> bool:
+        """Whether `forward(outputs_at=...)` can skip work (the attention's cores allow it)."""
+        return bool(getattr(self.layer.attention, "supports_query_subset", False))
+
+    @property
     def sentence_dim(self) -> int:
         """Width of `sentence_vector`: D for `cls`, 2D for `cls_max`."""
         return self.cfg.hidden_size * (2 if self.cfg.pooling == "cls_max" else 1)
@@ -111,8 +118,15 @@ class Encoder(nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         memory: SegmentMemory | None = None,
+        outputs_at: torch.Tensor | None = None,
     ) -> EncoderOutput:
-        """`memory`: the previous segment's `EncoderOutput.memory` (recurrence only)."""
+        """`memory`: the previous segment's `EncoderOutput.memory` (recurrence only).
+
+        `outputs_at` [B, N] bool: the only positions whose output the caller reads (e.g. the
+        masked tokens and [CLS] in pretraining). Where the attention allows it, the last layer
+        then runs queries, FFN and norms at those positions only (keys and values still at
+        all), and `hidden` is zero elsewhere; the selected outputs equal the full run's.
+        """
         mask = attention_mask.bool()
         if mask.shape[1] > 1 and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
             raise ValueError("attention_mask must mark real tokens as a prefix (right padding)")
@@ -133,17 +147,30 @@ class Encoder(nn.Module):
         recurrent = self.cfg.recurrence.enabled
         if memory is not None and not recurrent:
             raise ValueError("memory given to an encoder without model.recurrence.mem_len")
+        want = None
+        if outputs_at is not None and self.supports_sparse_outputs:
+            want = outputs_at[:, :keep].bool() & real[:, k:]
+            queries, valid = _query_positions(want)
         states = []
+        last = self.cfg.num_layers - 1
         for layer in range(self.cfg.num_layers):
             lctx = ctx.at_layer(layer)
             if memory is not None:
                 lctx = dataclasses.replace(
                     lctx, memory=memory.states[layer], memory_mask=memory.mask
                 )
+            if want is not None and layer == last:
+                lctx = dataclasses.replace(lctx, queries=queries + k)
             if recurrent:
                 states.append(x[:, k:])
             x = self.layer(x, lctx, large)
-        x = x[:, k:] * mask[:, :keep].unsqueeze(-1).to(x.dtype)  # padding outputs are zero
+        if want is not None:  # [B, Q, D] at the wanted positions -> [B, keep, D], zero elsewhere
+            sparse = x.new_zeros(x.shape[0], keep, x.shape[-1])
+            sparse[want] = x[valid]
+            x = sparse
+        else:
+            x = x[:, k:]
+        x = x * mask[:, :keep].unsqueeze(-1).to(x.dtype)  # padding outputs are zero
         if keep < n:
             x = F.pad(x, (0, 0, 0, n - keep))
         new_memory = (
@@ -162,6 +189,16 @@ class Encoder(nn.Module):
         real = attention_mask.bool().unsqueeze(-1)
         pooled = h.masked_fill(~real, float("-inf")).amax(dim=1)
         return torch.cat([cls, pooled], dim=-1)
+
+
+def _query_positions(want: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, N] bool -> (positions [B, Q] long ascending per row, padded with 0; valid [B, Q]),
+    Q the largest count in a row: row-major `valid` entries match row-major `want` ones."""
+    counts = want.sum(1)
+    q = max(int(counts.max()), 1)
+    order = torch.argsort((~want).to(torch.uint8), dim=1, stable=True)[:, :q]
+    valid = torch.arange(q, device=want.device)[None, :] < counts[:, None]
+    return torch.where(valid, order, torch.zeros_like(order)), valid
 
 
 def init_weights(module: nn.Module, std: float) -> None:

@@ -2,7 +2,9 @@
 
 The vocabulary projection runs only at masked positions (`mlm_labels != -100`): with a 30k
 vocabulary it is most of a tiny model's compute, and the other 85% of its outputs would be
-thrown away by the loss anyway.
+thrown away by the loss anyway. For the same reason the encoder's last layer runs only at the
+masked positions and [CLS] (`sparse_last_layer`, where the attention design allows it): keys
+and values from every position, so the outputs read are exactly the full computation's.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ class AlbertForPretraining(nn.Module):
     `loss = mask_loss + sop_loss`; all values are tensors (the trainer decides when to sync).
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, sparse_last_layer: bool = True) -> None:
         super().__init__()
         self.cfg = cfg
+        self.sparse_last_layer = sparse_last_layer
         self.encoder = Encoder(cfg)
         d, e = cfg.hidden_size, cfg.embedding_size
         self.mlm_dense = nn.Linear(d, e)
@@ -44,9 +47,13 @@ class AlbertForPretraining(nn.Module):
         mlm_labels: torch.Tensor,
         sop_labels: torch.Tensor,
     ) -> dict[str, torch.Tensor]:
-        out = self.encoder(input_ids, attention_mask, token_type_ids)
-        h = out.hidden
         sel = mlm_labels != IGNORE
+        read = None
+        if self.sparse_last_layer:  # the heads read the masked positions and [CLS] only
+            read = sel.clone()
+            read[:, 0] = True
+        out = self.encoder(input_ids, attention_mask, token_type_ids, outputs_at=read)
+        h = out.hidden
         targets = mlm_labels[sel]
         if targets.numel():
             z = self.mlm_norm(F.gelu(self.mlm_dense(h[sel])))

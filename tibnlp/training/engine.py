@@ -5,6 +5,8 @@
   gloo on CPU, NCCL on CUDA (the NCCL and bf16/fp16 paths follow DeepSpeed's documented
   config but were not run on a GPU in this project's CI).
 - `deepspeed_config`: ZeRO stage, precision, gradient accumulation and clipping as a dict.
+  bf16 on CPU is DeepSpeed's `torch_autocast` section (fp32 master weights and optimizer);
+  on GPU it is DeepSpeed's bf16 mode.
 - `safe_checkpoint_loading`: DeepSpeed 0.19.8 reads checkpoints with `torch.load(...,
   weights_only=False)` (runtime/checkpoint_engine/torch_checkpoint_engine.py), which would
   unpickle anything. We swap its loader for `weights_only=True` with an allowlist of the few
@@ -81,16 +83,37 @@ def init_distributed(cfg: EngineConfig) -> World:
     return world
 
 
+def cpu_has_bf16() -> bool:
+    """Native bf16 matrix instructions (x86 AVX512-BF16/AMX-BF16, Arm BF16) behind oneDNN.
+
+    oneDNN also runs bf16 on plain AVX-512 by emulation, slower than fp32; that is not a
+    reason to train in bf16, so it counts as no support here."""
+    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return False
+    caps = torch.cpu.get_capabilities()
+    return any(bool(caps.get(flag)) for flag in ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16"))
+
+
 def resolve_precision(requested: str) -> str:
-    """auto: bf16 on a GPU that has it, else fp16 on GPU, fp32 on CPU."""
+    """auto: bf16 on a GPU that has it, else fp16 on GPU, fp32 on CPU.
+
+    On CPU, `bf16` is autocast (bf16 matmuls, fp32 weights, gradients and optimizer) and needs
+    native bf16 instructions; `auto` stays fp32 there so that runs are bit-reproducible (the
+    resume and data-parallel equivalence guarantees are stated for fp32)."""
     cuda = torch.cuda.is_available()
     if requested == "auto":
         if not cuda:
             return "fp32"
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    if requested in ("bf16", "fp16") and not cuda:
+    if requested == "fp16" and not cuda:
         raise ConfigError(
-            f"config key 'engine.precision': {requested} needs a GPU here",
+            "config key 'engine.precision': fp16 needs a GPU here",
+            "use engine.precision=bf16 on a CPU with bf16 instructions, or fp32/auto",
+        )
+    if requested == "bf16" and not cuda and not cpu_has_bf16():
+        raise ConfigError(
+            "config key 'engine.precision': bf16 needs a GPU or a CPU with native bf16 "
+            "instructions (AVX512-BF16/AMX-BF16 or Arm BF16); this CPU has none",
             "use engine.precision=auto (fp32 on CPU)",
         )
     return requested
@@ -126,7 +149,16 @@ def deepspeed_config(
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
     }
-    if precision == "bf16":
+    if precision == "bf16" and not torch.cuda.is_available():
+        # DeepSpeed's own autocast around the module's forward (train and eval): bf16 matmuls,
+        # fp32 weights and optimizer. No "lower precision safe" modules: gradients are
+        # all-reduced in fp32, as in an fp32 run.
+        config["torch_autocast"] = {
+            "enabled": True,
+            "dtype": "bfloat16",
+            "lower_precision_safe_modules": [],
+        }
+    elif precision == "bf16":
         config["bf16"] = {"enabled": True}
     elif precision == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}

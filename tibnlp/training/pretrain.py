@@ -131,7 +131,7 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
         )
 
     _seed_everything(p.seed)  # identical initial weights on every rank
-    model = AlbertForPretraining(model_cfg)
+    model = AlbertForPretraining(model_cfg, p.sparse_last_layer)
     accum = accumulation_steps(p.batch_size, p.micro_batch_size, world.size)
     engine = initialize(
         model, cfg.engine, p.optimizer, p.batch_size, p.micro_batch_size, p.max_steps, world

@@ -26,6 +26,9 @@ class AttentionContext:
     `memory` [B, M, D] (segment recurrence): this layer's states of the previous segment,
     prepended to the keys/values by `Route`; `memory_mask` [B, M] bool marks its real tokens.
     Only cores that accept memory (relative) are built with recurrence on.
+    `queries` [B, Q] long (right-padded with any valid position): run the queries only at
+    these positions of each row, keys/values at all of them; only layers whose cores declare
+    `supports_query_subset` get it (the last layer of pretraining: the heads read few outputs).
     """
 
     attention_mask: torch.Tensor
@@ -34,6 +37,7 @@ class AttentionContext:
     num_layers: int = 1
     memory: torch.Tensor | None = None
     memory_mask: torch.Tensor | None = None
+    queries: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> AttentionContext:
         """The context of a sub-batch (rows `index`), for routing sequences separately."""
@@ -45,7 +49,14 @@ class AttentionContext:
             memory_mask=None
             if self.memory_mask is None
             else self.memory_mask.index_select(0, index),
+            queries=None if self.queries is None else self.queries.index_select(0, index),
         )
+
+    def gather_queries(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, N, D] at the query positions: [B, Q, D] (x itself without `queries`)."""
+        if self.queries is None:
+            return x
+        return x.gather(1, self.queries.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
     def at_layer(self, layer: int) -> AttentionContext:
         return dataclasses.replace(self, layer=layer)
@@ -73,7 +84,13 @@ class AttentionCore(nn.Module, abc.ABC):
     A core may declare leading "pointwise" heads (attending to their own position only, e.g.
     a window of width 1) through `pointwise_heads`: for those the route skips the Q and K
     projections, and `q`, `k` then hold only heads `pointwise_heads(ctx):`.
+
+    `supports_query_subset`: the core is exact when `q` holds fewer positions than `k, v`
+    (the rows of `ctx.queries`); cores whose pattern depends on the query's position
+    (windows, relative distances, directional masks) leave it False and get full layers.
     """
+
+    supports_query_subset: bool = False
 
     def __init__(self, heads: int) -> None:
         super().__init__()
@@ -102,12 +119,19 @@ class Route(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        """[B, N, D] -> [B, N, D], or [B, Q, D] at `ctx.queries` when given."""
         b, n, d = x.shape
         skip = self.core.pointwise_heads(ctx)
-        if ctx.memory is not None:  # recurrence: keys/values over [memory; x], queries from x
+        if ctx.queries is not None and not self.core.supports_query_subset:
+            raise ValueError(f"{type(self.core).__name__} cannot run a subset of queries")
+        if ctx.memory is not None or ctx.queries is not None:
+            # keys/values over [memory; x] (recurrence) and all positions; queries from x
+            # at the requested positions only
             w, bias = self.qkv.weight, self.qkv.bias
-            q = F.linear(x, w[:d], bias[:d]).view(b, n, self.heads, self.head_dim).transpose(1, 2)
-            full = torch.cat([ctx.memory.to(x.dtype), x], dim=1)
+            xq = ctx.gather_queries(x)
+            n = xq.shape[1]
+            q = F.linear(xq, w[:d], bias[:d]).view(b, n, self.heads, self.head_dim).transpose(1, 2)
+            full = x if ctx.memory is None else torch.cat([ctx.memory.to(x.dtype), x], dim=1)
             kv = F.linear(full, w[d:], bias[d:]).view(b, full.shape[1], 2, self.heads, -1)
             k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)
         elif skip == 0:

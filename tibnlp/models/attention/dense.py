@@ -12,8 +12,11 @@ class DenseCore(AttentionCore):
     """Every real token attends to every real token; padding keys are masked out.
 
     When the batch holds no padding the mask is dropped, which keeps SDPA on its fastest
-    kernel (an explicit mask rules out flash attention on GPU).
+    kernel (an explicit mask rules out flash attention on GPU). A query's weights depend on
+    its own vector only, so any subset of queries is exact.
     """
+
+    supports_query_subset = True
 
     def __init__(self, heads: int, dropout: float = 0.0) -> None:
         super().__init__(heads)
@@ -23,7 +26,16 @@ class DenseCore(AttentionCore):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext
     ) -> torch.Tensor:
         mask = ctx.attention_mask
-        n = q.shape[-2]
+        n = k.shape[-2]
         attn_mask = None if int(ctx.lengths.min()) == n else mask[:, None, None, :]
         p = self.dropout if self.training else 0.0
+        if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+            # CPU SDPA backward in bf16 is 1.5-3.7x slower than in fp32 (torch 2.13, AMX CPU,
+            # 12 heads of 32, N 128-512: benchmarks/results/vs_transformers.md); the
+            # projections around it keep bf16's gain.
+            with torch.autocast("cpu", enabled=False):
+                out = F.scaled_dot_product_attention(
+                    q.float(), k.float(), v.float(), attn_mask=attn_mask, dropout_p=p
+                )
+            return out.to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)

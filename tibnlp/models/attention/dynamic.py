@@ -63,6 +63,11 @@ class RoutedAttention(nn.Module):
             {route_name(h): Route(hidden, h, make_core(h), dropout) for h in counts}
         )
 
+    @property
+    def supports_query_subset(self) -> bool:
+        """Whether `ctx.queries` may be used: every route's core allows a subset of queries."""
+        return all(r.core.supports_query_subset for r in self.routes.values())  # type: ignore[union-attr]
+
     def route(self, heads: int) -> Route:
         return self.routes[route_name(heads)]  # type: ignore[return-value]
 
@@ -84,10 +89,13 @@ class RoutedAttention(nn.Module):
 
 
 def _run_trimmed(route: Route, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
-    """Run a sub-batch cut to its own longest real length (short sequences skip the padding)."""
+    """Run a sub-batch cut to its own longest real length (short sequences skip the padding).
+    Query positions (`ctx.queries`) are real tokens, so they survive the cut."""
     n = int(ctx.lengths.max())
     if n == x.shape[1]:
         return route(x, ctx)
     sub = dataclasses.replace(ctx, attention_mask=ctx.attention_mask[:, :n])  # keeps memory
     y = route(x[:, :n], sub)
+    if ctx.queries is not None:
+        return y
     return torch.nn.functional.pad(y, (0, 0, 0, x.shape[1] - n))
