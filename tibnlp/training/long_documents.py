@@ -21,9 +21,10 @@ state, each taken from the window that read it, concatenated in document order (
 over the whole document); the linear head uses position 0, the last window's [CLS] state
 (`segments`) or the mean of the windows' [CLS] states (`memory`).
 
-Limits: the long-document readings run on the CPU layout of the mechanisms (states gathered
-on the CPU); a classifier saved from them stores its encoder under `encoder.encoder.` and is
-not yet loadable by `tibnlp predict` (which reads truncated inputs).
+Limits: the long-document readings run on the CPU only (the mechanisms gather states into
+CPU tensors; `finetune.device` must resolve to cpu, checked up front); a classifier saved
+from them stores its encoder under `encoder.encoder.` and is not yet loadable by
+`tibnlp predict` (which reads truncated inputs).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from tibnlp.models.encoder import Encoder
 from tibnlp.models.memory import GlobalMemory, encode_with_memory, select_memory
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.models.recurrence import LongDocumentEncoder, LongOutput
+from tibnlp.training.finetune_loop import pick_device
 
 Key = tuple[int, ...]
 
@@ -169,6 +171,11 @@ def setup_long_documents(
         raise ConfigError(
             f"config key 'finetune.long_document': {ft.long_document} needs the ALBERT encoder",
             "use finetune.long_document=truncate with encoder 'none'",
+        )
+    if pick_device(ft.device).type != "cpu":
+        raise ConfigError(
+            f"config key 'finetune.long_document': {ft.long_document} runs on the CPU only",
+            "set finetune.device=cpu (or long_document=truncate on a GPU)",
         )
     if ft.long_document == "segments":
         return LongDocuments("segments", window)
