@@ -49,6 +49,7 @@ def test_designs_pipeline_expands_to_every_design_and_reading(
     wcm = [n for n in nodes if n.stage.name == "wcm"]
     readings = {planner.config_dict(n, real=False)["finetune"]["long_document"] for n in wcm}
     assert readings == {"truncate", "segments", "memory"} and len(wcm) == 3 * len(pre)
+    assert {n.model_label for n in wcm} == set(pre)  # every row of `runs compare` is named
     ft = planner.config_dict(wcm[0], real=False)
     assert ft["finetune"]["dataset"] == "wcm_bo"
     assert ft["finetune"]["max_len"] < ft["finetune"]["document_max_len"]  # a real window
