@@ -2,8 +2,9 @@
 
 One optimizer step = MLM + SOP forward, backward, AdamW update of ALBERT-tiny (D=384, L=4,
 FFN 1536, 12 heads) on a batch of 4 x 128 real tokens; the recurrence variant reads 2
-documents of 2 x 128 positions through `mlm_over_segments` (memory 128), the same number of
-positions per step. Every (variant, round) runs in a fresh worker process, variants
+documents of 2 x 128 positions through the model's segment mode (`segment_len`, what
+`tibnlp pretrain` runs with recurrence: `mlm_over_segments`, memory 128), the same number
+of positions per step. Every (variant, round) runs in a fresh worker process, variants
 alternating within each round, so the peak resident memory of one variant never hides
 another's and machine load drifts hit every variant alike. Reported: median tokens/s over
 rounds (process CPU time of single-threaded workers, which machine contention distorts
@@ -30,7 +31,6 @@ import torch
 
 from tibnlp.config.model import FusionConfig, HeadsConfig, ModelConfig, RecurrenceConfig
 from tibnlp.models import AlbertForPretraining
-from tibnlp.models.recurrence import mlm_over_segments
 
 B, N, VOCAB = 4, 128, 16000
 
@@ -62,9 +62,9 @@ def worker(name: str, steps: int) -> dict[str, float]:
     torch.manual_seed(0)
     before = rss_kib()
     cfg = ModelConfig(vocab_size=VOCAB, dropout=0.0, attention_dropout=0.0, **VARIANTS[name])  # type: ignore[arg-type]
-    model = AlbertForPretraining(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     recurrent = cfg.recurrence.enabled
+    model = AlbertForPretraining(cfg, segment_len=N if recurrent else 0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rows, length = (B // 2, 2 * N - 1) if recurrent else (B, N)
     ids = torch.randint(5, VOCAB, (rows, length))
     ids[:, 0] = 2
@@ -77,10 +77,7 @@ def worker(name: str, steps: int) -> dict[str, float]:
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        if recurrent:
-            loss = mlm_over_segments(model, ids, mask, labels, segment_len=N)["loss"]
-        else:
-            loss = model(ids, mask, None, labels, sop)["loss"]
+        loss = model(ids, mask, None, labels, sop)["loss"]  # recurrent: MLM over segments
         loss.backward()
         opt.step()
 

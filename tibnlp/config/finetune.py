@@ -24,6 +24,11 @@ class FinetuneConfig:
     pooling: Literal["cls", "cls_max"] = "cls"  # linear head: [CLS] or [CLS] ++ max-pool
     freeze_encoder: bool = False
     max_len: int = 0  # tokens incl. [CLS]/[SEP]; 0: task default (50 titles, 300 documents)
+    # texts longer than max_len (the window): truncate, read window by window (segments;
+    # Transformer-XL recurrence when the model has it), or GEMFormer global memory;
+    # see tibnlp.training.long_documents
+    long_document: Literal["truncate", "segments", "memory"] = "truncate"
+    document_max_len: int = 2048  # tokens read per document when long_document != truncate
     embedding_size: int = 128  # encoder "none" only
     batch_size: int = 32
     eval_batch_size: int = 128
@@ -49,6 +54,7 @@ class FinetuneConfig:
     def validate(self, prefix: str) -> None:
         check(self.max_len >= 0, f"{prefix}.max_len", "must be >= 0 (0 = task default)")
         check(self.max_len == 0 or self.max_len >= 3, f"{prefix}.max_len", "must be >= 3")
+        check(self.document_max_len >= 3, f"{prefix}.document_max_len", "must be >= 3")
         check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")
         check(self.eval_batch_size >= 1, f"{prefix}.eval_batch_size", "must be >= 1")
         check(self.epochs >= 1, f"{prefix}.epochs", "must be >= 1")

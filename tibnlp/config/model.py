@@ -55,9 +55,13 @@ class ScalesConfig:
 @dataclass
 class RecurrenceConfig:
     """Transformer-XL segment recurrence: each layer also attends to the previous segment's
-    `mem_len` (gradient-stopped) states. 0 = off. Needs `position: relative`."""
+    `mem_len` (gradient-stopped) states. 0 = off. Needs `position: relative`.
+
+    With recurrence on, `tibnlp pretrain` trains MLM over chains of `segments` consecutive
+    `pretrain.seq_len` segments of one document (no SOP; see tibnlp.data.segment_chains)."""
 
     mem_len: int = 0
+    segments: int = 4  # consecutive segments per pretraining example
 
     @property
     def enabled(self) -> bool:
@@ -123,6 +127,7 @@ class ModelConfig:
         """Which of the section 4-6 designs compose (MODELS.md)."""
         rec, fus = self.recurrence, self.fusion
         check(rec.mem_len >= 0, f"{prefix}.recurrence.mem_len", "must be >= 0 (0 = off)")
+        check(rec.segments >= 1, f"{prefix}.recurrence.segments", "must be >= 1")
         check(self.memory_tokens >= 0, f"{prefix}.memory_tokens", "must be >= 0 (0 = off)")
         check(fus.radius >= 1, f"{prefix}.fusion.radius", "must be >= 1")
         gm = self.global_memory

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from tibnlp.data.segment_chains import chain_lengths, make_chains
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.vocab import Vocabulary
@@ -142,13 +143,24 @@ def _features() -> Any:
 
 
 def _examples_batch(
-    batch: dict[str, list], vocab: Vocabulary, seq_len: int, seed: int, split: str, short: float
+    batch: dict[str, list],
+    vocab: Vocabulary,
+    seq_len: int,
+    seed: int,
+    split: str,
+    short: float,
+    segments: int = 0,
 ) -> dict[str, list]:
     out: dict[str, list] = {k: [] for k in _features()}
     for doc_id, sentences in zip(batch["doc_id"], batch["sentences"], strict=True):
         rng = random.Random(f"{seed}/{split}/{doc_id}")  # per document: order-independent
         ids = vocab.encode_batch(sentences, num_threads=1) if sentences else []
-        for ex in make_examples(int(doc_id), ids, vocab, seq_len, rng, short):
+        examples = (
+            make_chains(int(doc_id), ids, vocab, seq_len, segments)
+            if segments
+            else make_examples(int(doc_id), ids, vocab, seq_len, rng, short)
+        )
+        for ex in examples:
             for key, value in ex.items():
                 out[key].append(value)
     return out
@@ -166,8 +178,14 @@ def build_pretraining_dataset(
     seed: int = 42,
     num_proc: int = 0,
     short_seq_prob: float = 0.1,
+    segments: int = 0,
 ) -> Path:
-    """Tokenise a prepared corpus into SOP examples under `out_dir` (cached by its inputs)."""
+    """Tokenise a prepared corpus into SOP examples under `out_dir` (cached by its inputs).
+
+    `segments > 0`: chains of that many consecutive `seq_len` segments of one document instead
+    (segment-recurrence pretraining, `tibnlp.data.segment_chains`); `median_length` is then
+    the median segment length, the length the encoder (and DMA's threshold) sees.
+    """
     import datasets
 
     corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
@@ -187,6 +205,8 @@ def build_pretraining_dataset(
         "seed": seed,
         "short_seq_prob": short_seq_prob,
     }
+    if segments:  # added only when set: the cache keys of SOP datasets stay as they were
+        key["segments"] = segments
     cache_key = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     if (out_dir / META_FILE).is_file():
         meta = json.loads((out_dir / META_FILE).read_text(encoding="utf-8"))
@@ -217,13 +237,16 @@ def build_pretraining_dataset(
                 "seed": seed,
                 "split": split,
                 "short": short_seq_prob,
+                "segments": segments,
             },
             desc=f"tokenising {split}",
             load_from_cache_file=False,
         )
     if len(splits["train"]) == 0:
         raise DataError(f"{corpus_dir}: no pretraining example could be made from the train split")
-    lengths = splits["train"]["length"]
+    lengths = list(splits["train"]["length"])
+    if segments:
+        lengths = [n for length in lengths for n in chain_lengths(length, seq_len)]
     meta = {
         **key,
         "cache_key": cache_key,

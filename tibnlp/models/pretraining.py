@@ -1,5 +1,9 @@
 """ALBERT pretraining heads: MLM (decoder tied to the input embedding) and sentence order.
 
+With `segment_len > 0` (segment recurrence, `model.recurrence.mem_len > 0`) each input is one
+stream of a document read window by window with memory (`mlm_over_segments`): MLM only, the
+SOP labels of the batch are ignored (tibnlp.data.segment_chains says why).
+
 The vocabulary projection runs only at masked positions (`mlm_labels != -100`): with a 30k
 vocabulary it is most of a tiny model's compute, and the other 85% of its outputs would be
 thrown away by the loss anyway. For the same reason the encoder's last layer runs only at the
@@ -23,12 +27,16 @@ class AlbertForPretraining(nn.Module):
     """`forward(...) -> dict` with ALBERT's five metrics and the large-route share.
 
     `loss = mask_loss + sop_loss`; all values are tensors (the trainer decides when to sync).
+    With `segment_len`: `loss = mask_loss` over the segments, plus `segments` read.
     """
 
-    def __init__(self, cfg: ModelConfig, sparse_last_layer: bool = True) -> None:
+    def __init__(
+        self, cfg: ModelConfig, sparse_last_layer: bool = True, segment_len: int = 0
+    ) -> None:
         super().__init__()
         self.cfg = cfg
         self.sparse_last_layer = sparse_last_layer
+        self.segment_len = segment_len
         self.encoder = Encoder(cfg)
         d, e = cfg.hidden_size, cfg.embedding_size
         self.mlm_dense = nn.Linear(d, e)
@@ -45,8 +53,14 @@ class AlbertForPretraining(nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None,
         mlm_labels: torch.Tensor,
-        sop_labels: torch.Tensor,
+        sop_labels: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
+        if self.segment_len:
+            from tibnlp.models.recurrence import mlm_over_segments  # imports this module
+
+            return mlm_over_segments(self, input_ids, attention_mask, mlm_labels, self.segment_len)
+        if sop_labels is None:
+            raise ValueError("sop_labels are needed unless the model reads segments")
         sel = mlm_labels != IGNORE
         read = None
         if self.sparse_last_layer:  # the heads read the masked positions and [CLS] only

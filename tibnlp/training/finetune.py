@@ -37,6 +37,7 @@ from tibnlp.models.io import load_encoder, read_extra
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.finetune_loop import pick_device, set_seed, train_one_seed
+from tibnlp.training.long_documents import LongDocuments, read_length, setup_long_documents
 
 SEED_FILE = "seed_result.json"
 TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
@@ -74,6 +75,7 @@ class Setup:
     vocab_dir: Path
     pretrained: dict[str, torch.Tensor] | None
     system: str
+    long: LongDocuments | None = None  # finetune.long_document other than truncate
 
 
 def load_task_data(dataset: str, task: str) -> LabelledSet:
@@ -140,10 +142,12 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         dataset=data.name,
         source_model="" if ft.random_init else str(ft.model),
     )
-    ids = {split: encode_texts(vocab, data.texts(split), max_len) for split in data.splits}
+    read = read_length(ft, max_len)
+    ids = {split: encode_texts(vocab, data.texts(split), read) for split in data.splits}
     if ft.limit_train:
         ids["train"] = ids["train"][: ft.limit_train]
-    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft))
+    long = setup_long_documents(ft, model_cfg, cfg.model.global_memory, max_len, ids)
+    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), long)
 
 
 def system_name(ft: FinetuneConfig) -> str:
@@ -151,7 +155,8 @@ def system_name(ft: FinetuneConfig) -> str:
         return "textcnn-pieces(scratch)"
     base = "albert-random" if ft.random_init else f"albert-pretrained({Path(ft.model).name})"
     head = ft.head if ft.head == "cnn" else f"linear-{ft.pooling}"
-    return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "")
+    long = "" if ft.long_document == "truncate" else f"+long-{ft.long_document}"
+    return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long
 
 
 def _load_vocab(directory: Path) -> Vocabulary:
@@ -252,6 +257,9 @@ def _run_seed(
     model = build_classifier(setup.meta)
     if setup.pretrained is not None:
         model.encoder.load_state_dict(setup.pretrained)  # same keys: built from the same config
+    if setup.long is not None:  # after loading: the wrapper holds the encoder as a child
+        setup.long.attach(model)
+        run.log_metrics(setup.long.figures())
     model.freeze_encoder(ft.freeze_encoder)
     model.to(pick_device(ft.device))
     data, ids, labels = setup.data, setup.ids, setup.data.labels

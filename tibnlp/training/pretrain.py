@@ -113,11 +113,13 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
     output = Path(p.output)
     vocab_dir = Path(p.vocab)
     vocab = Vocabulary.load(vocab_dir)
+    # segment recurrence: MLM over chains of consecutive segments (tibnlp.data.segment_chains)
+    chain = cfg.model.recurrence.segments if cfg.model.recurrence.enabled else 0
     if world.is_main:
         output.mkdir(parents=True, exist_ok=True)
         num_proc = cfg.engine.num_workers or (os.cpu_count() or 1)
         build_pretraining_dataset(
-            Path(p.corpus), vocab, p.seq_len, output / "data", p.seed, num_proc
+            Path(p.corpus), vocab, p.seq_len, output / "data", p.seed, num_proc, segments=chain
         )
         dump_yaml(cfg, output / "config.yaml")
     barrier()
@@ -131,7 +133,9 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
         )
 
     _seed_everything(p.seed)  # identical initial weights on every rank
-    model = AlbertForPretraining(model_cfg, p.sparse_last_layer)
+    model = AlbertForPretraining(
+        model_cfg, p.sparse_last_layer, segment_len=p.seq_len if chain else 0
+    )
     accum = accumulation_steps(p.batch_size, p.micro_batch_size, world.size)
     engine = initialize(
         model, cfg.engine, p.optimizer, p.batch_size, p.micro_batch_size, p.max_steps, world
