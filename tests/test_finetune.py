@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.ft_fixtures import make_data_dir, make_vocab
+from tests.ft_fixtures import TINY_MODEL, make_data_dir, make_model_dir, make_vocab
 from tibnlp.config import load_config
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.training import finetune as ft_mod
@@ -143,32 +143,8 @@ def test_document_task_absent_fails_before_training(env) -> None:
     assert "FudanNLP" in (err.value.hint or "")
 
 
-TINY_MODEL = [
-    "model.embedding_size=8",
-    "model.hidden_size=16",
-    "model.num_layers=1",
-    "model.ffn_size=32",
-    "model.max_len=64",
-    "model.heads.small=2",
-    "model.heads.large=2",
-]
-
-
 def _pretrained_dir(env, vocab_size: int | None = None):
-    """A model directory as pretraining writes it: weights + model.yaml + vocabulary files."""
-    import shutil
-
-    from tibnlp.models.encoder import Encoder
-    from tibnlp.models.io import save_pretrained
-    from tibnlp.text.vocab import Vocabulary
-
-    cfg = load_config(None, TINY_MODEL).model
-    cfg.vocab_size = vocab_size or Vocabulary.load(env.vocab).size
-    out = env.tmp / f"pretrained-{cfg.vocab_size}"
-    save_pretrained(Encoder(cfg), cfg, out)
-    for f in env.vocab.iterdir():
-        shutil.copy2(f, out / f.name)
-    return out
+    return make_model_dir(env.tmp, env.vocab, vocab_size)
 
 
 @pytest.mark.parametrize("head", ["cnn", "linear"])

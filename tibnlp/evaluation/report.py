@@ -125,16 +125,27 @@ def write_results(result: _ResultLike, directory: Path) -> list[Path]:
 
 
 def load_results(paths: Sequence[Path]) -> list[dict[str, Any]]:
-    """results.json files, or folders searched for them (e.g. the whole `runs/finetune`)."""
+    """results.json files, or folders searched for them (e.g. the whole `runs/finetune`, or a
+    pipeline's work directory, whose stage-level results.json files are skipped)."""
     rows = []
     for path in paths:
         path = Path(path)
-        files = sorted(path.rglob(RESULTS_JSON)) if path.is_dir() else [path]
-        if not files or not files[0].is_file():
-            raise DataError(f"no {RESULTS_JSON} under {path}", "give a `tibnlp finetune` output")
+        searched = path.is_dir()
+        files = sorted(path.rglob(RESULTS_JSON)) if searched else [path]
+        found = 0
         for f in files:
+            if not f.is_file():
+                continue
             try:
-                rows.append(json.loads(f.read_text(encoding="utf-8")))
+                data = json.loads(f.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise DataError(f"{f}: not valid JSON ({exc.msg})") from exc
+            if not (isinstance(data, dict) and {"system", "aggregate", "seeds"} <= data.keys()):
+                if searched:
+                    continue
+                raise DataError(f"{f}: not a fine-tuning result", "give a `tibnlp finetune` output")
+            rows.append(data)
+            found += 1
+        if not found:
+            raise DataError(f"no {RESULTS_JSON} under {path}", "give a `tibnlp finetune` output")
     return rows

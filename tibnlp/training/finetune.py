@@ -33,7 +33,7 @@ from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
 from tibnlp.models.classifier import HeadConfig
 from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
-from tibnlp.models.io import load_encoder, read_extra
+from tibnlp.models.io import load_config_file, load_encoder, read_extra
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.finetune_loop import pick_device, set_seed, train_one_seed
@@ -85,19 +85,23 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     ft = cfg.finetune
     pretrained = None
     model_cfg: ModelConfig = copy.deepcopy(cfg.model)
-    if ft.random_init:
+    model_dir = Path(ft.model_dir) if ft.model_dir else None
+    if model_dir is None:
         if not ft.vocab:
             raise DataError(
                 "no vocabulary: a randomly initialised or from-scratch model needs one",
-                "pass --vocab DIR (a `tibnlp vocab build` output) or --model DIR",
+                "pass --vocab DIR (a `tibnlp vocab build` output), or --model DIR with "
+                "--set finetune.init=random to use that model's vocabulary",
             )
         vocab_dir = Path(ft.vocab)
     else:
-        model_dir = Path(ft.model)
         if not model_dir.is_dir():
             raise DataError(f"model directory {model_dir} does not exist")
-        model_cfg, encoder = load_encoder(model_dir)
-        pretrained = encoder.state_dict()
+        if ft.init == "pretrained":
+            model_cfg, encoder = load_encoder(model_dir)
+            pretrained = encoder.state_dict()
+        elif ft.encoder == "albert":  # the same shape, fresh weights: a no-pretraining twin
+            model_cfg = load_config_file(model_dir)
         # the vocabulary is copied beside the weights at pretraining; --vocab must match it
         vocab_dir = model_dir if (model_dir / MODEL_FILE).is_file() else Path(ft.vocab or ".")
         if vocab_dir != model_dir and not ft.vocab:
@@ -106,7 +110,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
                 "pass --vocab DIR with the vocabulary the model was pretrained with",
             )
     vocab = _load_vocab(vocab_dir)
-    if not ft.random_init and ft.vocab and vocab_dir != Path(ft.vocab):
+    if model_dir is not None and ft.vocab and vocab_dir != Path(ft.vocab):
         other = _load_vocab(Path(ft.vocab))
         if other.sha256 != vocab.sha256:
             raise DataError(
@@ -115,9 +119,9 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
                 "drop --vocab (the model directory's own vocabulary is used) or pass the "
                 "matching model",
             )
-    if ft.random_init:
+    if model_dir is None:
         model_cfg.vocab_size = vocab.size
-    elif vocab.size > model_cfg.vocab_size:
+    elif ft.encoder == "albert" and vocab.size > model_cfg.vocab_size:
         raise DataError(
             f"vocabulary in {vocab_dir} has {vocab.size} pieces but model {ft.model} embeds only "
             f"{model_cfg.vocab_size}: ids would be out of range",
@@ -149,9 +153,18 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
 def system_name(ft: FinetuneConfig) -> str:
     if ft.encoder == "none":
         return "textcnn-pieces(scratch)"
-    base = "albert-random" if ft.random_init else f"albert-pretrained({Path(ft.model).name})"
+    shape = f"({Path(ft.model_dir).name})" if ft.model_dir else ""
+    base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
     head = ft.head if ft.head == "cnn" else f"linear-{ft.pooling}"
     return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "")
+
+
+def _untrained(ft: FinetuneConfig) -> str:
+    if ft.encoder == "none":
+        return "none (TextCNN on piece embeddings from scratch)"
+    if ft.model_dir:
+        return f"random init with the shape of {ft.model_dir}"
+    return "random init (the config's model section)"
 
 
 def _load_vocab(directory: Path) -> Vocabulary:
@@ -179,7 +192,7 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         "test_unseen": f"{len(unseen)} of {len(data.splits['test'])} test texts not in train",
         "vocab": str(setup.vocab_dir),
         "vocab_sha256": setup.vocab.sha256,
-        "model": setup.meta.source_model or "random init / none",
+        "model": setup.meta.source_model or _untrained(ft),
     }
     if setup.meta.source_model:  # the pretraining budget behind the number (step, tokens, ...)
         notes["pretraining"] = read_extra(Path(setup.meta.source_model))
@@ -260,15 +273,20 @@ def _run_seed(
         model, ids["train"], y_train, ids["validation"], data.targets("validation"), ft, seed, run
     )
 
+    def predict(x: Sequence[Sequence[int]]) -> list[int]:
+        return predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id).argmax(1).tolist()
+
     def evaluate(x: Sequence[Sequence[int]], y: Sequence[int]) -> Metrics:
-        probs = predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id)
-        return compute_metrics(y, probs.argmax(axis=1).tolist(), labels)
+        return compute_metrics(y, predict(x), labels)
 
     y_test = data.targets("test")
+    test_pred = predict(ids["test"])  # the only time the test split is scored
     metrics = {
         "validation": evaluate(ids["validation"], data.targets("validation")),
-        "test": evaluate(ids["test"], y_test),  # the only time the test split is scored
-        "test_unseen": evaluate([ids["test"][i] for i in unseen], [y_test[i] for i in unseen]),
+        "test": compute_metrics(y_test, test_pred, labels),
+        "test_unseen": compute_metrics(
+            [y_test[i] for i in unseen], [test_pred[i] for i in unseen], labels
+        ),
     }
     if advts is not None:
         for part, key in (("original", "advts_original"), ("adversarial", "advts")):
