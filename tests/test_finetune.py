@@ -77,7 +77,7 @@ def test_best_epoch_is_restored(env, monkeypatch) -> None:
     from tibnlp.models.classifier_io import build_classifier
 
     model = build_classifier(setup.meta)
-    best, ran = ft_mod.train_one_seed(
+    best, ran, validation = ft_mod.train_one_seed(
         model,
         setup.ids["train"],
         data.targets("train"),
@@ -87,13 +87,15 @@ def test_best_epoch_is_restored(env, monkeypatch) -> None:
         1,
         Recorder(),  # type: ignore[arg-type]
     )
-    history = [m["validation_macro_f1"] for m in logged]
+    history = [m["eval/macro_f1"] for m in logged if "eval/macro_f1" in m]
     assert ran == 4 and best == int(np.argmax(history)) + 1
     probs = ft_mod.predict_proba(model, setup.ids["validation"])
     final = ft_mod.compute_metrics(
         data.targets("validation"), probs.argmax(1).tolist(), data.labels
     )["macro_f1"]
     assert final == pytest.approx(max(history))
+    # the selected epoch's scores come back with it, labelled: the split is not scored again
+    assert validation["macro_f1"] == pytest.approx(final) and validation.labels == data.labels
 
 
 def test_one_mlflow_run_per_seed_under_a_parent(env) -> None:

@@ -74,13 +74,15 @@ def summary_dict(result: _ResultLike) -> dict[str, Any]:
     }
 
 
-def _cell(agg: dict[str, dict[str, Any]], part: str, key: str) -> str:
+def _cell(agg: dict[str, dict[str, Any]], part: str, key: str, seeds: int = 2) -> str:
     value = agg.get(part, {}).get(key)
     if value is None:
         return "-"
     mean, std = (value["mean"], value["std"]) if isinstance(value, dict) else value
     if math.isnan(mean):
         return "-"
+    if seeds == 1:  # one seed has no spread: "± 0.00" would claim one
+        return f"{100 * mean:.2f}"
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
 
 
@@ -94,7 +96,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["dataset"], r["system"], str(len(r["seeds"]))]
-        cells += [_cell(r["aggregate"], p, k) for p, k, _ in cols]
+        cells += [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
         lines.append("| " + " | ".join(cells) + " |")
     if any(r["dataset"] == "tncc-title" for r in rows):
         lines += ["", "Published TNCC title results (test macro-F1; own splits):"]
@@ -108,7 +110,7 @@ def rich_table(rows: Sequence[dict[str, Any]]) -> Table:
     for name in ("dataset", "system", "seeds", *(c[2] for c in cols)):
         table.add_column(name, overflow="fold")
     for r in rows:
-        cells = [_cell(r["aggregate"], p, k) for p, k, _ in cols]
+        cells = [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
         table.add_row(r["dataset"], r["system"], str(len(r["seeds"])), *cells)
     return table
 

@@ -3,7 +3,8 @@
 One parent MLflow run per command, one child run per seed. Each finished seed leaves its
 classifier directory and `seed_result.json` (with a fingerprint of everything that determines
 the result), so rerunning the same command resumes: finished seeds are reported, not retrained.
-The loop itself lives in `finetune_loop.py`.
+Training runs on the one loop (`loop.TrainLoop`); what is specific to classification is
+in `classification.py`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_c
 from tibnlp.models.io import load_config_file, load_encoder, read_extra
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
-from tibnlp.training.finetune_loop import pick_device, set_seed, train_one_seed
+from tibnlp.training.classification import set_seed, train_one_seed
 
 SEED_FILE = "seed_result.json"
 TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
@@ -217,7 +218,7 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
                 f"seed {seed}", tags={**tracking.tags, **tags, "seed": str(seed)}
             ) as run:
                 run.log_params(described)
-                result = _run_seed(setup, ft, seed, output / f"seed-{seed}", unseen, advts, run)
+                result = _run_seed(setup, cfg, seed, output / f"seed-{seed}", unseen, advts, run)
                 result.run_id = run.run_id
                 seeds.append(result)
         parts = seeds[0].metrics.keys()
@@ -248,13 +249,14 @@ def _advts(setup: Setup, eval_also: Sequence[str]) -> LabelledSet | None:
 
 def _run_seed(
     setup: Setup,
-    ft: FinetuneConfig,
+    cfg: Config,
     seed: int,
     directory: Path,
     unseen: list[int],
     advts: LabelledSet | None,
     run: Tracker,
 ) -> SeedResult:
+    ft = cfg.finetune
     fingerprint = _fingerprint(setup, ft, seed, advts is not None)
     done = _load_seed(directory, fingerprint)
     if done is not None:
@@ -266,11 +268,19 @@ def _run_seed(
     if setup.pretrained is not None:
         model.encoder.load_state_dict(setup.pretrained)  # same keys: built from the same config
     model.freeze_encoder(ft.freeze_encoder)
-    model.to(pick_device(ft.device))
     data, ids, labels = setup.data, setup.ids, setup.data.labels
     y_train = data.targets("train")[: len(ids["train"])]
-    best_epoch, epochs_run = train_one_seed(
-        model, ids["train"], y_train, ids["validation"], data.targets("validation"), ft, seed, run
+    best_epoch, epochs_run, validation = train_one_seed(
+        model,
+        ids["train"],
+        y_train,
+        ids["validation"],
+        data.targets("validation"),
+        ft,
+        seed,
+        run,
+        cfg.engine,
+        labels,
     )
 
     def predict(x: Sequence[Sequence[int]]) -> list[int]:
@@ -282,7 +292,7 @@ def _run_seed(
     y_test = data.targets("test")
     test_pred = predict(ids["test"])  # the only time the test split is scored
     metrics = {
-        "validation": evaluate(ids["validation"], data.targets("validation")),
+        "validation": validation,  # scored when its epoch was selected
         "test": compute_metrics(y_test, test_pred, labels),
         "test_unseen": compute_metrics(
             [y_test[i] for i in unseen], [test_pred[i] for i in unseen], labels
