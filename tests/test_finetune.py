@@ -86,6 +86,7 @@ def test_best_epoch_is_restored(env, monkeypatch) -> None:
         cfg.finetune,
         1,
         Recorder(),  # type: ignore[arg-type]
+        labels=data.labels,
     )
     history = [m["eval/macro_f1"] for m in logged if "eval/macro_f1" in m]
     assert ran == 4 and best == int(np.argmax(history)) + 1
@@ -95,7 +96,9 @@ def test_best_epoch_is_restored(env, monkeypatch) -> None:
     )["macro_f1"]
     assert final == pytest.approx(max(history))
     # the selected epoch's scores come back with it, labelled: the split is not scored again
-    assert validation["macro_f1"] == pytest.approx(final) and validation.labels == data.labels
+    assert validation["macro_f1"] == pytest.approx(final) and list(validation.labels) == list(
+        data.labels
+    )
 
 
 def test_one_mlflow_run_per_seed_under_a_parent(env) -> None:

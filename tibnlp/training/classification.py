@@ -12,7 +12,7 @@ import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -25,8 +25,9 @@ from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.metrics import Metrics, compute_metrics
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.training.batches import ShardedBatches
-from tibnlp.training.engine import World, init_distributed, initialize
-from tibnlp.training.loop import LoopSettings, TrainLoop
+
+if TYPE_CHECKING:  # the engine (deepspeed) loads when training starts, not with the CLI
+    from tibnlp.training.engine import World
 
 SHUFFLE_SALT = 1_000_003  # epoch e of seed s is shuffled with s * SALT + e
 
@@ -116,6 +117,9 @@ def train_one_seed(
     train/accuracy, lr and tokens_per_s per epoch, eval/macro_f1 and eval/accuracy
     (validation) per epoch, with the optimizer step as the MLflow step.
     """
+    from tibnlp.training.engine import init_distributed, initialize
+    from tibnlp.training.loop import LoopSettings, TrainLoop
+
     _check_device(ft.device)
     per_epoch = len(x_train) // ft.batch_size
     if per_epoch == 0:

@@ -275,19 +275,20 @@ class TrainLoop:
                     bar.update(self.step)
                 early = False
                 if self.step % s.eval_every == 0 or final:
-                    metrics = self.evaluate()
-                    result.eval = {f"eval/{k}": v for k, v in metrics.items()}
+                    scores = self.evaluate()
+                    result.eval = {f"eval/{k}": v for k, v in scores.items()}
                     if tracker is not None and result.eval:
                         tracker.log_metrics(result.eval, step=self.step)
                     if s.select:
-                        early = self._select(metrics, result)
-                        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+                        early = self._select(scores, result)
+                        shown = ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
                         bar.log(f"{s.progress_label} step {self.step}: {shown}")
                 if s.checkpoint_every and (self.step % s.checkpoint_every == 0 or final):
                     self.save()
                 if stop or early:
                     result.stopped_by = "time_budget" if stop else "early_stopping"
-                    bar.log(f"{result.stopped_by.replace('_', ' ')} at step {self.step}")
+                    why = "time budget reached" if stop else f"no {s.select} gain, stopped"
+                    bar.log(f"{why} at step {self.step}")
                     break
         if s.select:
             self._restore_best()
