@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import sentencepiece as spm
@@ -103,3 +104,30 @@ def make_vocab(directory: Path, size: int = 60) -> Path:
     )
     (directory / MARKER).write_text(json.dumps({"kind": "vocabulary", "version": 1}))
     return directory
+
+
+TINY_MODEL = [
+    "model.embedding_size=8",
+    "model.hidden_size=16",
+    "model.num_layers=1",
+    "model.ffn_size=32",
+    "model.max_len=64",
+    "model.heads.small=2",
+    "model.heads.large=2",
+]
+
+
+def make_model_dir(root: Path, vocab: Path, vocab_size: int | None = None) -> Path:
+    """A model directory as pretraining writes it: weights + model.yaml + vocabulary files."""
+    from tibnlp.config import load_config
+    from tibnlp.models.encoder import Encoder
+    from tibnlp.models.io import save_pretrained
+    from tibnlp.text.vocab import Vocabulary
+
+    cfg = load_config(None, TINY_MODEL).model
+    cfg.vocab_size = vocab_size or Vocabulary.load(vocab).size
+    out = root / f"pretrained-{cfg.vocab_size}"
+    save_pretrained(Encoder(cfg), cfg, out)
+    for f in vocab.iterdir():
+        shutil.copy2(f, out / f.name)
+    return out

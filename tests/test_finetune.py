@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.ft_fixtures import make_data_dir, make_vocab
+from tests.ft_fixtures import TINY_MODEL, make_data_dir, make_model_dir, make_vocab
 from tibnlp.config import load_config
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.training import finetune as ft_mod
@@ -77,7 +77,7 @@ def test_best_epoch_is_restored(env, monkeypatch) -> None:
     from tibnlp.models.classifier_io import build_classifier
 
     model = build_classifier(setup.meta)
-    best, ran = ft_mod.train_one_seed(
+    best, ran, validation = ft_mod.train_one_seed(
         model,
         setup.ids["train"],
         data.targets("train"),
@@ -86,14 +86,19 @@ def test_best_epoch_is_restored(env, monkeypatch) -> None:
         cfg.finetune,
         1,
         Recorder(),  # type: ignore[arg-type]
+        labels=data.labels,
     )
-    history = [m["validation_macro_f1"] for m in logged]
+    history = [m["eval/macro_f1"] for m in logged if "eval/macro_f1" in m]
     assert ran == 4 and best == int(np.argmax(history)) + 1
     probs = ft_mod.predict_proba(model, setup.ids["validation"])
     final = ft_mod.compute_metrics(
         data.targets("validation"), probs.argmax(1).tolist(), data.labels
     )["macro_f1"]
     assert final == pytest.approx(max(history))
+    # the selected epoch's scores come back with it, labelled: the split is not scored again
+    assert validation["macro_f1"] == pytest.approx(final) and list(validation.labels) == list(
+        data.labels
+    )
 
 
 def test_one_mlflow_run_per_seed_under_a_parent(env) -> None:
@@ -143,32 +148,8 @@ def test_document_task_absent_fails_before_training(env) -> None:
     assert "FudanNLP" in (err.value.hint or "")
 
 
-TINY_MODEL = [
-    "model.embedding_size=8",
-    "model.hidden_size=16",
-    "model.num_layers=1",
-    "model.ffn_size=32",
-    "model.max_len=64",
-    "model.heads.small=2",
-    "model.heads.large=2",
-]
-
-
 def _pretrained_dir(env, vocab_size: int | None = None):
-    """A model directory as pretraining writes it: weights + model.yaml + vocabulary files."""
-    import shutil
-
-    from tibnlp.models.encoder import Encoder
-    from tibnlp.models.io import save_pretrained
-    from tibnlp.text.vocab import Vocabulary
-
-    cfg = load_config(None, TINY_MODEL).model
-    cfg.vocab_size = vocab_size or Vocabulary.load(env.vocab).size
-    out = env.tmp / f"pretrained-{cfg.vocab_size}"
-    save_pretrained(Encoder(cfg), cfg, out)
-    for f in env.vocab.iterdir():
-        shutil.copy2(f, out / f.name)
-    return out
+    return make_model_dir(env.tmp, env.vocab, vocab_size)
 
 
 @pytest.mark.parametrize("head", ["cnn", "linear"])

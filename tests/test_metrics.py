@@ -74,3 +74,13 @@ def test_tables_show_mean_and_std_in_percent() -> None:
     assert "| tncc-title | x | 2 | 60.00 ± 10.00 | - | - |" in md  # weighted-F1, acc absent
     assert "DMA-ALBERT" in md  # published anchors under TNCC title tables
     assert rich_table([row]).row_count == 1
+
+
+def test_one_seed_shows_no_spread() -> None:
+    row = {
+        "dataset": "tncc-title",
+        "system": "x",
+        "seeds": [{}],
+        "aggregate": {"test": {"macro_f1": {"mean": 0.6, "std": 0.0}}},
+    }
+    assert "| tncc-title | x | 1 | 60.00 | - | - |" in markdown_table([row])

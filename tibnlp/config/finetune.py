@@ -14,6 +14,10 @@ class FinetuneConfig:
     # pretrained model directory; "" or "none": the `model` section's encoder, randomly
     # initialised (the no-pretraining baseline)
     model: str = ""
+    # "random" with a `model` directory: that model's shape and vocabulary with fresh weights
+    # (and for encoder "none", its vocabulary): the baselines compared with it differ from it
+    # only in pretraining
+    init: Literal["pretrained", "random"] = "pretrained"
     # "albert": the transformer encoder; "none": TextCNN directly on SentencePiece piece
     # embeddings trained from scratch (the classic baseline; needs `vocab`, head must be cnn)
     encoder: Literal["albert", "none"] = "albert"
@@ -49,7 +53,12 @@ class FinetuneConfig:
 
     @property
     def random_init(self) -> bool:
-        return self.model in ("", "none")
+        return self.model in ("", "none") or self.init == "random"
+
+    @property
+    def model_dir(self) -> str:
+        """The model directory read (weights, or only shape and vocabulary); "" when none."""
+        return "" if self.model in ("", "none") else self.model
 
     def validate(self, prefix: str) -> None:
         check(self.max_len >= 0, f"{prefix}.max_len", "must be >= 0 (0 = task default)")
@@ -77,8 +86,10 @@ class FinetuneConfig:
             check(
                 self.random_init,
                 f"{prefix}.model",
-                "encoder 'none' trains from scratch; leave `model` empty",
+                "encoder 'none' trains from scratch: leave `model` empty, or set "
+                "init=random to use only the model directory's vocabulary",
             )
-            check(bool(self.vocab), f"{prefix}.vocab", "encoder 'none' needs a vocabulary dir")
+            # its vocabulary (vocab=DIR, or model=DIR with init=random) may come from a
+            # pipeline input: checked when fine-tuning starts
         for name in self.eval_also:
             check(name in ("advts",), f"{prefix}.eval_also", f"{name!r} unknown; allowed: 'advts'")

@@ -26,6 +26,10 @@ COLUMNS = (
     ("test", "macro_f1", "test macro-F1"),
     ("test", "weighted_f1", "test weighted-F1"),
     ("test", "accuracy", "test acc"),
+    ("test", "macro_precision", "test macro-P"),
+    ("test", "macro_recall", "test macro-R"),
+    ("test", "weighted_precision", "test weighted-P"),
+    ("test", "weighted_recall", "test weighted-R"),
     ("test_unseen", "macro_f1", "unseen macro-F1"),
     ("test_unseen", "weighted_f1", "unseen weighted-F1"),
     ("advts_original", "accuracy", "AdvTS orig acc"),
@@ -74,13 +78,15 @@ def summary_dict(result: _ResultLike) -> dict[str, Any]:
     }
 
 
-def _cell(agg: dict[str, dict[str, Any]], part: str, key: str) -> str:
+def _cell(agg: dict[str, dict[str, Any]], part: str, key: str, seeds: int = 2) -> str:
     value = agg.get(part, {}).get(key)
     if value is None:
         return "-"
     mean, std = (value["mean"], value["std"]) if isinstance(value, dict) else value
     if math.isnan(mean):
         return "-"
+    if seeds == 1:  # one seed has no spread: "± 0.00" would claim one
+        return f"{100 * mean:.2f}"
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
 
 
@@ -94,7 +100,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["dataset"], r["system"], str(len(r["seeds"]))]
-        cells += [_cell(r["aggregate"], p, k) for p, k, _ in cols]
+        cells += [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
         lines.append("| " + " | ".join(cells) + " |")
     if any(r["dataset"] == "tncc-title" for r in rows):
         lines += ["", "Published TNCC title results (test macro-F1; own splits):"]
@@ -108,7 +114,7 @@ def rich_table(rows: Sequence[dict[str, Any]]) -> Table:
     for name in ("dataset", "system", "seeds", *(c[2] for c in cols)):
         table.add_column(name, overflow="fold")
     for r in rows:
-        cells = [_cell(r["aggregate"], p, k) for p, k, _ in cols]
+        cells = [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
         table.add_row(r["dataset"], r["system"], str(len(r["seeds"])), *cells)
     return table
 
@@ -125,16 +131,27 @@ def write_results(result: _ResultLike, directory: Path) -> list[Path]:
 
 
 def load_results(paths: Sequence[Path]) -> list[dict[str, Any]]:
-    """results.json files, or folders searched for them (e.g. the whole `runs/finetune`)."""
+    """results.json files, or folders searched for them (e.g. the whole `runs/finetune`, or a
+    pipeline's work directory, whose stage-level results.json files are skipped)."""
     rows = []
     for path in paths:
         path = Path(path)
-        files = sorted(path.rglob(RESULTS_JSON)) if path.is_dir() else [path]
-        if not files or not files[0].is_file():
-            raise DataError(f"no {RESULTS_JSON} under {path}", "give a `tibnlp finetune` output")
+        searched = path.is_dir()
+        files = sorted(path.rglob(RESULTS_JSON)) if searched else [path]
+        found = 0
         for f in files:
+            if not f.is_file():
+                continue
             try:
-                rows.append(json.loads(f.read_text(encoding="utf-8")))
+                data = json.loads(f.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise DataError(f"{f}: not valid JSON ({exc.msg})") from exc
+            if not (isinstance(data, dict) and {"system", "aggregate", "seeds"} <= data.keys()):
+                if searched:
+                    continue
+                raise DataError(f"{f}: not a fine-tuning result", "give a `tibnlp finetune` output")
+            rows.append(data)
+            found += 1
+        if not found:
+            raise DataError(f"no {RESULTS_JSON} under {path}", "give a `tibnlp finetune` output")
     return rows

@@ -144,6 +144,9 @@ def finetune(ctx: StageContext) -> dict[str, Any]:
     model = _named(ctx, "model", required=False)
     if model is not None:
         cfg.finetune.model = str(model)
+    vocab = _named(ctx, "vocab", required=False)  # e.g. a vocab stage's output (TextCNN)
+    if vocab is not None:
+        cfg.finetune.vocab = str(vocab)
     # Not cleared on resume: run_finetune reports seeds that finished (same fingerprint) as
     # they are and trains only the rest.
     cfg.finetune.output = str(ctx.output / "finetune")

@@ -3,7 +3,8 @@
 One parent MLflow run per command, one child run per seed. Each finished seed leaves its
 classifier directory and `seed_result.json` (with a fingerprint of everything that determines
 the result), so rerunning the same command resumes: finished seeds are reported, not retrained.
-The loop itself lives in `finetune_loop.py`.
+Training runs on the one loop (`loop.TrainLoop`); what is specific to classification is
+in `classification.py`.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
 from tibnlp.models.classifier import HeadConfig
 from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
-from tibnlp.models.io import load_encoder, read_extra
+from tibnlp.models.io import load_config_file, load_encoder, read_extra
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
-from tibnlp.training.finetune_loop import pick_device, set_seed, train_one_seed
+from tibnlp.training.classification import set_seed, train_one_seed
 from tibnlp.training.long_documents import LongDocuments, read_length, setup_long_documents
 
 SEED_FILE = "seed_result.json"
@@ -87,19 +88,23 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     ft = cfg.finetune
     pretrained = None
     model_cfg: ModelConfig = copy.deepcopy(cfg.model)
-    if ft.random_init:
+    model_dir = Path(ft.model_dir) if ft.model_dir else None
+    if model_dir is None:
         if not ft.vocab:
             raise DataError(
                 "no vocabulary: a randomly initialised or from-scratch model needs one",
-                "pass --vocab DIR (a `tibnlp vocab build` output) or --model DIR",
+                "pass --vocab DIR (a `tibnlp vocab build` output), or --model DIR with "
+                "--set finetune.init=random to use that model's vocabulary",
             )
         vocab_dir = Path(ft.vocab)
     else:
-        model_dir = Path(ft.model)
         if not model_dir.is_dir():
             raise DataError(f"model directory {model_dir} does not exist")
-        model_cfg, encoder = load_encoder(model_dir)
-        pretrained = encoder.state_dict()
+        if ft.init == "pretrained":
+            model_cfg, encoder = load_encoder(model_dir)
+            pretrained = encoder.state_dict()
+        elif ft.encoder == "albert":  # the same shape, fresh weights: a no-pretraining twin
+            model_cfg = load_config_file(model_dir)
         # the vocabulary is copied beside the weights at pretraining; --vocab must match it
         vocab_dir = model_dir if (model_dir / MODEL_FILE).is_file() else Path(ft.vocab or ".")
         if vocab_dir != model_dir and not ft.vocab:
@@ -108,7 +113,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
                 "pass --vocab DIR with the vocabulary the model was pretrained with",
             )
     vocab = _load_vocab(vocab_dir)
-    if not ft.random_init and ft.vocab and vocab_dir != Path(ft.vocab):
+    if model_dir is not None and ft.vocab and vocab_dir != Path(ft.vocab):
         other = _load_vocab(Path(ft.vocab))
         if other.sha256 != vocab.sha256:
             raise DataError(
@@ -117,9 +122,9 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
                 "drop --vocab (the model directory's own vocabulary is used) or pass the "
                 "matching model",
             )
-    if ft.random_init:
+    if model_dir is None:
         model_cfg.vocab_size = vocab.size
-    elif vocab.size > model_cfg.vocab_size:
+    elif ft.encoder == "albert" and vocab.size > model_cfg.vocab_size:
         raise DataError(
             f"vocabulary in {vocab_dir} has {vocab.size} pieces but model {ft.model} embeds only "
             f"{model_cfg.vocab_size}: ids would be out of range",
@@ -153,10 +158,19 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
 def system_name(ft: FinetuneConfig) -> str:
     if ft.encoder == "none":
         return "textcnn-pieces(scratch)"
-    base = "albert-random" if ft.random_init else f"albert-pretrained({Path(ft.model).name})"
+    shape = f"({Path(ft.model_dir).name})" if ft.model_dir else ""
+    base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
     head = ft.head if ft.head == "cnn" else f"linear-{ft.pooling}"
     long = "" if ft.long_document == "truncate" else f"+long-{ft.long_document}"
     return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long
+
+
+def _untrained(ft: FinetuneConfig) -> str:
+    if ft.encoder == "none":
+        return "none (TextCNN on piece embeddings from scratch)"
+    if ft.model_dir:
+        return f"random init with the shape of {ft.model_dir}"
+    return "random init (the config's model section)"
 
 
 def _load_vocab(directory: Path) -> Vocabulary:
@@ -184,7 +198,7 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         "test_unseen": f"{len(unseen)} of {len(data.splits['test'])} test texts not in train",
         "vocab": str(setup.vocab_dir),
         "vocab_sha256": setup.vocab.sha256,
-        "model": setup.meta.source_model or "random init / none",
+        "model": setup.meta.source_model or _untrained(ft),
     }
     if setup.meta.source_model:  # the pretraining budget behind the number (step, tokens, ...)
         notes["pretraining"] = read_extra(Path(setup.meta.source_model))
@@ -209,7 +223,7 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
                 f"seed {seed}", tags={**tracking.tags, **tags, "seed": str(seed)}
             ) as run:
                 run.log_params(described)
-                result = _run_seed(setup, ft, seed, output / f"seed-{seed}", unseen, advts, run)
+                result = _run_seed(setup, cfg, seed, output / f"seed-{seed}", unseen, advts, run)
                 result.run_id = run.run_id
                 seeds.append(result)
         parts = seeds[0].metrics.keys()
@@ -240,13 +254,14 @@ def _advts(setup: Setup, eval_also: Sequence[str]) -> LabelledSet | None:
 
 def _run_seed(
     setup: Setup,
-    ft: FinetuneConfig,
+    cfg: Config,
     seed: int,
     directory: Path,
     unseen: list[int],
     advts: LabelledSet | None,
     run: Tracker,
 ) -> SeedResult:
+    ft = cfg.finetune
     fingerprint = _fingerprint(setup, ft, seed, advts is not None)
     done = _load_seed(directory, fingerprint)
     if done is not None:
@@ -261,22 +276,35 @@ def _run_seed(
         setup.long.attach(model)
         run.log_metrics(setup.long.figures())
     model.freeze_encoder(ft.freeze_encoder)
-    model.to(pick_device(ft.device))
     data, ids, labels = setup.data, setup.ids, setup.data.labels
     y_train = data.targets("train")[: len(ids["train"])]
-    best_epoch, epochs_run = train_one_seed(
-        model, ids["train"], y_train, ids["validation"], data.targets("validation"), ft, seed, run
+    best_epoch, epochs_run, validation = train_one_seed(
+        model,
+        ids["train"],
+        y_train,
+        ids["validation"],
+        data.targets("validation"),
+        ft,
+        seed,
+        run,
+        cfg.engine,
+        labels,
     )
 
+    def predict(x: Sequence[Sequence[int]]) -> list[int]:
+        return predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id).argmax(1).tolist()
+
     def evaluate(x: Sequence[Sequence[int]], y: Sequence[int]) -> Metrics:
-        probs = predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id)
-        return compute_metrics(y, probs.argmax(axis=1).tolist(), labels)
+        return compute_metrics(y, predict(x), labels)
 
     y_test = data.targets("test")
+    test_pred = predict(ids["test"])  # the only time the test split is scored
     metrics = {
-        "validation": evaluate(ids["validation"], data.targets("validation")),
-        "test": evaluate(ids["test"], y_test),  # the only time the test split is scored
-        "test_unseen": evaluate([ids["test"][i] for i in unseen], [y_test[i] for i in unseen]),
+        "validation": validation,  # scored when its epoch was selected
+        "test": compute_metrics(y_test, test_pred, labels),
+        "test_unseen": compute_metrics(
+            [y_test[i] for i in unseen], [test_pred[i] for i in unseen], labels
+        ),
     }
     if advts is not None:
         for part, key in (("original", "advts_original"), ("adversarial", "advts")):

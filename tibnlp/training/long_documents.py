@@ -46,7 +46,6 @@ from tibnlp.models.encoder import Encoder
 from tibnlp.models.memory import GlobalMemory, encode_with_memory, select_memory
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.models.recurrence import LongDocumentEncoder, LongOutput
-from tibnlp.training.finetune_loop import pick_device
 
 Key = tuple[int, ...]
 
@@ -172,10 +171,10 @@ def setup_long_documents(
             f"config key 'finetune.long_document': {ft.long_document} needs the ALBERT encoder",
             "use finetune.long_document=truncate with encoder 'none'",
         )
-    if pick_device(ft.device).type != "cpu":
+    if torch.cuda.is_available():  # fine-tuning trains where the engine runs: the GPU
         raise ConfigError(
             f"config key 'finetune.long_document': {ft.long_document} runs on the CPU only",
-            "set finetune.device=cpu (or long_document=truncate on a GPU)",
+            "hide the GPUs (CUDA_VISIBLE_DEVICES=) or use long_document=truncate on a GPU",
         )
     if ft.long_document == "segments":
         return LongDocuments("segments", window)

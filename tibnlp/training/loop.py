@@ -2,7 +2,10 @@
 
 Generic over the model: `engine(**micro_batch)` must return a dict whose 0-d tensors are
 metrics and whose "loss" is what is optimised. Pretraining and fine-tuning differ in the
-model, the batch sources and the logged extras, not in this file.
+model, the batch sources and the logged extras, not in this file. Fine-tuning adds three
+settings, all off for pretraining: an `evaluator` callback (e.g. validation macro-F1 over the
+whole split) in place of the held-out batches, keep-best selection on one of its metrics
+(`select`, restored into the module when the run ends) and early stopping (`patience`).
 
 Per optimizer step, every rank runs its micro-batches, then one all-reduce carries the
 metrics, the token count and the "out of time" flag, so all ranks agree on when to stop and
@@ -37,20 +40,31 @@ class LoopSettings:
     log_every: int
     eval_every: int
     eval_batches: int
-    checkpoint_every: int
+    checkpoint_every: int  # 0: never (a fine-tuning seed reruns whole)
     keep_checkpoints: int
     checkpoint_dir: Path
     time_budget_s: float | None = None
     progress: bool = True
+    progress_label: str = "pretrain"
+    # keep-best: the evaluation metric (without "eval/") whose highest value picks the weights
+    # restored at the end; "" keeps the last weights
+    select: str = ""
+    patience: int = 0  # evaluations without a better `select` value before stopping; 0: never
 
 
 @dataclass
 class LoopResult:
     step: int
-    stopped_by: str  # "max_steps" or "time_budget"
+    stopped_by: str  # "max_steps", "time_budget" or "early_stopping"
     train: dict[str, float] = field(default_factory=dict)
     eval: dict[str, float] = field(default_factory=dict)
     tracker: Any = None
+    best_step: int = 0  # with `select`: the step whose weights were restored
+    best: dict[str, float] = field(default_factory=dict)  # ... and its evaluation
+
+
+# Metrics of the whole held-out set, computed the same on every rank (it sees all of it).
+Evaluator = Callable[[], dict[str, float]]
 
 
 def _metric_keys(out: dict[str, Any]) -> list[str]:
@@ -75,9 +89,14 @@ class TrainLoop:
         train_data: ShardedBatches,
         eval_data: ShardedBatches | None,
         settings: LoopSettings,
+        evaluator: Evaluator | None = None,
     ) -> None:
         self.engine, self.world, self.settings = engine, world, settings
         self.train_data, self.eval_data = train_data, eval_data
+        self.evaluator = evaluator
+        self._best_value: float | None = None
+        self._stale = 0
+        self._best_state: dict[str, torch.Tensor] | None = None
         self.step = 0
         self.keys: list[str] = []
         self.window: dict[str, float] = {}  # sums since the last log, restored on resume
@@ -127,7 +146,13 @@ class TrainLoop:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Mean metrics over the first `eval_batches` held-out batches (fixed masks)."""
+        """The evaluator's metrics, or the mean metrics over the first `eval_batches`
+        held-out batches (fixed masks)."""
+        if self.evaluator is not None:
+            self.engine.eval()
+            metrics = self.evaluator()
+            self.engine.train()
+            return metrics
         if self.eval_data is None or self.settings.eval_batches == 0:
             return {}
         self.engine.eval()
@@ -191,6 +216,27 @@ class TrainLoop:
         checkpoint.set_rng_state(state["rng"])
         return True
 
+    # ---- keep-best and early stopping ------------------------------------------------
+    def _select(self, metrics: dict[str, float], result: LoopResult) -> bool:
+        """Keep the weights when `select` improved; True when patience has run out."""
+        key = self.settings.select
+        if key not in metrics:
+            raise TypeError(f"loop setting select={key!r}: the evaluation gave {sorted(metrics)}")
+        value = metrics[key]
+        if self._best_value is None or value > self._best_value:
+            self._best_value, self._stale = value, 0
+            self._best_state = {
+                k: v.detach().clone() for k, v in self.engine.module.state_dict().items()
+            }
+            result.best_step, result.best = self.step, dict(metrics)
+            return False
+        self._stale += 1
+        return bool(self.settings.patience) and self._stale >= self.settings.patience
+
+    def _restore_best(self) -> None:
+        if self._best_state is not None:
+            self.engine.module.load_state_dict(self._best_state)
+
     # ---- the loop -------------------------------------------------------------------
     def run(
         self, tracker: Any = None, on_log: Callable[[int, dict[str, float]], None] | None = None
@@ -199,7 +245,9 @@ class TrainLoop:
         start = time.monotonic()
         last_log_t = start
         result = LoopResult(step=self.step, stopped_by="max_steps", tracker=tracker)
-        with TrainProgress(s.max_steps, self.step, s.progress and self.world.is_main) as bar:
+        self._stale = 0
+        show = s.progress and self.world.is_main
+        with TrainProgress(s.max_steps, self.step, show, s.progress_label) as bar:
             while self.step < s.max_steps:
                 over = s.time_budget_s is not None and time.monotonic() - start > s.time_budget_s
                 metrics, tokens, stop = self.train_step(over)
@@ -225,16 +273,25 @@ class TrainLoop:
                     bar.update(self.step, train["train/loss"], tps)
                 else:
                     bar.update(self.step)
+                early = False
                 if self.step % s.eval_every == 0 or final:
-                    result.eval = {f"eval/{k}": v for k, v in self.evaluate().items()}
+                    scores = self.evaluate()
+                    result.eval = {f"eval/{k}": v for k, v in scores.items()}
                     if tracker is not None and result.eval:
                         tracker.log_metrics(result.eval, step=self.step)
-                if self.step % s.checkpoint_every == 0 or final:
+                    if s.select:
+                        early = self._select(scores, result)
+                        shown = ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
+                        bar.log(f"{s.progress_label} step {self.step}: {shown}")
+                if s.checkpoint_every and (self.step % s.checkpoint_every == 0 or final):
                     self.save()
-                if stop:
-                    result.stopped_by = "time_budget"
-                    bar.log(f"time budget reached at step {self.step}")
+                if stop or early:
+                    result.stopped_by = "time_budget" if stop else "early_stopping"
+                    why = "time budget reached" if stop else f"no {s.select} gain, stopped"
+                    bar.log(f"{why} at step {self.step}")
                     break
+        if s.select:
+            self._restore_best()
         result.step = self.step
         return result
 

@@ -1,0 +1,164 @@
+"""What fine-tuning a classifier gives the one training loop (`loop.TrainLoop`): a module whose
+forward returns the cross-entropy loss, shuffled epochs of labelled examples as a
+`ShardedBatches` plan, and the validation evaluator whose macro-F1 picks the best epoch and
+stops training early. Optimizer, schedule, clipping, logging and progress are the loop's and
+the engine's, as in pretraining.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from tibnlp.config.finetune import FinetuneConfig
+from tibnlp.config.train import EngineConfig
+from tibnlp.data.collate import pad_batch
+from tibnlp.errors import ConfigError, DataError
+from tibnlp.evaluation.metrics import Metrics, compute_metrics
+from tibnlp.evaluation.predict import predict_proba
+from tibnlp.training.batches import ShardedBatches
+
+if TYPE_CHECKING:  # the engine (deepspeed) loads when training starts, not with the CLI
+    from tibnlp.training.engine import World
+
+SHUFFLE_SALT = 1_000_003  # epoch e of seed s is shuffled with s * SALT + e
+
+
+class ClassifierLoss(nn.Module):
+    """The classifier as the loop trains it: ids, mask and labels in, loss and accuracy out."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        logits = self.model(input_ids, attention_mask)
+        loss = nn.functional.cross_entropy(logits.float(), labels)
+        accuracy = (logits.argmax(-1) == labels).float().mean()
+        return {"loss": loss, "accuracy": accuracy}
+
+
+class SeedTraining(NamedTuple):
+    best_epoch: int  # 1-based
+    epochs_run: int
+    validation: Metrics  # of the restored (best) weights, labelled with `labels`
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def epoch_batches(
+    ids: Sequence[Sequence[int]],
+    y: Sequence[int],
+    batch_size: int,
+    seed: int,
+    world: World,
+    accumulation: int = 1,
+) -> ShardedBatches:
+    """Every example once per epoch in a seed- and epoch-determined order. Only full batches
+    are served (as in pretraining): the few examples of the last partial batch fall to another
+    place in the next epoch's order, so none is left out for long."""
+
+    def plan(epoch: int) -> list[list[int]]:
+        order = list(range(len(ids)))
+        random.Random(seed * SHUFFLE_SALT + epoch).shuffle(order)
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+    def collate(indices: Sequence[int], key: int) -> dict[str, torch.Tensor]:
+        input_ids, mask = pad_batch([ids[i] for i in indices])
+        labels = torch.tensor([y[i] for i in indices], dtype=torch.long)
+        return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+    return ShardedBatches(plan, collate, batch_size, world.rank, world.size, accumulation)
+
+
+def _check_device(name: str) -> None:
+    """Training runs where the engine runs (the GPU when there is one)."""
+    cuda = torch.cuda.is_available()
+    if name == "cuda" and not cuda:
+        raise ConfigError("config key 'finetune.device': cuda asked but no GPU is visible")
+    if name == "cpu" and cuda:
+        raise ConfigError(
+            "config key 'finetune.device': cpu asked but the engine trains on the visible GPU",
+            "hide the GPUs (CUDA_VISIBLE_DEVICES=) to fine-tune on the CPU, or use auto",
+        )
+
+
+def train_one_seed(
+    model: nn.Module,
+    x_train: Sequence[Sequence[int]],
+    y_train: Sequence[int],
+    x_val: Sequence[Sequence[int]],
+    y_val: Sequence[int],
+    ft: FinetuneConfig,
+    seed: int,
+    run: Any,
+    engine_cfg: EngineConfig | None = None,
+    labels: Sequence[str] = (),
+) -> SeedTraining:
+    """Train on the one loop until validation macro-F1 stops improving (`ft.patience`
+    epochs) or `ft.epochs` end; the best epoch's weights are restored into `model`.
+
+    The best epoch's validation metrics come back with it (names: `labels`, default the class
+    ids), so the split is not scored again. `run` gets the loop's metrics: train/loss,
+    train/accuracy, lr and tokens_per_s per epoch, eval/macro_f1 and eval/accuracy
+    (validation) per epoch, with the optimizer step as the MLflow step.
+    """
+    from tibnlp.training.engine import init_distributed, initialize
+    from tibnlp.training.loop import LoopSettings, TrainLoop
+
+    _check_device(ft.device)
+    per_epoch = len(x_train) // ft.batch_size
+    if per_epoch == 0:
+        raise DataError(
+            f"{len(x_train)} training examples, fewer than one batch "
+            f"(finetune.batch_size={ft.batch_size})",
+            "lower finetune.batch_size or use more training data (finetune.limit_train)",
+        )
+    total = per_epoch * ft.epochs
+    opt = ft.optimizer
+    optimizer = dataclasses.replace(
+        opt, warmup_steps=opt.warmup_steps or round(ft.warmup_ratio * total)
+    )
+    engine_cfg = engine_cfg or EngineConfig()
+    world = init_distributed(engine_cfg)
+    engine = initialize(
+        ClassifierLoss(model), engine_cfg, optimizer, ft.batch_size, 0, total, world
+    )
+    scored: list[Metrics] = []  # one per evaluation, in order
+
+    def evaluate() -> dict[str, float]:
+        probs = predict_proba(model, x_val, ft.eval_batch_size)
+        names = list(labels) or [str(i) for i in range(probs.shape[1])]  # every class counts
+        scored.append(compute_metrics(y_val, probs.argmax(axis=1).tolist(), names))
+        return {"macro_f1": scored[-1]["macro_f1"], "accuracy": scored[-1]["accuracy"]}
+
+    settings = LoopSettings(
+        max_steps=total,
+        log_every=per_epoch,
+        eval_every=per_epoch,
+        eval_batches=0,
+        checkpoint_every=0,
+        keep_checkpoints=0,
+        checkpoint_dir=Path(),
+        progress_label=f"seed {seed}",
+        select="macro_f1",
+        patience=ft.patience,
+    )
+    batches = epoch_batches(x_train, y_train, ft.batch_size, seed, world)
+    result = TrainLoop(engine, world, batches, None, settings, evaluate).run(run)
+    best_epoch = result.best_step // per_epoch
+    return SeedTraining(best_epoch, math.ceil(result.step / per_epoch), scored[best_epoch - 1])
