@@ -16,6 +16,7 @@ from tests.test_finetune import TINY_MODEL
 from tibnlp.config import load_config
 from tibnlp.data.tasks import load_tncc
 from tibnlp.errors import ConfigError
+from tibnlp.models.classifier_io import load_classifier
 from tibnlp.models.memory import GlobalMemory
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.models.recurrence import LongDocumentEncoder
@@ -80,6 +81,9 @@ def test_segments_mode_trains_with_recurrence(env) -> None:
     seed = next(r for r in runs if r.data.tags.get("seed") == "1")
     assert seed.data.params["finetune.long_document"] == "segments"
     assert seed.data.metrics["long_document_window"] == WINDOW
+    # saved as a plain classifier (the reading wrapper is not part of the weights' keys)
+    classifier, _ = load_classifier(result.seeds[0].directory)
+    assert not isinstance(classifier.encoder, LongDocumentEncoder)
 
 
 def test_memory_mode_logs_memory_size_and_share(env) -> None:

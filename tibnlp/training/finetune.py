@@ -310,6 +310,7 @@ def _run_seed(
         for part, key in (("original", "advts_original"), ("adversarial", "advts")):
             x = encode_texts(setup.vocab, advts.texts(part), setup.meta.max_len)
             metrics[key] = evaluate(x, advts.targets(part))
+    LongDocuments.detach(model)
     save_classifier(directory, model, setup.meta, setup.vocab_dir)
     for part, m in metrics.items():
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)

@@ -146,6 +146,13 @@ class LongDocuments:
         else:
             classifier.encoder = CachedMemoryEncoder(classifier.encoder, self.cache)
 
+    @staticmethod
+    def detach(classifier: Any) -> None:
+        """Back to the plain encoder, so the saved classifier has the keys of any other one
+        (`tibnlp predict` loads it; it reads a document's first window)."""
+        if isinstance(classifier.encoder, (LongDocumentEncoder, CachedMemoryEncoder)):
+            classifier.encoder = classifier.encoder.encoder
+
     def figures(self) -> dict[str, float]:
         """What each run logs: the window, and the memory figures per split (memory mode)."""
         return {"long_document_window": float(self.window), **self.stats}
