@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import nn
 
-from tibnlp.models.recurrence import LongOutput, mlm_logits, run_segments, segments
+from tibnlp.models.recurrence import (
+    LongOutput,
+    WindowReader,
+    mlm_logits,
+    run_segments,
+    segments,
+)
 
 if TYPE_CHECKING:
     from tibnlp.models.encoder import Encoder
@@ -190,7 +196,7 @@ def encode_with_memory(
     return LongOutput(hidden, sentence, torch.tensor([len(v) for v in vecs]))
 
 
-class GlobalMemoryEncoder(nn.Module):
+class GlobalMemoryEncoder(WindowReader):
     """GEMFormer as a drop-in encoder: `forward(input_ids, attention_mask) -> LongOutput`.
 
     Each call runs the first pass (`select_memory`, no gradient) with `mlm`, then
@@ -207,19 +213,12 @@ class GlobalMemoryEncoder(nn.Module):
         threshold: float = 0.3,
         budget: int = 128,
     ) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.cfg = encoder.cfg
+        super().__init__(encoder)
         self._mlm = (mlm.eval(),)
         self.segment_len, self.threshold, self.budget = segment_len, threshold, budget
         self.last_stats: dict[str, float] = {}
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> LongOutput:
+    def read(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> LongOutput:
         mem = select_memory(
             self._mlm[0], input_ids, attention_mask, self.segment_len, self.threshold, self.budget
         )

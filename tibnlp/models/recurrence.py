@@ -16,6 +16,7 @@ the sentence vector of the document is that of its last non-empty segment.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -147,15 +148,15 @@ def encode_long(
     return LongOutput(hidden, sentence, count)
 
 
-class LongDocumentEncoder(nn.Module):
-    """`encoder` reading documents segment by segment (`encode_long`), as a drop-in encoder:
-    `forward(input_ids, attention_mask) -> LongOutput` whose `.hidden` any head consumes."""
+class WindowReader(nn.Module, abc.ABC):
+    """A drop-in encoder for documents longer than the window: `forward(input_ids,
+    attention_mask) -> LongOutput` whose `.hidden` any head consumes. It holds the trained
+    `encoder` as its only submodule; subclasses say how a batch is read (`read`)."""
 
-    def __init__(self, encoder: Encoder, segment_len: int) -> None:
+    def __init__(self, encoder: Encoder) -> None:
         super().__init__()
         self.encoder = encoder
         self.cfg = encoder.cfg
-        self.segment_len = segment_len
 
     def forward(
         self,
@@ -163,6 +164,20 @@ class LongDocumentEncoder(nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> LongOutput:
+        return self.read(input_ids, attention_mask)
+
+    @abc.abstractmethod
+    def read(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> LongOutput: ...
+
+
+class LongDocumentEncoder(WindowReader):
+    """`encoder` reading documents segment by segment (`encode_long`)."""
+
+    def __init__(self, encoder: Encoder, segment_len: int) -> None:
+        super().__init__(encoder)
+        self.segment_len = segment_len
+
+    def read(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> LongOutput:
         return encode_long(self.encoder, input_ids, attention_mask, self.segment_len)
 
 

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.model import GlobalMemoryConfig, ModelConfig
@@ -45,7 +44,7 @@ from tibnlp.errors import ConfigError
 from tibnlp.models.encoder import Encoder
 from tibnlp.models.memory import GlobalMemory, encode_with_memory, select_memory
 from tibnlp.models.pretraining import AlbertForPretraining
-from tibnlp.models.recurrence import LongDocumentEncoder, LongOutput
+from tibnlp.models.recurrence import LongDocumentEncoder, LongOutput, WindowReader
 
 Key = tuple[int, ...]
 
@@ -111,21 +110,14 @@ class MemoryCache:
         }
 
 
-class CachedMemoryEncoder(nn.Module):
+class CachedMemoryEncoder(WindowReader):
     """`encoder` reading `[CLS] memory [SEP] window` per window, memory from the cache."""
 
     def __init__(self, encoder: Encoder, cache: MemoryCache) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.cfg = encoder.cfg
+        super().__init__(encoder)
         self._cache = (cache,)  # not a submodule: the MLM is neither trained nor saved
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> LongOutput:
+    def read(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> LongOutput:
         cache = self._cache[0]
         mem = cache.memory(input_ids.cpu(), attention_mask.cpu())
         return encode_with_memory(self.encoder, input_ids, attention_mask, mem, cache.window)
@@ -150,7 +142,7 @@ class LongDocuments:
     def detach(classifier: Any) -> None:
         """Back to the plain encoder, so the saved classifier has the keys of any other one
         (`tibnlp predict` loads it; it reads a document's first window)."""
-        if isinstance(classifier.encoder, (LongDocumentEncoder, CachedMemoryEncoder)):
+        if isinstance(classifier.encoder, WindowReader):
             classifier.encoder = classifier.encoder.encoder
 
     def figures(self) -> dict[str, float]:
