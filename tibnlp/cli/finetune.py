@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
-from tibnlp.evaluation.report import load_results, rich_table, summary_dict
+from tibnlp.evaluation.report import load_results, rich_table, select_best, summary_dict
 from tibnlp.training.finetune import run_finetune
 
 app = typer.Typer(help="Fine-tune and evaluate classifiers.", no_args_is_help=True)
@@ -103,6 +103,15 @@ def classify(
 @app.command("report")
 def report(
     paths: Annotated[list[Path], typer.Argument(help="results.json files or folders.")],
+    select: Annotated[
+        bool,
+        typer.Option(
+            "--select",
+            help="Keep, per dataset and system, the run with the best validation macro-F1 "
+            "(a recipe search's choice) and show its recipe.",
+        ),
+    ] = False,
 ) -> None:
     """Put several runs (pretrained model and baselines) in one table."""
-    _print_table(load_results(paths))
+    rows = load_results(paths)
+    _print_table(select_best(rows) if select else rows)

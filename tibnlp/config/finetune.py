@@ -33,12 +33,19 @@ class FinetuneConfig:
     # see tibnlp.training.long_documents
     long_document: Literal["truncate", "segments", "memory"] = "truncate"
     document_max_len: int = 2048  # tokens read per document when long_document != truncate
+    # the classifier's input form (tibnlp.data.tasks.model_text), applied at fine-tuning and
+    # recorded for `predict`: "tsheg-trimmed" drops closing shads/tshegs, so a title typed
+    # with a final shad gets the prediction it gets without; "tsheg" keeps them (as before)
+    text_form: Literal["tsheg", "tsheg-trimmed"] = "tsheg-trimmed"
     embedding_size: int = 128  # encoder "none" only
     batch_size: int = 32
     eval_batch_size: int = 128
     epochs: int = 10
     patience: int = 3  # epochs without validation macro-F1 gain before stopping
     warmup_ratio: float = 0.1  # used when optimizer.warmup_steps is 0
+    # peak lr of the head (CNN or linear); 0: optimizer.lr like the encoder. A head trained
+    # from scratch on a pretrained (or random) encoder usually wants a higher rate than it
+    head_lr: float = 0.0
     seeds: list[int] = field(default_factory=lambda: [1])
     cnn_kernels: list[int] = field(default_factory=lambda: [2, 3, 4])
     cnn_channels: int = 128
@@ -68,6 +75,7 @@ class FinetuneConfig:
         check(self.eval_batch_size >= 1, f"{prefix}.eval_batch_size", "must be >= 1")
         check(self.epochs >= 1, f"{prefix}.epochs", "must be >= 1")
         check(self.patience >= 1, f"{prefix}.patience", "must be >= 1")
+        check(self.head_lr >= 0.0, f"{prefix}.head_lr", "must be >= 0 (0 = optimizer.lr)")
         check(0.0 <= self.warmup_ratio < 1.0, f"{prefix}.warmup_ratio", "must be in [0, 1)")
         check(len(self.seeds) >= 1, f"{prefix}.seeds", "needs at least one seed")
         check(len(set(self.seeds)) == len(self.seeds), f"{prefix}.seeds", "must be distinct")

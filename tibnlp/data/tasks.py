@@ -1,10 +1,13 @@
 """Labelled classification sets from the manifests, in the text form the model sees.
 
 Every set is read the same way: the per-split JSONL files named by its manifest in `corpora/`,
-the label order from its `labels.json`. Texts are converted once, here, to the model's input
-form (`model_text`): NFC, U+0F0C -> U+0F0B, and syllables separated by spaces (the TNCC title
-form) joined with tsheg, which is how the pretraining corpus and the vocabulary spell them.
-Prediction uses the same function, so training and inference cannot drift apart.
+the label order from its `labels.json`. Texts are normalised once, here (form "tsheg": NFC,
+U+0F0C -> U+0F0B, syllables separated by spaces, the TNCC title form, joined with tsheg,
+which is how the pretraining corpus and the vocabulary spell them). Fine-tuning encodes them
+in the classifier's input form (`model_text`, by default also without closing shads/tshegs:
+TNCC titles never end with a shad, texts typed by users do), and prediction uses the same
+function with the form recorded in the classifier, so training and inference cannot drift
+apart.
 """
 
 from __future__ import annotations
@@ -17,9 +20,14 @@ from pathlib import Path
 
 from tibnlp.data.manifests import Manifest, all_manifests, get_manifest
 from tibnlp.errors import DataError
-from tibnlp.text.normalize import normalize
+from tibnlp.text.normalize import normalize, strip_closing_marks
 
-MODEL_TEXT_FORM = "tsheg"  # recorded in reports and in every fine-tuned classifier directory
+# Input forms, recorded in reports and in every fine-tuned classifier directory: "tsheg":
+# normalised, spaced syllables joined with tsheg (also the form texts are loaded in, and that of
+# classifiers trained before closing marks were trimmed); "tsheg-trimmed": the same without
+# closing shads/tshegs (config `finetune.text_form`, the default).
+STORED_TEXT_FORM = "tsheg"
+TEXT_FORMS = ("tsheg", "tsheg-trimmed")
 TNCC_TASKS = {"title": "tncc", "document": "tncc_document"}
 DOCUMENT_FILE = "document-tibetan.txt"  # inside the FudanNLP zip
 
@@ -47,9 +55,15 @@ class LabelledSet:
         return [e.label for e in self.splits[split]]
 
 
-def model_text(text: str) -> str:
-    """The model's input form of any spelling of a text (training and `predict` both use it)."""
-    return normalize(text, join_spaced_syllables=True)
+def model_text(text: str, form: str = STORED_TEXT_FORM) -> str:
+    """The model's input form of any spelling of a text (training and `predict` both use it;
+    `predict` passes the form the classifier was trained with)."""
+    if form not in TEXT_FORMS:
+        raise DataError(
+            f"unknown model input form {form!r}", f"known forms: {', '.join(TEXT_FORMS)}"
+        )
+    text = normalize(text, join_spaced_syllables=True)
+    return strip_closing_marks(text) if form == "tsheg-trimmed" else text
 
 
 def classification_datasets() -> list[str]:

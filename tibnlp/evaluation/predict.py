@@ -1,8 +1,9 @@
 """Inference with a fine-tuned classifier directory (`tibnlp predict`) and for evaluation.
 
-Texts go through `tibnlp.data.tasks.model_text`, the function training used, so every
-Unicode-equivalent spelling of a text (NFC or not, U+0F0C or U+0F0B, syllables separated by
-spaces or by tsheg) becomes the same ids and gets the same prediction.
+Texts go through `tibnlp.data.tasks.model_text`, the function training used, in the input form
+the classifier records, so every Unicode-equivalent spelling of a text (NFC or not, U+0F0C or
+U+0F0B, syllables separated by spaces or by tsheg, with or without a closing shad) becomes the
+same ids and gets the same prediction.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class Predictor:
         check_vocab(self.vocab, self.meta, directory)
 
     def predict(self, texts: Sequence[str], batch_size: int = 128) -> list[dict[str, Any]]:
-        ids = encode_texts(self.vocab, [model_text(t) for t in texts], self.meta.max_len)
+        form = self.meta.text_form
+        ids = encode_texts(self.vocab, [model_text(t, form) for t in texts], self.meta.max_len)
         probs = predict_proba(self.model, ids, batch_size, self.vocab.pad_id)
         labels = self.meta.labels
         return [

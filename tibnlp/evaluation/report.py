@@ -25,6 +25,9 @@ COLUMNS = (
     ("validation", "macro_f1", "val macro-F1"),
     ("test", "macro_f1", "test macro-F1"),
     ("test", "weighted_f1", "test weighted-F1"),
+    # % of test predictions changed by appending a shad / tsheg (evaluation.robustness)
+    ("test", "shad_flip_rate", "shad flips"),
+    ("test", "tsheg_flip_rate", "tsheg flips"),
     ("test", "accuracy", "test acc"),
     ("test", "macro_precision", "test macro-P"),
     ("test", "macro_recall", "test macro-R"),
@@ -94,13 +97,52 @@ def _columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return [c for c in COLUMNS if any(c[0] in r["aggregate"] for r in rows)]
 
 
+def _recipe(row: dict[str, Any]) -> str:
+    """The selected recipe of a `select_best` row ("" for other rows)."""
+    if "selected_from" not in row:
+        return ""
+    recipe = row.get("notes", {}).get("recipe") or {}
+    text = ", ".join(f"{k}={v}" for k, v in recipe.items())
+    return f"{text} (best of {row['selected_from']})"
+
+
+def select_best(
+    rows: Sequence[dict[str, Any]], part: str = "validation", metric: str = "macro_f1"
+) -> list[dict[str, Any]]:
+    """Per dataset and system, the run (recipe) with the highest mean `part` `metric`.
+
+    A recipe search selects on validation only; the test columns of the chosen rows are then
+    the honest result. Each chosen row gets `selected_from` (how many it was chosen among).
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["dataset"], row["system"]), []).append(row)
+    chosen = []
+    for (dataset, system), candidates in groups.items():
+        scored = [r for r in candidates if not math.isnan(_mean(r, part, metric))]
+        if not scored:
+            raise DataError(f"{dataset} {system}: no run has a {part} {metric} to select on")
+        best = max(scored, key=lambda r: _mean(r, part, metric))
+        chosen.append({**best, "selected_from": len(candidates)})
+    return chosen
+
+
+def _mean(row: dict[str, Any], part: str, metric: str) -> float:
+    value = row["aggregate"].get(part, {}).get(metric)
+    if value is None:
+        return float("nan")
+    return float(value["mean"] if isinstance(value, dict) else value[0])
+
+
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     cols = _columns(rows)
-    head = ["dataset", "system", "seeds", *(c[2] for c in cols)]
+    recipes = any("selected_from" in r for r in rows)
+    head = ["dataset", "system", "seeds", *(c[2] for c in cols), *(["recipe"] if recipes else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["dataset"], r["system"], str(len(r["seeds"]))]
         cells += [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
+        cells += [_recipe(r)] if recipes else []
         lines.append("| " + " | ".join(cells) + " |")
     if any(r["dataset"] == "tncc-title" for r in rows):
         lines += ["", "Published TNCC title results (test macro-F1; own splits):"]
@@ -110,11 +152,15 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def rich_table(rows: Sequence[dict[str, Any]]) -> Table:
     cols = _columns(rows)
+    recipes = any("selected_from" in r for r in rows)
     table = Table(title="fine-tuning results (%, mean ± std over seeds)")
     for name in ("dataset", "system", "seeds", *(c[2] for c in cols)):
         table.add_column(name, overflow="fold")
+    if recipes:
+        table.add_column("recipe (selected on validation macro-F1)", overflow="fold")
     for r in rows:
         cells = [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
+        cells += [_recipe(r)] if recipes else []
         table.add_row(r["dataset"], r["system"], str(len(r["seeds"])), *cells)
     return table
 

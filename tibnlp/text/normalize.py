@@ -112,3 +112,16 @@ def normalize(text: str, join_spaced_syllables: bool = False) -> str:
     if join_spaced_syllables:
         text = _JOIN_RE.sub(TSHEG, text)
     return _fix_spacing(text)
+
+
+_CLOSING_MARKS_RE = re.compile(f"[{_SHAD}{TSHEG} ]+$")
+
+
+def strip_closing_marks(text: str) -> str:
+    """Drop the shads, tshegs and spaces that end a text: "བཀྲ་ཤིས་བདེ་ལེགས།" -> "བཀྲ་ཤིས་བདེ་ལེགས".
+
+    For classifiers of short texts: whether a title or message ends with a shad (or the
+    "ང་།" tsheg before it) is how it was typed, not what it says. Corpus preparation and the
+    vocabulary keep the marks; call it on `normalize`d text.
+    """
+    return _CLOSING_MARKS_RE.sub("", text)

@@ -135,8 +135,9 @@ def train_one_seed(
     )
     engine_cfg = engine_cfg or EngineConfig()
     world = init_distributed(engine_cfg)
+    head_lr = {"model.head.": ft.head_lr}  # parameter names inside ClassifierLoss
     engine = initialize(
-        ClassifierLoss(model), engine_cfg, optimizer, ft.batch_size, 0, total, world
+        ClassifierLoss(model), engine_cfg, optimizer, ft.batch_size, 0, total, world, head_lr
     )
     scored: list[Metrics] = []  # one per evaluation, in order
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,10 +185,12 @@ def initialize(
     micro_batch_size: int,
     total_steps: int,
     world: World,
+    lr_by_prefix: Mapping[str, float] | None = None,
 ) -> Any:
-    """The DeepSpeed engine around `model`, with our optimizer and lr schedule attached."""
+    """The DeepSpeed engine around `model`, with our optimizer and lr schedule attached
+    (`lr_by_prefix`: parameter-name prefix -> its own peak lr, see `optim.param_groups`)."""
     config = deepspeed_config(engine_cfg, optim_cfg, batch_size, micro_batch_size, world.size)
-    optimizer = build_optimizer(model, optim_cfg)
+    optimizer = build_optimizer(model, optim_cfg, lr_by_prefix)
     scheduler = build_scheduler(optimizer, optim_cfg, total_steps)
     ds_engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config

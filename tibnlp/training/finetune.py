@@ -25,13 +25,21 @@ from tibnlp.config.core import atomic_write_text
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.collate import encode_texts
-from tibnlp.data.tasks import MODEL_TEXT_FORM, LabelledSet, load_advts, load_dataset, load_tncc
+from tibnlp.data.tasks import (
+    STORED_TEXT_FORM,
+    LabelledSet,
+    load_advts,
+    load_dataset,
+    load_tncc,
+    model_text,
+)
 from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.metrics import Metrics, aggregate, compute_metrics
 from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
+from tibnlp.evaluation.robustness import suffix_flip_rates
 from tibnlp.models.classifier import HeadConfig
 from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
 from tibnlp.models.io import load_config_file, load_encoder, read_extra
@@ -143,16 +151,25 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         head=head,
         model=model_cfg,
         embedding_size=ft.embedding_size,
-        text_form=MODEL_TEXT_FORM,
+        text_form=ft.text_form,
         dataset=data.name,
         source_model="" if ft.random_init else str(ft.model),
     )
     read = read_length(ft, max_len)
-    ids = {split: encode_texts(vocab, data.texts(split), read) for split in data.splits}
+    ids = {
+        split: encode_texts(vocab, texts(data, split, ft.text_form), read) for split in data.splits
+    }
     if ft.limit_train:
         ids["train"] = ids["train"][: ft.limit_train]
     long = setup_long_documents(ft, model_cfg, cfg.model.global_memory, max_len, ids)
     return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), long)
+
+
+def texts(data: LabelledSet, split: str, form: str) -> list[str]:
+    """A split's texts in the classifier's input form (loaded texts are normalised already)."""
+    if form == STORED_TEXT_FORM:
+        return data.texts(split)
+    return [model_text(t, form) for t in data.texts(split)]
 
 
 def system_name(ft: FinetuneConfig) -> str:
@@ -163,6 +180,19 @@ def system_name(ft: FinetuneConfig) -> str:
     head = ft.head if ft.head == "cnn" else f"linear-{ft.pooling}"
     long = "" if ft.long_document == "truncate" else f"+long-{ft.long_document}"
     return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long
+
+
+def recipe(ft: FinetuneConfig) -> dict[str, Any]:
+    """The training settings a recipe search varies, as reports show them."""
+    return {
+        "lr": ft.optimizer.lr,
+        "head_lr": ft.head_lr or ft.optimizer.lr,
+        "epochs": ft.epochs,
+        "patience": ft.patience,
+        "batch_size": ft.batch_size,
+        "warmup_ratio": ft.warmup_ratio,
+        "dropout": ft.dropout,
+    }
 
 
 def _untrained(ft: FinetuneConfig) -> str:
@@ -191,7 +221,9 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     unseen = unseen_indices(train_keys, data.texts("test"))
     advts = _advts(setup, ft.eval_also)
     notes = {
-        "input_form": f"{MODEL_TEXT_FORM} (spaces between syllables joined with U+0F0B, NFC)",
+        "input_form": f"{ft.text_form} (spaces between syllables joined with U+0F0B, NFC"
+        + (", closing shads and tshegs removed)" if ft.text_form == "tsheg-trimmed" else ")"),
+        "recipe": recipe(ft),
         "stored_form": data.source_form,
         "max_len": setup.meta.max_len,
         "sizes": {s: len(v) for s, v in setup.ids.items()},
@@ -297,18 +329,26 @@ def _run_seed(
     def evaluate(x: Sequence[Sequence[int]], y: Sequence[int]) -> Metrics:
         return compute_metrics(y, predict(x), labels)
 
+    def predict_raw(texts: list[str]) -> list[int]:  # as `tibnlp predict` receives them
+        read = read_length(ft, setup.meta.max_len)
+        return predict(
+            encode_texts(setup.vocab, [model_text(t, ft.text_form) for t in texts], read)
+        )
+
     y_test = data.targets("test")
     test_pred = predict(ids["test"])  # the only time the test split is scored
+    test = compute_metrics(y_test, test_pred, labels)
+    test.summary.update(suffix_flip_rates(predict_raw, data.texts("test"), test_pred))
     metrics = {
         "validation": validation,  # scored when its epoch was selected
-        "test": compute_metrics(y_test, test_pred, labels),
+        "test": test,
         "test_unseen": compute_metrics(
             [y_test[i] for i in unseen], [test_pred[i] for i in unseen], labels
         ),
     }
     if advts is not None:
         for part, key in (("original", "advts_original"), ("adversarial", "advts")):
-            x = encode_texts(setup.vocab, advts.texts(part), setup.meta.max_len)
+            x = encode_texts(setup.vocab, texts(advts, part, ft.text_form), setup.meta.max_len)
             metrics[key] = evaluate(x, advts.targets(part))
     LongDocuments.detach(model)
     save_classifier(directory, model, setup.meta, setup.vocab_dir)

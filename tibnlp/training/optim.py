@@ -3,7 +3,7 @@ so the engine gets a client optimizer that runs anywhere."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -68,21 +68,42 @@ class Lamb(torch.optim.Optimizer):
         return loss
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """No weight decay on biases and normalisation weights (1-d tensors), as BERT/ALBERT do."""
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
-    for _, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim <= 1 else decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+def param_groups(
+    model: nn.Module, weight_decay: float, lr_by_prefix: Mapping[str, float] | None = None
+) -> list[dict]:
+    """No weight decay on biases and normalisation weights (1-d tensors), as BERT/ALBERT do.
+
+    `lr_by_prefix` gives parameters whose name starts with a prefix (e.g. "model.head.") their
+    own learning rate (a fine-tuning head beside a pretrained encoder); the others keep the
+    optimizer's. The schedule scales every group by the same factor.
+    """
+    prefixes = {p: lr for p, lr in (lr_by_prefix or {}).items() if lr > 0}
+    # (lr, decays) -> parameters; the optimizer's own lr first, decay then no decay, so that
+    # without prefixes the groups are the two they always were (checkpoints keep loading)
+    buckets: dict[tuple[float | None, bool], list[nn.Parameter]] = {
+        (None, True): [],
+        (None, False): [],
+    }
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        lr = next((v for k, v in prefixes.items() if name.startswith(k)), None)
+        buckets.setdefault((lr, p.ndim > 1), []).append(p)
+    groups = []
+    for (lr, decays), params in buckets.items():
+        if lr is not None and not params:
+            continue
+        group: dict = {"params": params, "weight_decay": weight_decay if decays else 0.0}
+        if lr is not None:
+            group["lr"] = lr
+        groups.append(group)
+    return groups
 
 
-def build_optimizer(model: nn.Module, cfg: OptimizerConfig) -> torch.optim.Optimizer:
-    groups = param_groups(model, cfg.weight_decay)
+def build_optimizer(
+    model: nn.Module, cfg: OptimizerConfig, lr_by_prefix: Mapping[str, float] | None = None
+) -> torch.optim.Optimizer:
+    groups = param_groups(model, cfg.weight_decay, lr_by_prefix)
     betas = (float(cfg.betas[0]), float(cfg.betas[1]))
     if cfg.name == "lamb":
         return Lamb(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
