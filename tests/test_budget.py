@@ -108,7 +108,7 @@ class _Tags:
 
 
 def test_learning_check_warns_once_at_the_unigram_plateau(capsys) -> None:  # type: ignore[no-untyped-def]
-    check = LearningCheck(unigram=0.10, warn_after=0.25, max_steps=100, budget=None)
+    check = LearningCheck(unigram=0.10, warn_after=0.25, share=lambda at: at.step / 100)
     check.tracker = _Tags()  # type: ignore[assignment]
     check(Progress(10, 0, 0), {"mask_accuracy": 0.11})  # too early to judge
     assert not check.warned
@@ -119,6 +119,23 @@ def test_learning_check_warns_once_at_the_unigram_plateau(capsys) -> None:  # ty
     assert "unigram level" in capsys.readouterr().err
     check(Progress(50, 0, 0), {"mask_accuracy": 0.12})
     assert capsys.readouterr().err == ""  # once
-    timed = LearningCheck(unigram=0.10, warn_after=0.25, max_steps=10**6, budget=100.0)
-    timed(Progress(5, 0, 30.0), {"mask_accuracy": 0.1})  # 30 % of the time budget
-    assert timed.warned
+
+
+def test_token_budget_stops_the_run_annealed(tmp_path: Path) -> None:
+    settings = LoopSettings(
+        max_steps=1000,
+        log_every=1000,
+        eval_every=1000,
+        eval_batches=0,
+        checkpoint_every=0,
+        keep_checkpoints=0,
+        checkpoint_dir=tmp_path / "ck",
+        progress=False,
+        max_tokens=2000.0,
+    )
+    loop = _loop(tmp_path, settings, [])
+    result = loop.run()
+    assert result.stopped_by == "token_budget" and loop.tokens >= 2000
+    assert loop.tokens - 2000 < loop.tokens / result.step + 1  # stopped at the first step past
+    assert loop.budget_fraction() >= 1.0
+    assert loop.engine.optimizer.param_groups[0]["lr"] < 1e-2 * 0.15  # decayed with the tokens

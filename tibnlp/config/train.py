@@ -100,6 +100,9 @@ class PretrainConfig:
     micro_batch_size: int = 0  # per process; 0: batch_size / processes (no accumulation)
     max_steps: int = 1000
     time_budget: str = ""  # e.g. "2h", "30m"; empty: no limit
+    # stop after this many training tokens (non-padding, all processes); 0: no limit. With a
+    # time budget, whichever is reached first ends the run; either drives the lr schedule.
+    max_tokens: float = 0.0
     mask_prob: float = 0.15
     max_ngram: int = 3
     sop: bool = True  # sentence-order prediction; off: MLM only, segments kept in order
@@ -128,6 +131,7 @@ class PretrainConfig:
         check(0.0 < self.mask_prob < 1.0, f"{prefix}.mask_prob", "must be in (0, 1)")
         check(1 <= self.max_ngram <= 10, f"{prefix}.max_ngram", "must be in [1, 10]")
         check(0.0 <= self.sop_prob <= 1.0, f"{prefix}.sop_prob", "must be in [0, 1]")
+        check(self.max_tokens >= 0, f"{prefix}.max_tokens", "must be >= 0 (0: no limit)")
         check(0.0 <= self.warn_after <= 1.0, f"{prefix}.warn_after", "must be in [0, 1]")
         for i, n in enumerate(self.export_at_tokens):
             check(n >= 1, f"{prefix}.export_at_tokens[{i}]", "must be a token count >= 1")

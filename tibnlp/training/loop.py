@@ -7,8 +7,9 @@ settings, all off for pretraining: an `evaluator` callback (e.g. validation macr
 whole split) in place of the held-out batches, keep-best selection on one of its metrics
 (`select`, restored into the module when the run ends) and early stopping (`patience`).
 
-Under `time_budget_s` the budget counts training wall time across resumes, and the share
-spent drives the lr schedule (`WarmupDecay.set_time_fraction`), so a budgeted run ends
+Under `time_budget_s` the budget counts training wall time across resumes; `max_tokens` is a
+compute budget in training tokens. The share spent of either (whichever is further along)
+drives the lr schedule (`WarmupDecay.set_time_fraction`), so a budgeted run ends
 annealed. `export_at_tokens`: when the non-padding tokens trained on (all ranks) first reach
 each count, the `exporter` callback writes the weights as they are after that step (a
 resumed run replays the same steps and rewrites the same export).
@@ -57,6 +58,9 @@ class LoopSettings:
     select: str = ""
     patience: int = 0  # evaluations without a better `select` value before stopping; 0: never
     export_at_tokens: list[float] = field(default_factory=list)
+    # stop once this many non-padding tokens (all ranks) are trained on; 0: no token budget.
+    # A compute budget that holds on a shared or a different machine, unlike wall time.
+    max_tokens: float = 0.0
     clock: Callable[[], float] = time.monotonic  # tests drive a simulated clock
 
 
@@ -72,7 +76,7 @@ class Progress:
 @dataclass
 class LoopResult:
     step: int
-    stopped_by: str  # "max_steps", "time_budget" or "early_stopping"
+    stopped_by: str  # "max_steps", "time_budget", "token_budget" or "early_stopping"
     train: dict[str, float] = field(default_factory=dict)
     eval: dict[str, float] = field(default_factory=dict)
     tracker: Any = None
@@ -249,14 +253,18 @@ class TrainLoop:
     def progress(self) -> Progress:
         return Progress(self.step, self.tokens, self.train_seconds)
 
-    def _time_fraction(self) -> float:
-        budget = self.settings.time_budget_s
-        return self.train_seconds / budget if budget else 0.0
+    def budget_fraction(self) -> float:
+        """Share of the time or token budget spent, whichever is further along (0: none)."""
+        s = self.settings
+        by_time = self.train_seconds / s.time_budget_s if s.time_budget_s else 0.0
+        by_tokens = self.tokens / s.max_tokens if s.max_tokens else 0.0
+        return max(by_time, by_tokens)
 
     def _apply_time_fraction(self) -> None:
         scheduler: Any = getattr(self.engine, "lr_scheduler", None)
-        if self.settings.time_budget_s and hasattr(scheduler, "set_time_fraction"):
-            scheduler.set_time_fraction(self._time_fraction())
+        budgeted = self.settings.time_budget_s or self.settings.max_tokens
+        if budgeted and hasattr(scheduler, "set_time_fraction"):
+            scheduler.set_time_fraction(self.budget_fraction())
 
     def _export_reached(self) -> None:
         while self._targets and self.tokens >= self._targets[0]:
@@ -309,11 +317,12 @@ class TrainLoop:
                 self.tokens += tokens
                 self.train_seconds = seconds_before + s.clock() - start
                 self._export_reached()
+                out_of_tokens = bool(s.max_tokens) and self.tokens >= s.max_tokens
                 for k, v in metrics.items():
                     self.window[k] = self.window.get(k, 0.0) + v
                 self.window["_steps"] = self.window.get("_steps", 0.0) + 1
                 self.window["_tokens"] = self.window.get("_tokens", 0.0) + tokens
-                final = stop or self.step >= s.max_steps
+                final = stop or out_of_tokens or self.step >= s.max_steps
                 if self.step % s.log_every == 0 or final:
                     now = time.monotonic()
                     n = self.window.pop("_steps")
@@ -344,9 +353,13 @@ class TrainLoop:
                         bar.log(f"{s.progress_label} step {self.step}: {shown}")
                 if s.checkpoint_every and (self.step % s.checkpoint_every == 0 or final):
                     self.save()
-                if stop or early:
-                    result.stopped_by = "time_budget" if stop else "early_stopping"
-                    why = "time budget reached" if stop else f"no {s.select} gain, stopped"
+                if stop or out_of_tokens or early:
+                    if stop:
+                        result.stopped_by, why = "time_budget", "time budget reached"
+                    elif out_of_tokens:
+                        result.stopped_by, why = "token_budget", "token budget reached"
+                    else:
+                        result.stopped_by, why = "early_stopping", f"no {s.select} gain, stopped"
                     bar.log(f"{why} at step {self.step}")
                     break
         if s.select:

@@ -22,7 +22,7 @@ import os
 import random
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,16 +130,13 @@ class LearningCheck:
     """Warns once when, past `warn_after` of the run, held-out MLM accuracy is still within
     1.5x of the unigram level: the run is not learning, whatever its loss curve suggests."""
 
-    def __init__(self, unigram: float, warn_after: float, max_steps: int, budget: float | None):
-        self.unigram, self.warn_after = unigram, warn_after
-        self.max_steps, self.budget = max_steps, budget
+    def __init__(self, unigram: float, warn_after: float, share: Callable[[Progress], float]):
+        self.unigram, self.warn_after, self.share = unigram, warn_after, share
         self.tracker: Tracker | None = None
         self.warned = False
 
     def __call__(self, at: Progress, scores: dict[str, float]) -> None:
-        share = at.step / self.max_steps
-        if self.budget:
-            share = max(share, at.train_seconds / self.budget)
+        share = self.share(at)
         acc = scores.get("mask_accuracy")
         if self.warned or not self.warn_after or share < self.warn_after or acc is None:
             return
@@ -232,6 +229,7 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
         keep_checkpoints=p.keep_checkpoints,
         checkpoint_dir=output / "checkpoints",
         time_budget_s=budget,
+        max_tokens=p.max_tokens,
         export_at_tokens=list(p.export_at_tokens),
     )
     flops_per_token = training_flops_per_token(model_cfg, p.seq_len, p.mask_prob)
@@ -261,8 +259,7 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
     check = LearningCheck(
         unigram_accuracy(splits["heldout"], set(vocab.special_ids)) if heldout else 0.0,
         p.warn_after if heldout else 0.0,
-        p.max_steps,
-        budget,
+        lambda at: max(at.step / p.max_steps, loop.budget_fraction()),
     )
 
     def open_tracker(run_id: str | None) -> Tracker:
