@@ -131,3 +131,18 @@ def make_model_dir(root: Path, vocab: Path, vocab_size: int | None = None) -> Pa
     for f in vocab.iterdir():
         shutil.copy2(f, out / f.name)
     return out
+
+
+def tiny_textcnn(vocab: Path, output: Path, *extra: str) -> list[str]:
+    """Config overrides of a tiny TextCNN fine-tuning (2 epochs, no tracking)."""
+    return [
+        f"finetune.vocab={vocab}",
+        f"finetune.output={output}",
+        "finetune.encoder=none",
+        "finetune.epochs=2",
+        "finetune.embedding_size=16",
+        "finetune.cnn_channels=8",
+        "finetune.optimizer.lr=0.01",
+        "tracking.enabled=false",
+        *extra,
+    ]

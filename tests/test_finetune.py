@@ -117,6 +117,9 @@ def test_one_mlflow_run_per_seed_under_a_parent(env) -> None:
     assert {r.info.run_id for r in children} == {s.run_id for s in result.seeds}
     assert "test_macro_f1_mean" in parents[0].data.metrics
     assert "test_unseen_weighted_f1" in children[0].data.metrics
+    # robustness to a typed closing shad, beside the scores (tibnlp.evaluation.robustness)
+    assert "test_shad_flip_rate" in children[0].data.metrics
+    assert "test_shad_flip_rate_mean" in parents[0].data.metrics
 
 
 def test_config_errors() -> None:
@@ -160,6 +163,39 @@ def test_random_init_albert_baseline_with_both_heads(env, head) -> None:
     result = run_finetune(cfg, "tncc")
     assert result.system == f"albert-random+{'cnn' if head == 'cnn' else 'linear-cls'}"
     assert result.seeds[0].metrics["test"].count == 30
+
+
+def test_head_and_encoder_get_their_learning_rates(env, monkeypatch) -> None:
+    """finetune.head_lr: the head's parameters form their own groups at that peak rate, the
+    encoder's keep optimizer.lr; the schedule scales both by the same factor."""
+    from tibnlp.training import engine
+
+    built = []
+    real = engine.build_optimizer
+
+    def spy(model, cfg, lr_by_prefix=None):
+        built.append((model, real(model, cfg, lr_by_prefix)))
+        return built[-1][1]
+
+    monkeypatch.setattr(engine, "build_optimizer", spy)
+    extra = ["finetune.encoder=albert", "finetune.epochs=1", "finetune.warmup_ratio=0", *TINY_MODEL]
+    run_finetune(_cfg(env, "finetune.optimizer.lr=0.001", "finetune.head_lr=0.02", *extra), "tncc")
+    model, optimizer = built[-1]
+    rate = {id(p): g["initial_lr"] for g in optimizer.param_groups for p in g["params"]}
+    names = dict(model.named_parameters())
+    head = [n for n in names if n.startswith("model.head.")]
+    encoder = [n for n in names if n.startswith("model.encoder.")]
+    assert head and encoder and len(head) + len(encoder) == len(names)
+    assert {rate[id(names[n])] for n in head} == {0.02}
+    assert {rate[id(names[n])] for n in encoder} == {0.001}
+    # same factor for every group at every step (here the linear decay's last step)
+    factors = {g["lr"] / g["initial_lr"] for g in optimizer.param_groups}
+    assert len({round(f, 12) for f in factors}) == 1
+    # head_lr 0: one rate for all, in the two weight-decay groups as before
+    run_finetune(_cfg(env, "finetune.optimizer.lr=0.001", "finetune.seeds=[2]", *extra), "tncc")
+    assert [g["initial_lr"] for g in built[-1][1].param_groups] == [0.001, 0.001]
+    with pytest.raises(ConfigError, match=r"finetune.head_lr"):
+        load_config(None, ["finetune.head_lr=-0.001"])
 
 
 def test_pretrained_model_dir_is_fine_tuned_and_frozen(env) -> None:

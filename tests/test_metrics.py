@@ -6,10 +6,11 @@ import math
 
 import pytest
 
+from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.metrics import aggregate, compute_metrics
 from tibnlp.evaluation.plots import confusion_png
-from tibnlp.evaluation.report import markdown_table, rich_table
+from tibnlp.evaluation.report import markdown_table, rich_table, select_best
 
 LABELS = ["a", "b", "c"]
 
@@ -84,3 +85,28 @@ def test_one_seed_shows_no_spread() -> None:
         "aggregate": {"test": {"macro_f1": {"mean": 0.6, "std": 0.0}}},
     }
     assert "| tncc-title | x | 1 | 60.00 | - | - |" in markdown_table([row])
+
+
+def test_select_best_keeps_the_best_validation_run_per_system() -> None:
+    def row(system: str, val: float, test: float, lr: float) -> dict:
+        return {
+            "dataset": "tncc-title",
+            "system": system,
+            "seeds": [{}],
+            "aggregate": {
+                "validation": {"macro_f1": {"mean": val, "std": 0.0}},
+                "test": {"macro_f1": {"mean": test, "std": 0.0}},
+            },
+            "notes": {"recipe": {"lr": lr}},
+        }
+
+    rows = [row("a", 0.5, 0.9, 1e-3), row("a", 0.6, 0.4, 3e-3), row("b", 0.2, 0.2, 1e-4)]
+    chosen = select_best(rows)
+    # selection never looks at test: the higher test score of a's first run does not count
+    assert [(r["system"], r["notes"]["recipe"]["lr"]) for r in chosen] == [("a", 3e-3), ("b", 1e-4)]
+    assert [r["selected_from"] for r in chosen] == [2, 1]
+    md = markdown_table(chosen)
+    assert "lr=0.003 (best of 2)" in md and md.splitlines()[0].endswith("| recipe |")
+    no_val = {**row("c", 0.0, 0.5, 1e-3), "aggregate": {"test": {"macro_f1": {"mean": 0.5}}}}
+    with pytest.raises(DataError, match="c: no run has a validation macro_f1"):
+        select_best([no_val])

@@ -58,3 +58,21 @@ def test_slice_takes_the_first_documents(require_data, tmp_path: Path) -> None:
     assert all("\u0f0b" in d for d in docs)  # Tibetan text (tsheg)
     again = slice_corpus(ctx)  # type: ignore[arg-type]
     assert again.read_bytes() == out.read_bytes()
+
+
+def test_tncc_recipes_plans_the_search_and_the_chosen_recipes(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.yaml").write_text("hidden_size: 16\n", "utf-8")
+    spec = load_pipeline(PIPELINES / "tncc_recipes.yaml", [f"vars.model={model}"])
+    steps = Planner(spec, tmp_path / "work").plan()
+    names = [s.node.stage.name for s in steps]
+    assert names.count("textcnn_search") == 4 and names.count("twin_search") == 3
+    assert names[-3:] == ["textcnn", "twin", "pretrained"]
+    planner = Planner(spec, tmp_path / "work")
+    by_stage = {s.node.stage.name: planner.config_dict(s.node, False) for s in steps}
+    twin, pretrained = by_stage["twin"]["finetune"], by_stage["pretrained"]["finetune"]
+    assert twin["init"] == "random" and pretrained["init"] == "pretrained"
+    assert twin["seeds"] == [1, 2, 3] and twin["head_lr"] > 0
+    assert pretrained["optimizer"]["lr"] < twin["optimizer"]["lr"]
+    assert by_stage["textcnn"]["finetune"]["encoder"] == "none"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.ft_fixtures import make_data_dir, make_vocab
+from tests.ft_fixtures import make_data_dir, make_vocab, tiny_textcnn
 from tibnlp.cli.main import app
 from tibnlp.config import load_config
 from tibnlp.errors import DataError
@@ -23,19 +23,7 @@ def classifier_dir(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("predict")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TIBNLP_DATA", str(make_data_dir(tmp / "data")))
-        cfg = load_config(
-            None,
-            [
-                f"finetune.vocab={make_vocab(tmp / 'vocab')}",
-                f"finetune.output={tmp / 'runs'}",
-                "finetune.encoder=none",
-                "finetune.epochs=2",
-                "finetune.embedding_size=16",
-                "finetune.cnn_channels=8",
-                "finetune.optimizer.lr=0.01",
-                "tracking.enabled=false",
-            ],
-        )
+        cfg = load_config(None, tiny_textcnn(make_vocab(tmp / "vocab"), tmp / "runs"))
         return run_finetune(cfg, "tncc").seeds[0].directory
 
 

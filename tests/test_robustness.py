@@ -1,0 +1,112 @@
+"""Robustness to how a text ends: the closing-mark normalisation and the shad flip rate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.ft_fixtures import make_data_dir, make_vocab, tiny_textcnn
+from tibnlp.config import load_config
+from tibnlp.data.collate import encode_texts
+from tibnlp.data.tasks import load_tncc, model_text
+from tibnlp.errors import DataError
+from tibnlp.evaluation.predict import Predictor
+from tibnlp.evaluation.robustness import SUFFIXES, flip_rate, suffix_flip_rates
+from tibnlp.text.normalize import normalize, strip_closing_marks
+from tibnlp.text.vocab import Vocabulary
+from tibnlp.training.finetune import run_finetune
+
+TSHEG, SHAD = "\u0f0b", "\u0f0d"
+TITLE = "སློབ་གྲྭ་དགེ་རྒན"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("བཀྲ་ཤིས་བདེ་ལེགས།", "བཀྲ་ཤིས་བདེ་ལེགས"),
+        ("བཀྲ་ཤིས་བདེ་ལེགས་", "བཀྲ་ཤིས་བདེ་ལེགས"),
+        ("བཀྲ་ཤིས། ", "བཀྲ་ཤིས"),
+        ("ཡག་པོ་རེད་ང་།", "ཡག་པོ་རེད་ང"),  # the tsheg kept before a shad after ང goes too
+        ("དེ་ནི། བཀྲ་ཤིས༎", "དེ་ནི། བཀྲ་ཤིས"),  # only the end: inner shads are text
+        ("།", ""),
+        ("བཀྲ་ཤིས", "བཀྲ་ཤིས"),
+    ],
+)
+def test_strip_closing_marks(raw: str, expected: str) -> None:
+    assert strip_closing_marks(normalize(raw)) == expected
+
+
+def test_closing_marks_give_identical_ids(tmp_path: Path) -> None:
+    vocab = Vocabulary.load(make_vocab(tmp_path / "vocab"))
+    spaced = TITLE.replace(TSHEG, " ")  # the TNCC form
+    typed = [
+        spaced,
+        TITLE,
+        TITLE + SHAD,
+        TITLE + TSHEG,
+        TITLE + TSHEG + SHAD,
+        TITLE + " " + SHAD,
+        spaced + SHAD,
+        TITLE + "\u0f0c" + SHAD,  # non-breaking tsheg
+        TITLE + SHAD + SHAD,
+    ]
+    ids = encode_texts(vocab, [model_text(t, "tsheg-trimmed") for t in typed], 50)
+    assert all(row == ids[0] for row in ids)
+    # the untrimmed form does see the shad: what the trimming is for
+    kept = encode_texts(vocab, [model_text(t, "tsheg") for t in (TITLE, TITLE + SHAD)], 50)
+    assert kept[0] != kept[1]
+    with pytest.raises(DataError, match="unknown model input form"):
+        model_text(TITLE, "trimmed")
+
+
+def test_flip_rate_counts_changed_predictions() -> None:
+    assert flip_rate([0, 1, 2, 3], [0, 2, 2, 0]) == 0.5
+    assert flip_rate([], []) == 0.0
+    with pytest.raises(ValueError, match="3 predictions before, 2 after"):
+        flip_rate([0, 1, 2], [0, 1])
+
+    # a "model" that answers 1 for texts ending with a shad, else by length parity
+    def predict(texts: list[str]) -> list[int]:
+        return [1 if t.endswith(SHAD) else len(t) % 2 for t in texts]
+
+    texts = ["ཀ", "ཀཁ", "ཀཁག", "ཀཁགང"]  # parities 1, 0, 1, 0: two of four flip to 1
+    rates = suffix_flip_rates(predict, texts, predict(texts))
+    assert set(rates) == {f"{name}_flip_rate" for name in SUFFIXES}
+    assert rates["shad_flip_rate"] == 0.5
+    assert rates["tsheg_flip_rate"] == 1.0  # a tsheg shifts every parity
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict:
+    """One tiny TextCNN per input form, trained by `run_finetune` on the synthetic titles."""
+    tmp = tmp_path_factory.mktemp("robust")
+    out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIBNLP_DATA", str(make_data_dir(tmp / "data")))
+        vocab = make_vocab(tmp / "vocab")
+        for form in ("tsheg", "tsheg-trimmed"):
+            overrides = tiny_textcnn(vocab, tmp / form, f"finetune.text_form={form}")
+            cfg = load_config(None, overrides)
+            out[form] = run_finetune(cfg, "tncc")
+        out["test_texts"] = load_tncc("title").texts("test")
+    return out
+
+
+def test_shad_flip_rate(trained) -> None:
+    """The reported rate is what a user of `tibnlp predict` sees: the saved classifier's
+    answers for the raw test titles with and without a final shad."""
+    texts = trained["test_texts"]
+    for form in ("tsheg", "tsheg-trimmed"):
+        seed = trained[form].seeds[0]
+        predictor = Predictor(seed.directory)
+        assert predictor.meta.text_form == form
+        plain = [p["label"] for p in predictor.predict(texts)]
+        for name, suffix in SUFFIXES.items():
+            typed = [p["label"] for p in predictor.predict([t + suffix for t in texts])]
+            expected = sum(a != b for a, b in zip(plain, typed, strict=True)) / len(texts)
+            assert seed.metrics["test"][f"{name}_flip_rate"] == pytest.approx(expected)
+    # trimming closing marks makes the classifier blind to them
+    trimmed = trained["tsheg-trimmed"]
+    assert trimmed.aggregate["test"]["shad_flip_rate"][0] == 0.0
+    assert trimmed.aggregate["test"]["tsheg_flip_rate"][0] == 0.0
