@@ -31,12 +31,15 @@ from typing import Any
 import numpy as np
 
 from tibnlp.data.segment_chains import chain_lengths, make_chains
+from tibnlp.data.word_cache import corpus_words
+from tibnlp.data.words import WORD, boundary_columns, piece_levels
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.vocab import Vocabulary
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
+MASKING_UNITS = ("syllable", "word")  # pretrain.masking: what a masked n-gram counts
 
 
 def _load_corpus(path: Path) -> Any:
@@ -45,13 +48,15 @@ def _load_corpus(path: Path) -> Any:
     return load_corpus(path)
 
 
-def _split_long(ids: list[int], starts: list[bool], limit: int) -> list[tuple[list, list]]:
-    """Cut a token sequence into parts of <= limit tokens at syllable starts where possible."""
+def _split_long(ids: list[int], starts: list, limit: int, head: int) -> list[tuple[list, list]]:
+    """Cut a token sequence into parts of <= limit tokens at the strongest boundary (word,
+    then syllable start; see `_levels`) that lies latest within the limit."""
     parts = []
     while len(ids) > limit:
-        cut = max((i for i in range(1, limit + 1) if starts[i]), default=limit)
+        top = max(starts[1 : limit + 1])
+        cut = max((i for i in range(1, limit + 1) if top and starts[i] == top), default=limit)
         parts.append((ids[:cut], starts[:cut]))
-        ids, starts = ids[cut:], [True, *starts[cut + 1 :]]
+        ids, starts = ids[cut:], [head, *starts[cut + 1 :]]
     parts.append((ids, starts))
     return parts
 
@@ -65,7 +70,8 @@ def _pair(
         b = [t for s in chunk[a_end:] for t in s[0]], [t for s in chunk[a_end:] for t in s[1]]
         return a[0], a[1], b[0], b[1]
     ids, starts = chunk[0]
-    cuts = [i for i in range(1, len(ids)) if starts[i]]
+    top = max(starts[1:], default=0)
+    cuts = [i for i in range(1, len(ids)) if top and starts[i] == top]
     if not cuts:
         return None
     cut = min(cuts, key=lambda i: abs(i - len(ids) / 2))
@@ -79,33 +85,43 @@ def make_examples(
     seq_len: int,
     rng: random.Random,
     short_seq_prob: float,
+    levels: list[list[int]] | None = None,
 ) -> list[dict[str, Any]]:
-    """SOP examples of one document (see the module docstring for the policy)."""
+    """SOP examples of one document (see the module docstring for the policy).
+
+    `levels` (per sentence, per piece: `tibnlp.data.words.piece_levels`) adds the column
+    `word_start`, and cuts prefer word boundaries; without it boundaries are syllables."""
     budget = seq_len - 3
+    head = WORD if levels is not None else True
     parts = []
-    for ids in sentences:
+    for n, ids in enumerate(sentences):
         if ids:
-            parts.extend(_split_long(ids, vocab.syllable_starts(ids), budget))
+            starts = levels[n] if levels is not None else vocab.syllable_starts(ids)
+            parts.extend(_split_long(ids, starts, budget, head))
     out: list[dict[str, Any]] = []
     target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
     chunk: list[tuple[list, list]] = []
     size = 0
     for i, part in enumerate(parts):
         if chunk and size + len(part[0]) > budget:  # would overflow: emit what we have
-            out.extend(_emit(doc_id, chunk, vocab, rng))
+            out.extend(_emit(doc_id, chunk, vocab, rng, head))
             chunk, size = [], 0
             target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
         chunk.append(part)
         size += len(part[0])
         if size >= target or i == len(parts) - 1:
-            out.extend(_emit(doc_id, chunk, vocab, rng))
+            out.extend(_emit(doc_id, chunk, vocab, rng, head))
             chunk, size = [], 0
             target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
     return out
 
 
 def _emit(
-    doc_id: int, chunk: list[tuple[list, list]], vocab: Vocabulary, rng: random.Random
+    doc_id: int,
+    chunk: list[tuple[list, list]],
+    vocab: Vocabulary,
+    rng: random.Random,
+    head: int = True,
 ) -> list[dict[str, Any]]:
     pair = _pair(chunk, rng)
     if pair is None:
@@ -119,7 +135,7 @@ def _emit(
         {
             "input_ids": ids,
             "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
-            "syllable_start": [True, *a_starts, True, *b_starts, True],
+            **boundary_columns([head, *a_starts, head, *b_starts, head], head == WORD),
             "sop_label": int(swapped),
             "length": len(ids),
             "doc_id": doc_id,
@@ -127,19 +143,20 @@ def _emit(
     ]
 
 
-def _features() -> Any:
+def _features(words: bool = False) -> Any:
     import datasets
 
-    return datasets.Features(
-        {
-            "input_ids": datasets.Sequence(datasets.Value("int32")),
-            "token_type_ids": datasets.Sequence(datasets.Value("int8")),
-            "syllable_start": datasets.Sequence(datasets.Value("bool")),
-            "sop_label": datasets.Value("int8"),
-            "length": datasets.Value("int32"),
-            "doc_id": datasets.Value("int64"),
-        }
-    )
+    columns = {
+        "input_ids": datasets.Sequence(datasets.Value("int32")),
+        "token_type_ids": datasets.Sequence(datasets.Value("int8")),
+        "syllable_start": datasets.Sequence(datasets.Value("bool")),
+        "sop_label": datasets.Value("int8"),
+        "length": datasets.Value("int32"),
+        "doc_id": datasets.Value("int64"),
+    }
+    if words:  # only then: syllable-masking datasets keep their columns and cache keys
+        columns["word_start"] = datasets.Sequence(datasets.Value("bool"))
+    return datasets.Features(columns)
 
 
 def _examples_batch(
@@ -151,14 +168,23 @@ def _examples_batch(
     short: float,
     segments: int = 0,
 ) -> dict[str, list]:
-    out: dict[str, list] = {k: [] for k in _features()}
-    for doc_id, sentences in zip(batch["doc_id"], batch["sentences"], strict=True):
+    words = "word_starts" in batch  # the corpus came joined with its botok words
+    out: dict[str, list] = {k: [] for k in _features(words)}
+    for n, (doc_id, sentences) in enumerate(zip(batch["doc_id"], batch["sentences"], strict=True)):
         rng = random.Random(f"{seed}/{split}/{doc_id}")  # per document: order-independent
-        ids = vocab.encode_batch(sentences, num_threads=1) if sentences else []
+        levels = None
+        if words:
+            aligned = [
+                piece_levels(vocab, s, w)
+                for s, w in zip(sentences, batch["word_starts"][n], strict=True)
+            ]
+            ids, levels = [a[0] for a in aligned], [a[1] for a in aligned]
+        else:
+            ids = vocab.encode_batch(sentences, num_threads=1) if sentences else []
         examples = (
-            make_chains(int(doc_id), ids, vocab, seq_len, segments)
+            make_chains(int(doc_id), ids, vocab, seq_len, segments, levels)
             if segments
-            else make_examples(int(doc_id), ids, vocab, seq_len, rng, short)
+            else make_examples(int(doc_id), ids, vocab, seq_len, rng, short, levels)
         )
         for ex in examples:
             for key, value in ex.items():
@@ -179,12 +205,18 @@ def build_pretraining_dataset(
     num_proc: int = 0,
     short_seq_prob: float = 0.1,
     segments: int = 0,
+    masking: str = "syllable",
+    words_pack: Path | None = None,
+    words_cache: Path | None = None,
 ) -> Path:
     """Tokenise a prepared corpus into SOP examples under `out_dir` (cached by its inputs).
 
     `segments > 0`: chains of that many consecutive `seq_len` segments of one document instead
     (segment-recurrence pretraining, `tibnlp.data.segment_chains`); `median_length` is then
     the median segment length, the length the encoder (and DMA's threshold) sees.
+    `masking="word"`: examples also carry `word_start` (botok words of the corpus, segmented
+    once and cached by `tibnlp.data.word_cache` with the pack `words_pack`, default the data
+    directory's, under `words_cache`, default ~/.cache/tibnlp), and cuts prefer word ends.
     """
     import datasets
 
@@ -193,6 +225,8 @@ def build_pretraining_dataset(
         raise DataError(f"seq_len {seq_len} is too short for [CLS] A [SEP] B [SEP]; use >= 8")
     if not 0.0 <= short_seq_prob <= 1.0:
         raise DataError(f"short_seq_prob {short_seq_prob} must be in [0, 1]")
+    if masking not in MASKING_UNITS:
+        raise DataError(f"masking {masking!r} is not one of {', '.join(MASKING_UNITS)}")
     corpus = _load_corpus(corpus_dir)
     key = {
         "format": FORMAT_VERSION,
@@ -207,6 +241,14 @@ def build_pretraining_dataset(
     }
     if segments:  # added only when set: the cache keys of SOP datasets stay as they were
         key["segments"] = segments
+    procs = num_proc or os.cpu_count() or 1
+    words = None
+    if masking == "word":  # likewise; the words key names the segmentation (pack, botok)
+        words, words_meta = corpus_words(
+            corpus_dir, corpus, procs, pack=words_pack, cache=words_cache
+        )
+        key["masking"] = masking
+        key["words"] = words_meta["key"]
     cache_key = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     if (out_dir / META_FILE).is_file():
         meta = json.loads((out_dir / META_FILE).read_text(encoding="utf-8"))
@@ -218,18 +260,19 @@ def build_pretraining_dataset(
         )
     if out_dir.exists() and any(out_dir.iterdir()):
         raise DataError(f"{out_dir} exists and is not a pretraining dataset; choose another")
-    procs = num_proc or os.cpu_count() or 1
     splits = {}
     for split in ("train", "heldout"):
         if split not in corpus:
             raise DataError(f"{corpus_dir}: the prepared corpus has no {split!r} split")
         ds = corpus[split]
+        if words is not None:
+            ds = datasets.concatenate_datasets([ds, words[split]], axis=1)
         splits[split] = ds.map(
             _examples_batch,
             batched=True,
             batch_size=16,
             remove_columns=ds.column_names,
-            features=_features(),
+            features=_features(words is not None),
             num_proc=min(procs, max(1, len(ds))) if procs > 1 else None,
             fn_kwargs={
                 "vocab": vocab,

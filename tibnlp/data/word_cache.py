@@ -1,0 +1,261 @@
+"""botok word boundaries of a whole prepared corpus, computed once and cached by content.
+
+Segmenting is the slow part of whole-word masking (botok runs ~50 k characters/s on one
+core; benchmarks/results/wwm_segmentation.md), and it depends only on the corpus and the
+dialect pack, not on the vocabulary or `seq_len`. So it is stored apart from any run:
+`$XDG_CACHE_HOME/tibnlp/words/<key>/`, the key a sha256 of the corpus's split fingerprints,
+its report, the pack's digest and the botok version. Every pretraining dataset built from the
+same corpus reuses it.
+
+Work is cut into shards of contiguous documents (~`SHARD_CHARS` characters each), segmented
+by `num_proc` processes; each finished shard is written at once under `<key>.partial/`, so an
+interrupted run resumes from the shards it has. A progress line (shards, characters/s,
+syllables/s, ETA) goes to stderr as shards finish. The result is one `datasets.Dataset` per
+split, row-aligned with the corpus split, with column `word_starts` (per sentence, the UTF-8
+byte offsets of its words: `tibnlp.data.words`), and `meta.json` with the figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tibnlp.data.words import (
+    WordSegmenter,
+    botok_version,
+    cache_root,
+    pack_digest,
+    require_pack,
+)
+from tibnlp.errors import DataError
+from tibnlp.fsutil import staged_dir
+from tibnlp.text.normalize import normalize
+from tibnlp.text.syllables import count_syllables
+
+FORMAT_VERSION = 1
+SHARD_CHARS = 400_000
+META_FILE = "meta.json"
+SPLITS = ("train", "heldout")
+
+Progress = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def words_key(corpus_dir: Path, corpus: Any, pack_sha: str) -> str:
+    report = Path(corpus_dir) / "report.json"
+    key = {
+        "format": FORMAT_VERSION,
+        "corpus_report_sha256": hashlib.sha256(report.read_bytes()).hexdigest()
+        if report.is_file()
+        else None,
+        "corpus_fingerprints": {
+            s: getattr(corpus[s], "_fingerprint", None) for s in sorted(corpus)
+        },
+        "pack_sha256": pack_sha,
+        "botok": botok_version(),
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _plan(split: str, ds: Any) -> list[tuple[str, int, int, int]]:
+    """(split, first doc, end doc, characters) of each shard, documents in order."""
+    shards: list[tuple[str, int, int, int]] = []
+    start = size = 0
+    row = 0
+    for batch in ds.select_columns(["sentences"]).iter(batch_size=256):
+        for sentences in batch["sentences"]:
+            size += sum(len(s) for s in sentences)
+            row += 1
+            if size >= SHARD_CHARS:
+                shards.append((split, start, row, size))
+                start, size = row, 0
+    if row > start:
+        shards.append((split, start, row, size))
+    return shards
+
+
+# One segmenter and one corpus per worker process, made by the pool's initializer.
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(corpus_dir: str, pack: str, cache: str) -> None:
+    from tibnlp.text.prepare import load_prepared
+
+    _WORKER["corpus"] = load_prepared(Path(corpus_dir))
+    _WORKER["segmenter"] = WordSegmenter(Path(pack), Path(cache))
+
+
+def _shard_file(partial: Path, split: str, first: int) -> Path:
+    return partial / f"{split}-{first:08d}.npz"
+
+
+def _segment_shard(job: tuple[str, int, int, str]) -> dict[str, float]:
+    """Segment documents [first, end) of a split into one .npz (written atomically)."""
+    split, first, end, out = job
+    seg: WordSegmenter = _WORKER["segmenter"]
+    began = time.perf_counter()
+    doc_sentences, sentence_words, starts = [], [], []
+    chars = syllables = words = 0
+    for sentences in _WORKER["corpus"][split].select(range(first, end))["sentences"]:
+        doc_sentences.append(len(sentences))
+        for sentence in sentences:
+            text = normalize(sentence)
+            offsets, n_words = seg.segment(text)
+            sentence_words.append(len(offsets))
+            starts.extend(offsets)
+            chars += len(text)
+            syllables += count_syllables(text)
+            words += n_words
+    figures = {
+        "characters": chars,
+        "syllables": syllables,
+        "words": words,
+        "seconds": time.perf_counter() - began,
+    }
+    tmp = Path(f"{out}.tmp.npz")
+    np.savez(
+        tmp,
+        doc_sentences=np.asarray(doc_sentences, dtype=np.int64),
+        sentence_words=np.asarray(sentence_words, dtype=np.int64),
+        starts=np.asarray(starts, dtype=np.int32),
+        figures=json.dumps(figures),
+    )
+    os.replace(tmp, out)
+    return figures
+
+
+def _assemble(files: list[Path]) -> Any:
+    """One split's shards, in document order, as a Dataset with column `word_starts`."""
+    import datasets
+    import pyarrow as pa
+
+    parts = [np.load(f) for f in files]
+    docs = np.concatenate([p["doc_sentences"] for p in parts]) if parts else np.zeros(0, int)
+    sents = np.concatenate([p["sentence_words"] for p in parts]) if parts else np.zeros(0, int)
+    flat = np.concatenate([p["starts"] for p in parts]) if parts else np.zeros(0, np.int32)
+    inner = pa.ListArray.from_arrays(
+        pa.array(np.concatenate([[0], np.cumsum(sents)]), pa.int32()), pa.array(flat, pa.int32())
+    )
+    outer = pa.ListArray.from_arrays(
+        pa.array(np.concatenate([[0], np.cumsum(docs)]), pa.int32()), inner
+    )
+    table = pa.table({"word_starts": outer})
+    features = datasets.Features(
+        {"word_starts": datasets.Sequence(datasets.Sequence(datasets.Value("int32")))}
+    )
+    return datasets.Dataset(table).cast(features)
+
+
+def corpus_words(
+    corpus_dir: Path,
+    corpus: Any,
+    num_proc: int = 1,
+    pack: Path | None = None,
+    cache: Path | None = None,
+    progress: Progress | None = _stderr,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({split: Dataset(word_starts)}, meta) for a prepared corpus; segments what is missing."""
+    import datasets
+
+    pack = require_pack(pack)
+    cache = cache or cache_root()
+    key = words_key(corpus_dir, corpus, pack_digest(pack))
+    final = cache / "words" / key
+    if not (final / META_FILE).is_file():
+        _build(corpus_dir, corpus, num_proc, pack, cache, final, progress or (lambda _: None))
+    meta = json.loads((final / META_FILE).read_text(encoding="utf-8"))
+    words = {s: datasets.load_from_disk(str(final / s)) for s in SPLITS}
+    for split, ds in words.items():
+        if len(ds) != len(corpus[split]):
+            raise DataError(
+                f"{final}: {len(ds)} rows of words for {len(corpus[split])} documents of the "
+                f"{split!r} split",
+                f"delete {final} to segment the corpus again",
+            )
+    return words, meta
+
+
+def _build(
+    corpus_dir: Path,
+    corpus: Any,
+    num_proc: int,
+    pack: Path,
+    cache: Path,
+    final: Path,
+    progress: Progress,
+) -> None:
+    partial = final.with_name(f"{final.name}.partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        if split not in corpus:
+            raise DataError(f"{corpus_dir}: the prepared corpus has no {split!r} split")
+    shards = [s for split in SPLITS for s in _plan(split, corpus[split])]
+    jobs = [
+        (split, first, end, str(_shard_file(partial, split, first)))
+        for split, first, end, _ in shards
+        if not _shard_file(partial, split, first).is_file()
+    ]
+    total = sum(s[3] for s in shards)
+    todo = sum(s[3] for s in shards if not _shard_file(partial, s[0], s[1]).is_file())
+    procs = max(1, min(num_proc, len(jobs)))
+    progress(
+        f"botok words: {len(shards)} shards, {total:,} characters; {len(jobs)} to segment "
+        f"on {procs} process(es) (cache {final})"
+    )
+    began = time.perf_counter()
+    done_chars = done_syl = 0
+    args = (str(corpus_dir), str(pack), str(cache))
+    if jobs:
+        WordSegmenter(pack, cache)  # build the trie once, before the workers load it
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(procs, initializer=_init_worker, initargs=args) as pool:
+            for n, fig in enumerate(pool.imap_unordered(_segment_shard, jobs), 1):
+                done_chars += int(fig["characters"])
+                done_syl += int(fig["syllables"])
+                spent = time.perf_counter() - began
+                rate = done_chars / spent
+                eta = (todo - done_chars) / rate if rate else 0.0
+                progress(
+                    f"botok words: shard {n}/{len(jobs)}, {done_chars:,}/{todo:,} characters, "
+                    f"{rate:,.0f} chars/s, {done_syl / spent:,.0f} syllables/s, "
+                    f"ETA {max(eta, 0.0) / 60:.1f} min"
+                )
+    figures = {"characters": 0, "syllables": 0, "words": 0, "shard_seconds": 0.0}
+    with staged_dir(final) as tmp:
+        for split in SPLITS:
+            files = [_shard_file(partial, split, first) for s, first, _, _ in shards if s == split]
+            for f in files:
+                fig = json.loads(str(np.load(f)["figures"]))
+                for k in ("characters", "syllables", "words"):
+                    figures[k] += int(fig[k])
+                figures["shard_seconds"] += float(fig["seconds"])
+            _assemble(files).save_to_disk(str(tmp / split))
+        meta = {
+            "key": final.name,
+            "corpus": str(Path(corpus_dir).resolve()),
+            "pack": str(pack),
+            "botok": botok_version(),
+            "num_proc": procs,
+            "wall_seconds": time.perf_counter() - began,
+            "shards": len(shards),
+            **figures,
+        }
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    shutil.rmtree(partial, ignore_errors=True)
+    progress(
+        f"botok words: {figures['words']:,} words, {figures['syllables']:,} syllables in "
+        f"{meta['wall_seconds']:.0f} s -> {final}"
+    )
