@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from tibnlp.data.segment_chains import chain_lengths, make_chains
-from tibnlp.data.word_cache import corpus_words
 from tibnlp.data.words import WORD, boundary_columns, piece_levels
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
@@ -39,7 +38,7 @@ from tibnlp.text.vocab import Vocabulary
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
-MASKING_UNITS = ("syllable", "word")  # pretrain.masking: what a masked n-gram counts
+MASKING = ("span", "whole_word")  # pretrain.masking; whole_word adds the column word_start
 
 
 def _load_corpus(path: Path) -> Any:
@@ -49,8 +48,8 @@ def _load_corpus(path: Path) -> Any:
 
 
 def _split_long(ids: list[int], starts: list, limit: int, head: int) -> list[tuple[list, list]]:
-    """Cut a token sequence into parts of <= limit tokens at the strongest boundary (word,
-    then syllable start; see `_levels`) that lies latest within the limit."""
+    """Cut a token sequence into parts of <= limit tokens at the strongest boundary within
+    the limit (a word start, else a syllable start: `tibnlp.data.words` levels), the latest."""
     parts = []
     while len(ids) > limit:
         top = max(starts[1 : limit + 1])
@@ -85,9 +84,11 @@ def make_examples(
     seq_len: int,
     rng: random.Random,
     short_seq_prob: float,
+    sop_prob: float = 0.5,
     levels: list[list[int]] | None = None,
 ) -> list[dict[str, Any]]:
-    """SOP examples of one document (see the module docstring for the policy).
+    """SOP examples of one document (see the module docstring for the policy); `sop_prob`:
+    the share of pairs whose segments are swapped (0: text in order, for MLM without SOP).
 
     `levels` (per sentence, per piece: `tibnlp.data.words.piece_levels`) adds the column
     `word_start`, and cuts prefer word boundaries; without it boundaries are syllables."""
@@ -104,13 +105,13 @@ def make_examples(
     size = 0
     for i, part in enumerate(parts):
         if chunk and size + len(part[0]) > budget:  # would overflow: emit what we have
-            out.extend(_emit(doc_id, chunk, vocab, rng, head))
+            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob, head))
             chunk, size = [], 0
             target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
         chunk.append(part)
         size += len(part[0])
         if size >= target or i == len(parts) - 1:
-            out.extend(_emit(doc_id, chunk, vocab, rng, head))
+            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob, head))
             chunk, size = [], 0
             target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
     return out
@@ -121,13 +122,16 @@ def _emit(
     chunk: list[tuple[list, list]],
     vocab: Vocabulary,
     rng: random.Random,
+    sop_prob: float,
     head: int = True,
 ) -> list[dict[str, Any]]:
     pair = _pair(chunk, rng)
     if pair is None:
         return []
     a, a_starts, b, b_starts = pair
-    swapped = rng.random() < 0.5
+    # A and B each open a unit: a chunk of one word cut in two makes two words (masked apart)
+    a_starts, b_starts = [head, *a_starts[1:]], [head, *b_starts[1:]]
+    swapped = rng.random() < sop_prob
     if swapped:
         a, a_starts, b, b_starts = b, b_starts, a, a_starts
     ids = [vocab.cls_id, *a, vocab.sep_id, *b, vocab.sep_id]
@@ -154,7 +158,7 @@ def _features(words: bool = False) -> Any:
         "length": datasets.Value("int32"),
         "doc_id": datasets.Value("int64"),
     }
-    if words:  # only then: syllable-masking datasets keep their columns and cache keys
+    if words:  # only then: span-masking datasets keep their columns and cache keys
         columns["word_start"] = datasets.Sequence(datasets.Value("bool"))
     return datasets.Features(columns)
 
@@ -167,6 +171,7 @@ def _examples_batch(
     split: str,
     short: float,
     segments: int = 0,
+    sop_prob: float = 0.5,
 ) -> dict[str, list]:
     words = "word_starts" in batch  # the corpus came joined with its botok words
     out: dict[str, list] = {k: [] for k in _features(words)}
@@ -184,7 +189,7 @@ def _examples_batch(
         examples = (
             make_chains(int(doc_id), ids, vocab, seq_len, segments, levels)
             if segments
-            else make_examples(int(doc_id), ids, vocab, seq_len, rng, short, levels)
+            else make_examples(int(doc_id), ids, vocab, seq_len, rng, short, sop_prob, levels)
         )
         for ex in examples:
             for key, value in ex.items():
@@ -205,18 +210,18 @@ def build_pretraining_dataset(
     num_proc: int = 0,
     short_seq_prob: float = 0.1,
     segments: int = 0,
-    masking: str = "syllable",
-    words_pack: Path | None = None,
-    words_cache: Path | None = None,
+    sop_prob: float = 0.5,
+    masking: str = "span",
 ) -> Path:
     """Tokenise a prepared corpus into SOP examples under `out_dir` (cached by its inputs).
 
     `segments > 0`: chains of that many consecutive `seq_len` segments of one document instead
     (segment-recurrence pretraining, `tibnlp.data.segment_chains`); `median_length` is then
     the median segment length, the length the encoder (and DMA's threshold) sees.
-    `masking="word"`: examples also carry `word_start` (botok words of the corpus, segmented
-    once and cached by `tibnlp.data.word_cache` with the pack `words_pack`, default the data
-    directory's, under `words_cache`, default ~/.cache/tibnlp), and cuts prefer word ends.
+    `sop_prob`: share of swapped pairs (`pretrain.sop_prob`; 0 when `pretrain.sop` is off).
+    `masking="whole_word"`: examples also carry `word_start`, from the botok words stored with
+    the corpus (`tibnlp corpus words`, read by `tibnlp.text.corpus_words.load_words`), and
+    cuts prefer word boundaries.
     """
     import datasets
 
@@ -225,8 +230,8 @@ def build_pretraining_dataset(
         raise DataError(f"seq_len {seq_len} is too short for [CLS] A [SEP] B [SEP]; use >= 8")
     if not 0.0 <= short_seq_prob <= 1.0:
         raise DataError(f"short_seq_prob {short_seq_prob} must be in [0, 1]")
-    if masking not in MASKING_UNITS:
-        raise DataError(f"masking {masking!r} is not one of {', '.join(MASKING_UNITS)}")
+    if masking not in MASKING:
+        raise DataError(f"masking {masking!r} is not one of {', '.join(MASKING)}")
     corpus = _load_corpus(corpus_dir)
     key = {
         "format": FORMAT_VERSION,
@@ -241,12 +246,13 @@ def build_pretraining_dataset(
     }
     if segments:  # added only when set: the cache keys of SOP datasets stay as they were
         key["segments"] = segments
-    procs = num_proc or os.cpu_count() or 1
+    if sop_prob != 0.5:  # likewise
+        key["sop_prob"] = sop_prob
     words = None
-    if masking == "word":  # likewise; the words key names the segmentation (pack, botok)
-        words, words_meta = corpus_words(
-            corpus_dir, corpus, procs, pack=words_pack, cache=words_cache
-        )
+    if masking == "whole_word":  # likewise; the words key names the segmentation (pack, botok)
+        from tibnlp.text.corpus_words import load_words
+
+        words, words_meta = load_words(corpus_dir, corpus)
         key["masking"] = masking
         key["words"] = words_meta["key"]
     cache_key = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
@@ -260,6 +266,7 @@ def build_pretraining_dataset(
         )
     if out_dir.exists() and any(out_dir.iterdir()):
         raise DataError(f"{out_dir} exists and is not a pretraining dataset; choose another")
+    procs = num_proc or os.cpu_count() or 1
     splits = {}
     for split in ("train", "heldout"):
         if split not in corpus:
@@ -281,6 +288,7 @@ def build_pretraining_dataset(
                 "split": split,
                 "short": short_seq_prob,
                 "segments": segments,
+                "sop_prob": sop_prob,
             },
             desc=f"tokenising {split}",
             load_from_cache_file=False,

@@ -50,7 +50,11 @@ def make_chains(
     while len(ids) >= 2:
         cut = len(ids)
         if cut > limit:
-            cut = max((i for i in range(limit // 2, limit + 1) if starts[i]), default=limit)
+            top = max(starts[limit // 2 : limit + 1])  # a word start where there is one
+            cut = max(
+                (i for i in range(limit // 2, limit + 1) if top and starts[i] == top),
+                default=limit,
+            )
         part, part_starts = ids[:cut], starts[:cut]
         rest = ids[cut:]
         starts = [head, *starts[cut + 1 :]] if rest else []
