@@ -62,7 +62,7 @@ def _split_long(ids: list[int], starts: list, limit: int, head: int) -> list[tup
 
 def _pair(
     chunk: list[tuple[list, list]], rng: random.Random
-) -> tuple[list[int], list[bool], list[int], list[bool]] | None:
+) -> tuple[list[int], list[int], list[int], list[int]] | None:
     if len(chunk) >= 2:
         a_end = rng.randint(1, len(chunk) - 1)
         a = [t for s in chunk[:a_end] for t in s[0]], [t for s in chunk[:a_end] for t in s[1]]
