@@ -1,13 +1,15 @@
 """Whole-word masking: what botok segmentation costs, and what the masks look like.
 
     python benchmarks/bench_words.py --words-corpus DIR --vocab DIR [--full DIR]
-        [--sample-chars 200000] [--output FILE]
+        [--sample-chars 200000] [--no-sample --full-syllables N] [--output FILE]
 
 1. Segmentation cost per source: the first `--sample-chars` characters of every source of a
    prepared full corpus (`--full`; default: the data directory's `corpora/*.txt.xz` prepared
    into a temporary folder) are segmented in this process with one `WordSegmenter`; CPU time
    (load-independent) and wall time give characters/s and syllables/s, which extrapolate to
    each source's syllables in the full corpus: CPU-hours, and wall time on N dedicated cores.
+   `--no-sample` skips this (it prepares the full corpus: long on a loaded machine) and
+   extrapolates the measured run's CPU rate to `--full-syllables` instead.
 2. The measured run: `--words-corpus` is a corpus whose words were found by `tibnlp corpus
    words` / `corpus.words: true`; its words/meta.json holds that run's wall and CPU seconds.
 3. Masks on the first `--mask-docs` documents of that corpus (segmented again, in a temporary
@@ -157,61 +159,46 @@ def main() -> None:
     parser.add_argument("--sample-chars", type=int, default=200_000)
     parser.add_argument("--mask-docs", type=int, default=150)
     parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--no-sample", action="store_true")
+    parser.add_argument("--full-syllables", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
 
+    report: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-words-") as tmp:
         full = args.full
-        if full is None:
+        if full is None and not args.no_sample:
             full = Path(tmp) / "full"
             files = sorted(require("corpora", "the raw corpus").glob("*.txt.xz"))
             prepare_corpus(files, full, CorpusConfig(), progress=False)
-        report = json.loads((full / "report.json").read_text())
-        rows = sample_cost(full, args.sample_chars)
+        if full is not None:
+            report = json.loads((full / "report.json").read_text())
+            rows = sample_cost(full, args.sample_chars)
     measured = json.loads((args.words_corpus / "words" / "meta.json").read_text())
     masks = mask_stats(args.words_corpus, args.vocab, args.mask_docs, args.seq_len)
     _write(args, report, rows, measured, masks)
 
 
 def _write(args: Any, report: dict, rows: list[dict], measured: dict, masks: dict) -> None:
-    by_source = report["by_source"]
     lines = [
         "# Whole-word masking: botok segmentation cost and masks",
         "",
         f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `benchmarks/bench_words.py "
-        f"--words-corpus {args.words_corpus.name} --vocab {args.vocab.name} --sample-chars "
-        f"{args.sample_chars}` on {cpu_model()}, {os.cpu_count()} CPU cores, Python "
+        f"--words-corpus {args.words_corpus.name} --vocab {args.vocab.name} "
+        + (
+            f"--no-sample --full-syllables {args.full_syllables}"
+            if args.no_sample
+            else f"--sample-chars {args.sample_chars}"
+        )
+        + f"` on {cpu_model()}, {os.cpu_count()} CPU cores, Python "
         f"{platform.python_version()}, botok {measured['botok']}.",
         "",
         "**The machine was shared** (load average in the tables; 2 cores): wall times are "
         "pessimistic and noisy. CPU seconds (of the segmenting processes) measure the work "
         "itself and are what the extrapolation uses.",
         "",
-        "## Segmentation cost per source (a sample of each, one process)",
-        "",
-        "| source | sample chars | sample syllables | CPU s | wall s | load | syllables/CPU-s "
-        "| chars/CPU-s | words/syllable | full-corpus syllables | extrapolated CPU min |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    total_cpu = total_syl = 0.0
-    for r in rows:
-        rate = r["syllables"] / r["cpu"]
-        syl = by_source[r["source"]]["syllables"]
-        total_cpu += syl / rate
-        total_syl += syl
-        lines.append(
-            f"| {r['source']} | {r['characters']:,} | {r['syllables']:,} | {r['cpu']:.1f} | "
-            f"{r['wall']:.1f} | {r['load']:.1f} | {rate:,.0f} | {r['characters'] / r['cpu']:,.0f} "
-            f"| {r['words'] / r['syllables']:.2f} | {syl:,} | {syl / rate / 60:.1f} |"
-        )
-    lines += [
-        "",
-        f"Full corpus ({report['total']['syllables']:,} syllables, "
-        f"{report['total']['characters']:,} characters): **{total_cpu / 60:.0f} CPU-minutes** "
-        f"extrapolated ({total_syl / total_cpu:,.0f} syllables per CPU-second overall); "
-        f"{total_cpu / 120:.0f} min wall on 2 dedicated cores (shards are independent), "
-        f"{total_cpu / 60 / 16:.0f} min on 16.",
-        "",
+        *(_per_source(report, rows) if rows else _from_run(measured, args.full_syllables)),
         "## The measured run (news + literature, the experiments' corpus)",
         "",
         f"`tibnlp corpus prepare ... --set corpus.words=true` ({measured['num_proc']} "
@@ -244,6 +231,56 @@ def _write(args: Any, report: dict, rows: list[dict], measured: dict, masks: dic
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines), encoding="utf-8")
     print(f"wrote {args.output}")
+
+
+def _from_run(measured: dict, syllables: int) -> list[str]:
+    """The full corpus's cost from the measured run's CPU rate (no per-source sample)."""
+    rate = measured["syllables"] / measured["cpu_seconds"]
+    wall_rate = measured["syllables"] / measured["wall_seconds"]
+    cpu = syllables / rate
+    return [
+        "## Full corpus (extrapolated from the measured run below)",
+        "",
+        f"{syllables:,} syllables at {rate:,.0f} syllables per CPU-second: **{cpu / 60:.0f} "
+        f"CPU-minutes**; {cpu / 120:.0f} min wall on 2 dedicated cores (shards are independent), "
+        f"{cpu / 60 / 16:.1f} min on 16; {syllables / wall_rate / 60:.0f} min at the wall rate "
+        "the shared machine gave the measured run. News and literature only: other sources "
+        "(classical, canonical text) were not sampled (`--no-sample`) and may segment at "
+        "another rate.",
+        "",
+    ]
+
+
+def _per_source(report: dict, rows: list[dict]) -> list[str]:
+    by_source = report["by_source"]
+    lines = [
+        "## Segmentation cost per source (a sample of each, one process)",
+        "",
+        "| source | sample chars | sample syllables | CPU s | wall s | load | syllables/CPU-s "
+        "| chars/CPU-s | words/syllable | full-corpus syllables | extrapolated CPU min |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    total_cpu = total_syl = 0.0
+    for r in rows:
+        rate = r["syllables"] / r["cpu"]
+        syl = by_source[r["source"]]["syllables"]
+        total_cpu += syl / rate
+        total_syl += syl
+        lines.append(
+            f"| {r['source']} | {r['characters']:,} | {r['syllables']:,} | {r['cpu']:.1f} | "
+            f"{r['wall']:.1f} | {r['load']:.1f} | {rate:,.0f} | {r['characters'] / r['cpu']:,.0f} "
+            f"| {r['words'] / r['syllables']:.2f} | {syl:,} | {syl / rate / 60:.1f} |"
+        )
+    lines += [
+        "",
+        f"Full corpus ({report['total']['syllables']:,} syllables, "
+        f"{report['total']['characters']:,} characters): **{total_cpu / 60:.0f} CPU-minutes** "
+        f"extrapolated ({total_syl / total_cpu:,.0f} syllables per CPU-second overall); "
+        f"{total_cpu / 120:.0f} min wall on 2 dedicated cores (shards are independent), "
+        f"{total_cpu / 60 / 16:.0f} min on 16.",
+        "",
+    ]
+    return lines
 
 
 if __name__ == "__main__":
