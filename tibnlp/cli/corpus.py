@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.table import Table
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
+from tibnlp.text.corpus_words import segment_corpus
 from tibnlp.text.prepare import prepare_corpus
 
 app = typer.Typer(
@@ -73,3 +74,30 @@ def report_table(report: dict[str, Any]) -> Group:
         for reason, n in report[f"dropped_{unit}"].items():
             dropped.add_row(unit, reason, f"{n:,}")
     return Group(figures, dropped)
+
+
+@app.command("words")
+def words(
+    corpus: Annotated[Path, typer.Argument(help="Prepared corpus directory.")],
+    num_proc: Annotated[
+        int | None, typer.Option(help="Worker processes (0 = all cores) [corpus.num_proc].")
+    ] = None,
+    pack: Annotated[
+        Path | None,
+        typer.Option(help="botok dialect pack folder (default: botok/general in the data dir)."),
+    ] = None,
+    config: ConfigOption = None,
+    set_: SetOption = None,
+) -> None:
+    """Find the botok words of a prepared corpus (CORPUS/words/), for whole-word masking.
+
+    Offline, from the dialect pack; resumes after an interruption; kept when up to date."""
+    extra = [f"corpus.num_proc={num_proc}"] if num_proc is not None else []
+    cfg = resolve_config(config, set_, *extra).corpus
+    meta = segment_corpus(corpus, cfg.num_proc, pack=pack)
+    rate = meta["syllables"] / meta["wall_seconds"] if meta["wall_seconds"] else 0.0
+    console.print(
+        f"{meta['words']:,} words over {meta['syllables']:,} syllables in {corpus / 'words'} "
+        f"(segmented in {meta['wall_seconds']:.0f} s, {rate:,.0f} syllables/s, "
+        f"{meta['num_proc']} process(es); botok {meta['botok']})"
+    )

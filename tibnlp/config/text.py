@@ -25,6 +25,10 @@ class CorpusConfig:
     on_error: Literal["fail", "skip"] = "fail"
     num_proc: int = 0  # 0: one per CPU core
     seed: int = 42
+    # also find the botok words of every sentence (OUT/words/, as `tibnlp corpus words`), which
+    # whole-word masking (pretrain.masking: whole_word) needs; offline, from the dialect pack
+    # in the data directory (botok/general)
+    words: bool = False
 
     def validate(self, prefix: str) -> None:
         check(

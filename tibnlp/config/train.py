@@ -103,8 +103,11 @@ class PretrainConfig:
     # stop after this many training tokens (non-padding, all processes); 0: no limit. With a
     # time budget, whichever is reached first ends the run; either drives the lr schedule.
     max_tokens: float = 0.0
-    mask_prob: float = 0.15
+    mask_prob: float = 0.15  # share of real tokens (pieces) predicted, in either masking
     max_ngram: int = 3
+    # span: n-grams of whole syllables; whole_word: n-grams of whole botok words (the corpus
+    # needs its words: `tibnlp corpus words CORPUS` or corpus.words: true at preparation)
+    masking: Literal["span", "whole_word"] = "span"
     sop: bool = True  # sentence-order prediction; off: MLM only, segments kept in order
     sop_prob: float = 0.5  # share of swapped pairs when sop is on
     # write OUTPUT/exports/tokens-<N>/ (a model directory) when the non-padding tokens trained

@@ -24,7 +24,7 @@ from tibnlp.errors import DataError
 @dataclass
 class Manifest:
     name: str
-    kind: Literal["classification", "adversarial", "corpus"]
+    kind: Literal["classification", "adversarial", "corpus", "resource"]  # resource: a tool's data
     description: str
     root: str  # folder inside the data directory
     license: str

@@ -6,6 +6,12 @@ cuts one. This is our reading of MODELS.md's "spans never crossing a Tibetan syl
 boundary": a span may cover several syllables (n <= 3), but its two ends always sit on
 syllable boundaries. Special tokens ([CLS], [SEP], ...) are never units, so never masked.
 
+Whole-word masking (`pretrain.masking: whole_word`): a unit is one botok word instead (a run
+of whole syllable units from one `word_start=True` piece to the next: `tibnlp.data.words`), so
+all the pieces of a word are masked together and an n-gram is n whole words. The budget stays
+counted in pieces (15% of the real tokens): a word that would overrun it is passed over for a
+shorter one, so at ~1.4 pieces per word the rate stays at the budget (benchmarks/results/wwm.md).
+
 Selection follows ALBERT's `create_masked_lm_predictions`: 15% of the real tokens are the
 budget; span starts are visited in random order, each draws n with p(n) proportional to 1/n
 (shortened when it would overrun the budget), spans overlapping earlier ones are skipped. Each
@@ -22,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+
+from tibnlp.errors import DataError
 
 IGNORE_INDEX = -100
 
@@ -105,6 +113,7 @@ class MlmCollator:
         mask_prob: float = 0.15,
         max_ngram: int = 3,
         seed: int = 42,
+        whole_word: bool = False,
     ) -> None:
         if not 0.0 < mask_prob < 1.0:
             raise ValueError("mask_prob must be in (0, 1)")
@@ -122,6 +131,7 @@ class MlmCollator:
         self.mask_prob = mask_prob
         self.probs = ngram_probs(max_ngram)
         self.seed = seed
+        self.unit_column = "word_start" if whole_word else "syllable_start"
 
     def generator(self, batch_index: int) -> torch.Generator:
         # Distinct, reproducible streams per (seed, batch); the mix keeps neighbours apart.
@@ -143,7 +153,12 @@ class MlmCollator:
             token_types[row, :n] = torch.as_tensor(list(ex["token_type_ids"]), dtype=torch.long)
             attention[row, :n] = 1
             special = [i in self.special_ids for i in ids]
-            units = syllable_units(list(ex["syllable_start"]), special)
+            if self.unit_column not in ex:
+                raise DataError(
+                    f"whole-word masking needs the example column {self.unit_column!r}",
+                    "build the pretraining data with masking='whole_word' (pretrain.masking)",
+                )
+            units = syllable_units(list(ex[self.unit_column]), special)
             n_real = n - sum(special)
             budget = max(1, round(n_real * self.mask_prob)) if n_real else 0
             for span in sample_spans(units, budget, self.probs, g):

@@ -31,12 +31,14 @@ from typing import Any
 import numpy as np
 
 from tibnlp.data.segment_chains import chain_lengths, make_chains
+from tibnlp.data.words import WORD, boundary_columns, piece_levels
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.vocab import Vocabulary
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
+MASKING = ("span", "whole_word")  # pretrain.masking; whole_word adds the column word_start
 
 
 def _load_corpus(path: Path) -> Any:
@@ -45,27 +47,30 @@ def _load_corpus(path: Path) -> Any:
     return load_corpus(path)
 
 
-def _split_long(ids: list[int], starts: list[bool], limit: int) -> list[tuple[list, list]]:
-    """Cut a token sequence into parts of <= limit tokens at syllable starts where possible."""
+def _split_long(ids: list[int], starts: list, limit: int, head: int) -> list[tuple[list, list]]:
+    """Cut a token sequence into parts of <= limit tokens at the strongest boundary within
+    the limit (a word start, else a syllable start: `tibnlp.data.words` levels), the latest."""
     parts = []
     while len(ids) > limit:
-        cut = max((i for i in range(1, limit + 1) if starts[i]), default=limit)
+        top = max(starts[1 : limit + 1])
+        cut = max((i for i in range(1, limit + 1) if top and starts[i] == top), default=limit)
         parts.append((ids[:cut], starts[:cut]))
-        ids, starts = ids[cut:], [True, *starts[cut + 1 :]]
+        ids, starts = ids[cut:], [head, *starts[cut + 1 :]]
     parts.append((ids, starts))
     return parts
 
 
 def _pair(
     chunk: list[tuple[list, list]], rng: random.Random
-) -> tuple[list[int], list[bool], list[int], list[bool]] | None:
+) -> tuple[list[int], list[int], list[int], list[int]] | None:
     if len(chunk) >= 2:
         a_end = rng.randint(1, len(chunk) - 1)
         a = [t for s in chunk[:a_end] for t in s[0]], [t for s in chunk[:a_end] for t in s[1]]
         b = [t for s in chunk[a_end:] for t in s[0]], [t for s in chunk[a_end:] for t in s[1]]
         return a[0], a[1], b[0], b[1]
     ids, starts = chunk[0]
-    cuts = [i for i in range(1, len(ids)) if starts[i]]
+    top = max(starts[1:], default=0)
+    cuts = [i for i in range(1, len(ids)) if top and starts[i] == top]
     if not cuts:
         return None
     cut = min(cuts, key=lambda i: abs(i - len(ids) / 2))
@@ -80,27 +85,33 @@ def make_examples(
     rng: random.Random,
     short_seq_prob: float,
     sop_prob: float = 0.5,
+    levels: list[list[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """SOP examples of one document (see the module docstring for the policy); `sop_prob`:
-    the share of pairs whose segments are swapped (0: text in order, for MLM without SOP)."""
+    the share of pairs whose segments are swapped (0: text in order, for MLM without SOP).
+
+    `levels` (per sentence, per piece: `tibnlp.data.words.piece_levels`) adds the column
+    `word_start`, and cuts prefer word boundaries; without it boundaries are syllables."""
     budget = seq_len - 3
+    head = WORD if levels is not None else True
     parts = []
-    for ids in sentences:
+    for n, ids in enumerate(sentences):
         if ids:
-            parts.extend(_split_long(ids, vocab.syllable_starts(ids), budget))
+            starts = levels[n] if levels is not None else vocab.syllable_starts(ids)
+            parts.extend(_split_long(ids, starts, budget, head))
     out: list[dict[str, Any]] = []
     target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
     chunk: list[tuple[list, list]] = []
     size = 0
     for i, part in enumerate(parts):
         if chunk and size + len(part[0]) > budget:  # would overflow: emit what we have
-            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob))
+            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob, head))
             chunk, size = [], 0
             target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
         chunk.append(part)
         size += len(part[0])
         if size >= target or i == len(parts) - 1:
-            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob))
+            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob, head))
             chunk, size = [], 0
             target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
     return out
@@ -112,11 +123,14 @@ def _emit(
     vocab: Vocabulary,
     rng: random.Random,
     sop_prob: float,
+    head: int = True,
 ) -> list[dict[str, Any]]:
     pair = _pair(chunk, rng)
     if pair is None:
         return []
     a, a_starts, b, b_starts = pair
+    # A and B each open a unit: a chunk of one word cut in two makes two words (masked apart)
+    a_starts, b_starts = [head, *a_starts[1:]], [head, *b_starts[1:]]
     swapped = rng.random() < sop_prob
     if swapped:
         a, a_starts, b, b_starts = b, b_starts, a, a_starts
@@ -125,7 +139,7 @@ def _emit(
         {
             "input_ids": ids,
             "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
-            "syllable_start": [True, *a_starts, True, *b_starts, True],
+            **boundary_columns([head, *a_starts, head, *b_starts, head], head == WORD),
             "sop_label": int(swapped),
             "length": len(ids),
             "doc_id": doc_id,
@@ -133,19 +147,20 @@ def _emit(
     ]
 
 
-def _features() -> Any:
+def _features(words: bool = False) -> Any:
     import datasets
 
-    return datasets.Features(
-        {
-            "input_ids": datasets.Sequence(datasets.Value("int32")),
-            "token_type_ids": datasets.Sequence(datasets.Value("int8")),
-            "syllable_start": datasets.Sequence(datasets.Value("bool")),
-            "sop_label": datasets.Value("int8"),
-            "length": datasets.Value("int32"),
-            "doc_id": datasets.Value("int64"),
-        }
-    )
+    columns = {
+        "input_ids": datasets.Sequence(datasets.Value("int32")),
+        "token_type_ids": datasets.Sequence(datasets.Value("int8")),
+        "syllable_start": datasets.Sequence(datasets.Value("bool")),
+        "sop_label": datasets.Value("int8"),
+        "length": datasets.Value("int32"),
+        "doc_id": datasets.Value("int64"),
+    }
+    if words:  # only then: span-masking datasets keep their columns and cache keys
+        columns["word_start"] = datasets.Sequence(datasets.Value("bool"))
+    return datasets.Features(columns)
 
 
 def _examples_batch(
@@ -158,14 +173,23 @@ def _examples_batch(
     segments: int = 0,
     sop_prob: float = 0.5,
 ) -> dict[str, list]:
-    out: dict[str, list] = {k: [] for k in _features()}
-    for doc_id, sentences in zip(batch["doc_id"], batch["sentences"], strict=True):
+    words = "word_starts" in batch  # the corpus came joined with its botok words
+    out: dict[str, list] = {k: [] for k in _features(words)}
+    for n, (doc_id, sentences) in enumerate(zip(batch["doc_id"], batch["sentences"], strict=True)):
         rng = random.Random(f"{seed}/{split}/{doc_id}")  # per document: order-independent
-        ids = vocab.encode_batch(sentences, num_threads=1) if sentences else []
+        levels = None
+        if words:
+            aligned = [
+                piece_levels(vocab, s, w)
+                for s, w in zip(sentences, batch["word_starts"][n], strict=True)
+            ]
+            ids, levels = [a[0] for a in aligned], [a[1] for a in aligned]
+        else:
+            ids = vocab.encode_batch(sentences, num_threads=1) if sentences else []
         examples = (
-            make_chains(int(doc_id), ids, vocab, seq_len, segments)
+            make_chains(int(doc_id), ids, vocab, seq_len, segments, levels)
             if segments
-            else make_examples(int(doc_id), ids, vocab, seq_len, rng, short, sop_prob)
+            else make_examples(int(doc_id), ids, vocab, seq_len, rng, short, sop_prob, levels)
         )
         for ex in examples:
             for key, value in ex.items():
@@ -187,6 +211,7 @@ def build_pretraining_dataset(
     short_seq_prob: float = 0.1,
     segments: int = 0,
     sop_prob: float = 0.5,
+    masking: str = "span",
 ) -> Path:
     """Tokenise a prepared corpus into SOP examples under `out_dir` (cached by its inputs).
 
@@ -194,6 +219,9 @@ def build_pretraining_dataset(
     (segment-recurrence pretraining, `tibnlp.data.segment_chains`); `median_length` is then
     the median segment length, the length the encoder (and DMA's threshold) sees.
     `sop_prob`: share of swapped pairs (`pretrain.sop_prob`; 0 when `pretrain.sop` is off).
+    `masking="whole_word"`: examples also carry `word_start`, from the botok words stored with
+    the corpus (`tibnlp corpus words`, read by `tibnlp.text.corpus_words.load_words`), and
+    cuts prefer word boundaries.
     """
     import datasets
 
@@ -202,6 +230,8 @@ def build_pretraining_dataset(
         raise DataError(f"seq_len {seq_len} is too short for [CLS] A [SEP] B [SEP]; use >= 8")
     if not 0.0 <= short_seq_prob <= 1.0:
         raise DataError(f"short_seq_prob {short_seq_prob} must be in [0, 1]")
+    if masking not in MASKING:
+        raise DataError(f"masking {masking!r} is not one of {', '.join(MASKING)}")
     corpus = _load_corpus(corpus_dir)
     key = {
         "format": FORMAT_VERSION,
@@ -218,6 +248,13 @@ def build_pretraining_dataset(
         key["segments"] = segments
     if sop_prob != 0.5:  # likewise
         key["sop_prob"] = sop_prob
+    words = None
+    if masking == "whole_word":  # likewise; the words key names the segmentation (pack, botok)
+        from tibnlp.text.corpus_words import load_words
+
+        words, words_meta = load_words(corpus_dir, corpus)
+        key["masking"] = masking
+        key["words"] = words_meta["key"]
     cache_key = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     if (out_dir / META_FILE).is_file():
         meta = json.loads((out_dir / META_FILE).read_text(encoding="utf-8"))
@@ -235,12 +272,14 @@ def build_pretraining_dataset(
         if split not in corpus:
             raise DataError(f"{corpus_dir}: the prepared corpus has no {split!r} split")
         ds = corpus[split]
+        if words is not None:
+            ds = datasets.concatenate_datasets([ds, words[split]], axis=1)
         splits[split] = ds.map(
             _examples_batch,
             batched=True,
             batch_size=16,
             remove_columns=ds.column_names,
-            features=_features(),
+            features=_features(words is not None),
             num_proc=min(procs, max(1, len(ds))) if procs > 1 else None,
             fn_kwargs={
                 "vocab": vocab,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tibnlp.data.words import WORD, boundary_columns
 from tibnlp.text.vocab import Vocabulary
 
 
@@ -29,27 +30,41 @@ def chain_lengths(length: int, seq_len: int) -> list[int]:
 
 
 def make_chains(
-    doc_id: int, sentences: list[list[int]], vocab: Vocabulary, seq_len: int, segments: int
+    doc_id: int,
+    sentences: list[list[int]],
+    vocab: Vocabulary,
+    seq_len: int,
+    segments: int,
+    levels: list[list[int]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The chain examples of one document (see the module docstring)."""
+    """The chain examples of one document (see the module docstring); `levels` as in
+    `tibnlp.data.pretraining.make_examples` (adds `word_start`)."""
     limit = segments * (seq_len - 1)
     ids = [t for s in sentences for t in s]
-    starts = vocab.syllable_starts(ids) if ids else []
+    head = WORD if levels is not None else True
+    if levels is not None:
+        starts: list = [x for s in levels for x in s]
+    else:
+        starts = vocab.syllable_starts(ids) if ids else []
     out: list[dict[str, Any]] = []
     while len(ids) >= 2:
         cut = len(ids)
         if cut > limit:
-            cut = max((i for i in range(limit // 2, limit + 1) if starts[i]), default=limit)
+            top = max(starts[limit // 2 : limit + 1])  # a word start where there is one
+            cut = max(
+                (i for i in range(limit // 2, limit + 1) if top and starts[i] == top),
+                default=limit,
+            )
         part, part_starts = ids[:cut], starts[:cut]
         rest = ids[cut:]
-        starts = [True, *starts[cut + 1 :]] if rest else []
+        starts = [head, *starts[cut + 1 :]] if rest else []
         ids = rest
         n = len(part) + 1
         out.append(
             {
                 "input_ids": [vocab.cls_id, *part],
                 "token_type_ids": [0] * n,
-                "syllable_start": [True, *part_starts],
+                **boundary_columns([head, *part_starts], levels is not None),
                 "sop_label": 0,
                 "length": n,
                 "doc_id": doc_id,

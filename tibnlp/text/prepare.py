@@ -14,6 +14,9 @@ Output layout (a contract: vocabulary and pretraining read it through `load_prep
                            size, sha256, lines, documents; seconds per step
     OUT/corpus.yaml        the CorpusConfig used and the inputs
     OUT/tibnlp-corpus.json {"kind": "prepared_corpus", "version": 1}
+    OUT/words/             with `corpus.words`: the botok words of every sentence, for
+                           whole-word masking (`tibnlp.text.corpus_words`, added after the
+                           corpus is published, so an interrupted segmentation resumes)
 
 Steps: read the inputs into a raw Arrow file (documents = blank-line separated blocks, or JSONL
 records); `datasets.map(num_proc=...)` normalises, filters and splits each document (documents
@@ -202,6 +205,11 @@ def prepare_corpus(
     output = Path(output)
     files = expand_inputs([Path(p) for p in inputs])
     _check_output(output, force)
+    if cfg.words:  # fail before hours of work, not after: botok and its pack must be here
+        from tibnlp.text.words import botok_version, require_pack
+
+        botok_version()
+        require_pack()
     num_proc = cfg.num_proc or os.cpu_count() or 1
     was_enabled = datasets.is_progress_bar_enabled()
     if not progress:
@@ -238,6 +246,10 @@ def prepare_corpus(
     finally:
         if was_enabled and not progress:
             datasets.enable_progress_bars()
+    if cfg.words:
+        from tibnlp.text.corpus_words import segment_corpus, stderr_progress
+
+        segment_corpus(output, num_proc, progress=stderr_progress if progress else None)
     return report
 
 

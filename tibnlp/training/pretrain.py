@@ -180,6 +180,7 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
             num_proc,
             segments=chain,
             sop_prob=p.sop_prob if p.sop else 0.0,
+            masking=p.masking,
         )
         dump_yaml(cfg, output / "config.yaml")
     barrier()
@@ -202,9 +203,10 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
     )
     _seed_everything(p.seed + 7919 * world.rank)  # distinct dropout streams per rank
 
+    whole_word = p.masking == "whole_word"
     train = _batches(
         splits["train"],
-        MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed),
+        MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed, whole_word),
         p.batch_size,
         p.seed,
         world,
@@ -214,7 +216,7 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
     if p.eval_batches and len(splits["heldout"]) >= p.batch_size:
         heldout = _batches(
             splits["heldout"],
-            MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed + EVAL_SEED_OFFSET),
+            MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed + EVAL_SEED_OFFSET, whole_word),
             p.batch_size,
             p.seed,
             world,

@@ -1,0 +1,353 @@
+"""Whole-word masking: botok words found at preparation time, aligned to pieces, masked whole.
+
+Runs botok with the dialect pack from the data directory on real Tibetan text: a few sentences
+written out here, and a slice of the shared news and literature corpora (the experiments'
+corpus) prepared with `corpus.words`, with a vocabulary trained on it (pieces are whole
+syllables, as in real use). Skips with the reason when botok, the pack or the corpora are
+absent.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tibnlp.config import CorpusConfig, VocabConfig, load_config
+from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
+from tibnlp.data.pretraining import build_pretraining_dataset, load_pretraining_dataset
+from tibnlp.data.words import WORD, piece_levels
+from tibnlp.errors import ConfigError, DataError
+from tibnlp.text import corpus_words
+from tibnlp.text.corpus_words import load_words, segment_corpus
+from tibnlp.text.prepare import load_prepared, prepare_corpus
+from tibnlp.text.vocab import Vocabulary
+from tibnlp.text.vocab_build import build_vocabulary
+from tibnlp.text.words import WordSegmenter, require_pack
+
+SEQ_LEN = 48  # short, so long sentences are cut (at word boundaries) as well
+SEEDS = 200
+SLICE = {"tibetan_tibettimes_news.txt.xz": 24, "tibetan_tibetcm_literature.txt.xz": 4}  # docs
+# Real sentences of the shared corpora (tibettimes news, tibetcm literature), with numbers.
+SENTENCES = [
+    "སི་ཁྲོན་ཞིང་ཆེན་སྲིད་གྲོས་ཀྱི་མགོ་ཁྲིད་ལི་ཁྲོང་ཞི་ལ་ཁྲིམས་འགལ་གྱི་དོགས་གཞིའི་འོག་ཞིབ་བཤེར་བྱེད་བཞིན་ཡོད་འདུག",
+    "ཟླ་སྔོན་མའི་ཚེས་ ༢༩ རྒྱ་ནག་དབུས་སྒྲིག་ཁྲིམས་ཞིབ་བཤེར་ཨུ་ཡོན་ལྷན་ཁང་གི་དྲ་བའི་ཐོག་གནས་ཚུལ་སྤེལ་བ་ལྟར་ན།",
+    "རྒྱ་རིཊ་ཆབ་སྲིད་དཔྱད་བརྗོད་པ་ཁྲིན་ཕོ་ཁུང་ལཊ་ཀྱིས་བོད་མི་ཚོར་གཏམ་བཤད་གནང་སྟེ།",
+    "བོད་རང་བཙན་སྤྱི་ཚོཊ་ཀྱི་སྐད་སྒྲ་གཙོ་བོར་གྱུར་ཚེ།",
+    "དེ་རིང་པེན་བོད་ཀྱི་རྩོམ་པ་པོའི་མཐུན་ཚོགས་ཀྱིས་རྒྱལ་སྤྱིའི་བུད་མེད་དུས་ཆེན་ཐེངས་ ༡༠༥ "
+    "པ་སྲུང་གཙིའི་ཐོག་བོད་ཀྱི་སྐྱེས་མ་ཚོར་དམིགས་བསལ་ཀྱི་འཇོན་ཐང་དང་ནུས་པ་ཡོད་སྐོར་བརྗོད་སོང་།",
+    "དེ་རིང་སྔ་དྲོའི་ཆུ་ཚོད་ ༡༠ བའི་སྟེང་བཞུགས་སྒར་དྷ་སའི་ཉེ་འགྲམ་གྱི་བཙུན་དགོན་སྒྲོལ་མ་གླིང་གི་ཚོགས་ཁང་དུ།",
+    "ཏག་ཏག་ང་རང་ཕ་ཡུལ་ནས་ཡོང་ཁར།",
+    "༡ ཁྱོད་ཀྱིས་དུས་ནམ་ཞིག་ནས་སྙན་ངག་འབྲི་མགོ་བརྩམས་པ་ཡིན།",
+]
+
+
+def _need_botok() -> Path:
+    pytest.importorskip("botok", reason="whole-word masking needs the botok package")
+    try:
+        return require_pack()
+    except DataError as exc:
+        pytest.skip(f"needs the botok dialect pack: {exc}")
+
+
+def write_corpus(path: Path, n_docs: int = 24, heldout: int = 4) -> Path:
+    """A prepared corpus (the `tibnlp corpus prepare` layout) of the real sentences."""
+    import datasets
+
+    rng = random.Random(0)
+    docs = [
+        {"doc_id": i, "source": "real", "sentences": rng.choices(SENTENCES, k=rng.randint(2, 7))}
+        for i in range(n_docs)
+    ]
+    features = datasets.Features(
+        {
+            "doc_id": datasets.Value("int64"),
+            "source": datasets.Value("string"),
+            "sentences": datasets.Sequence(datasets.Value("string")),
+        }
+    )
+    datasets.DatasetDict(
+        train=datasets.Dataset.from_list(docs[heldout:], features=features),
+        heldout=datasets.Dataset.from_list(docs[:heldout], features=features),
+    ).save_to_disk(str(path / "dataset"))
+    (path / "tibnlp-corpus.json").write_text(json.dumps({"kind": "prepared_corpus", "version": 1}))
+    (path / "report.json").write_text(json.dumps({"documents": n_docs}))
+    return path
+
+
+def write_slice(corpora: Path, out: Path) -> Path:
+    """The first documents (blank-line separated) of each corpus file of `SLICE`."""
+    with out.open("w", encoding="utf-8") as fh:
+        for name, docs in SLICE.items():
+            with lzma.open(corpora / name, "rt", encoding="utf-8") as src:
+                for line in src:
+                    docs -= not line.strip()
+                    if docs < 0:
+                        break
+                    fh.write(line)
+            fh.write("\n")
+    return out
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from tibnlp.data.datadir import data_dir
+
+    pack = _need_botok()
+    corpora = data_dir() / "corpora"
+    if not all((corpora / name).is_file() for name in SLICE):
+        pytest.skip(f"needs {', '.join(SLICE)} in {corpora}; run `tibnlp data link SOURCE_DIR`")
+    root = tmp_path_factory.mktemp("wwm")
+    cache = root / "cache"
+    text = write_slice(corpora, root / "slice.txt")
+    cfg = CorpusConfig(num_proc=1, heldout_fraction=0.1, words=True)
+    prepare_corpus([text], root / "corpus", cfg, progress=False)
+    corpus = root / "corpus"
+    build_vocabulary(corpus, root / "vocab", VocabConfig(vocab_size=8000, num_threads=1))
+    vocab = Vocabulary.load(root / "vocab")
+    meta = segment_corpus(corpus, 1, pack=pack, cache=cache, progress=None)  # up to date
+    data = build_pretraining_dataset(
+        corpus, vocab, SEQ_LEN, root / "data", num_proc=1, masking="whole_word"
+    )
+    ds, _ = load_pretraining_dataset(data)
+    segmenter = WordSegmenter(pack, cache)
+    return {
+        "root": root,
+        "pack": pack,
+        "cache": cache,
+        "corpus": corpus,
+        "vocab": vocab,
+        "meta": meta,
+        "examples": [ds["train"][i] for i in range(len(ds["train"]))],
+        "segmenter": segmenter,
+    }
+
+
+def _word_groups(word_start: list[bool], special: list[bool]) -> list[list[int]]:
+    groups: list[list[int]] = []
+    for pos, (start, sp) in enumerate(zip(word_start, special, strict=True)):
+        if sp:
+            continue
+        if start or not groups:
+            groups.append([pos])
+        else:
+            groups[-1].append(pos)
+    return groups
+
+
+def test_pieces_of_one_botok_word_share_one_word(setup: dict) -> None:
+    """Adjacent letter-bearing pieces are in the same word exactly when botok put their
+    letters in the same token: words are botok's, and units never straddle them."""
+    vocab, seg = setup["vocab"], setup["segmenter"]
+    checked = 0
+    for sentence in SENTENCES:
+        starts = seg.starts(sentence)
+        ids, levels = piece_levels(vocab, sentence, starts)
+        assert levels[0] == WORD and len(ids) == len(vocab.encode(sentence))
+        assert ids == vocab.encode(sentence)
+        pieces = vocab.sp.encode(sentence, return_type="proto").pieces
+        word = token = -1
+        previous: tuple[int, int] | None = None
+        for piece, level in zip(pieces, levels, strict=True):
+            word += level == WORD
+            body = piece.surface.lstrip(" \u0f0b")
+            if not body or not body[0].isalpha():  # separators, shad, digits
+                continue
+            anchor = piece.begin + len(piece.surface[: len(piece.surface) - len(body)].encode())
+            token = sum(1 for s in starts if s <= anchor) - 1
+            if previous is not None:
+                assert (previous[0] == word) == (previous[1] == token), sentence
+                checked += 1
+            previous = (word, token)
+    assert checked > 100
+
+
+def test_examples_carry_word_starts(setup: dict) -> None:
+    vocab = setup["vocab"]
+    multi = 0
+    for ex in setup["examples"]:
+        assert ex["length"] <= SEQ_LEN
+        words, syllables = ex["word_start"], ex["syllable_start"]
+        assert len(words) == len(ex["input_ids"])
+        assert all(s for w, s in zip(words, syllables, strict=True) if w)  # words ⊆ syllables
+        sep = ex["input_ids"].index(vocab.sep_id)
+        assert words[1] and words[sep + 1]  # A and B both start on a word
+        multi += sum(syllables) > sum(words)
+    assert multi > len(setup["examples"]) // 2  # most examples hold multi-syllable words
+
+
+def _masked(setup: dict, seed: int, whole_word: bool, batch_index: int = 0) -> tuple:
+    rng = random.Random(seed)
+    examples = rng.sample(setup["examples"], 8)
+    collator = MlmCollator(setup["vocab"], 0.15, 3, seed, whole_word=whole_word)
+    return examples, collator(examples, batch_index)
+
+
+def test_whole_word_masks_never_split_a_word(setup: dict) -> None:
+    special_ids = setup["vocab"].special_ids
+    whole = partial = 0
+    for seed in range(SEEDS):
+        examples, batch = _masked(setup, seed, True, batch_index=seed % 7)
+        labels = batch["mlm_labels"]
+        for row, ex in enumerate(examples):
+            special = [i in special_ids for i in ex["input_ids"]]
+            for group in _word_groups(ex["word_start"], special):
+                chosen = [bool(labels[row, p] != IGNORE_INDEX) for p in group]
+                assert all(chosen) or not any(chosen), (seed, row, group)
+                if all(chosen):
+                    whole += len(group) > 1
+    # and span masking (syllables) does cut multi-piece words: the test can see a split
+    for seed in range(SEEDS):
+        examples, batch = _masked(setup, seed, False)
+        for row, ex in enumerate(examples):
+            special = [i in special_ids for i in ex["input_ids"]]
+            for group in _word_groups(ex["word_start"], special):
+                chosen = {bool(batch["mlm_labels"][row, p] != IGNORE_INDEX) for p in group}
+                partial += len(chosen) == 2
+    assert whole > 100 and partial > 10
+
+
+def test_mask_rate_is_kept_in_pieces(setup: dict) -> None:
+    special_ids = setup["vocab"].special_ids
+    for whole_word in (True, False):
+        masked = real = 0
+        for seed in range(SEEDS):
+            examples, batch = _masked(setup, seed, whole_word)
+            masked += int((batch["mlm_labels"] != IGNORE_INDEX).sum())
+            real += sum(i not in special_ids for ex in examples for i in ex["input_ids"])
+        assert masked / real == pytest.approx(0.15, abs=0.01), whole_word
+
+
+def test_masking_is_a_function_of_seed_and_batch_index(setup: dict) -> None:
+    """What resume relies on: a fresh collator reproduces a batch from (seed, index)."""
+    examples, first = _masked(setup, 5, True, batch_index=3)
+    again = MlmCollator(setup["vocab"], 0.15, 3, 5, whole_word=True)(examples, 3)
+    for key in first:
+        assert torch.equal(first[key], again[key]), key
+    other = MlmCollator(setup["vocab"], 0.15, 3, 5, whole_word=True)(examples, 4)
+    assert not torch.equal(first["mlm_labels"], other["mlm_labels"])
+
+
+def test_whole_word_collator_needs_word_starts(setup: dict) -> None:
+    example = {k: v for k, v in setup["examples"][0].items() if k != "word_start"}
+    with pytest.raises(DataError, match="word_start"):
+        MlmCollator(setup["vocab"], whole_word=True)([example], 0)
+
+
+def test_span_datasets_are_unchanged_and_cached_apart(setup: dict) -> None:
+    root, vocab, corpus = setup["root"], setup["vocab"], setup["corpus"]
+    span = build_pretraining_dataset(corpus, vocab, SEQ_LEN, root / "span", num_proc=1)
+    ds, meta = load_pretraining_dataset(span)
+    assert "word_start" not in ds["train"].column_names and "masking" not in meta
+    whole = json.loads((root / "data" / "meta.json").read_text())
+    assert whole["masking"] == "whole_word" and whole["words"] == setup["meta"]["key"]
+    assert whole["cache_key"] != meta["cache_key"]
+    with pytest.raises(DataError, match="other inputs"):
+        build_pretraining_dataset(corpus, vocab, SEQ_LEN, span, num_proc=1, masking="whole_word")
+    with pytest.raises(DataError, match="masking 'word'"):
+        build_pretraining_dataset(corpus, vocab, SEQ_LEN, root / "x", masking="word")
+
+
+def test_words_are_stored_with_the_corpus(setup: dict) -> None:
+    corpus, meta = setup["corpus"], setup["meta"]
+    words, loaded = load_words(corpus, load_prepared(corpus))
+    assert loaded == meta and meta["num_proc"] == 1 and meta["resumed_shards"] == 0
+    assert meta["syllables"] > meta["words"] > 0 and meta["cpu_seconds"] > 0
+    first = load_prepared(corpus)["train"][0]["sentences"]
+    stored = words["train"][0]["word_starts"]
+    assert stored == [setup["segmenter"].starts(s) for s in first]
+    stamp = (corpus / "words" / "meta.json").stat().st_mtime_ns
+    assert segment_corpus(corpus, 1, pack=setup["pack"], cache=setup["cache"], progress=None)
+    assert (corpus / "words" / "meta.json").stat().st_mtime_ns == stamp  # up to date: kept
+
+
+def test_segmentation_resumes_after_an_interruption(
+    setup: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = shutil.copytree(setup["corpus"], setup["root"] / "resumed", ignore=_no_words)
+    monkeypatch.setattr(corpus_words, "SHARD_CHARS", 600)  # several shards
+
+    class Interrupted(Exception):
+        pass
+
+    def stop_after_first_shard(line: str) -> None:
+        if "shard 1/" in line:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        segment_corpus(corpus, 1, setup["pack"], setup["cache"], stop_after_first_shard)
+    assert not (corpus / "words").exists()
+    assert len(list((corpus / ".words.partial").glob("*.npz"))) >= 1
+    lines: list[str] = []
+    meta = segment_corpus(corpus, 1, setup["pack"], setup["cache"], lines.append)
+    assert meta["resumed_shards"] >= 1 and meta["shards"] > meta["resumed_shards"]
+    assert not (corpus / ".words.partial").exists()
+    assert any("ETA" in line for line in lines)
+    a = load_words(corpus, load_prepared(corpus))[0]
+    b = load_words(setup["corpus"], load_prepared(setup["corpus"]))[0]
+    assert all(a[s]["word_starts"] == b[s]["word_starts"] for s in ("train", "heldout"))
+
+
+def _no_words(directory: str, names: list[str]) -> list[str]:
+    return [n for n in names if n in ("words", ".words.partial")]
+
+
+def test_a_read_only_pack_is_never_written(setup: dict, tmp_path: Path) -> None:
+    pack = shutil.copytree(setup["pack"], tmp_path / "ro" / "general")
+    before = sorted(p.relative_to(pack) for p in pack.rglob("*"))
+    for p in [pack, *pack.rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    try:
+        seg = WordSegmenter(pack, tmp_path / "cache")
+        assert seg.starts(SENTENCES[6]) == setup["segmenter"].starts(SENTENCES[6])
+        assert sorted(p.relative_to(pack) for p in pack.rglob("*")) == before
+        assert list((tmp_path / "cache" / "botok").glob("*/general_trie.pickled"))
+    finally:
+        for p in [pack, *pack.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+def test_missing_pack_and_missing_words_say_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"botok dialect pack not found: .*nowhere"):
+        require_pack(tmp_path / "nowhere")
+    corpus = write_corpus(tmp_path / "corpus", n_docs=4, heldout=1)
+    with pytest.raises(DataError, match="nowhere") as info:
+        segment_corpus(corpus, 1, pack=tmp_path / "nowhere", progress=None)
+    assert "never downloaded" in str(info.value)
+    with pytest.raises(DataError, match="no botok words") as info:
+        load_words(corpus, load_prepared(corpus))
+    assert "tibnlp corpus words" in str(info.value)
+
+
+def test_masking_key_is_validated() -> None:
+    assert load_config(None, ["pretrain.masking=whole_word"]).pretrain.masking == "whole_word"
+    with pytest.raises(ConfigError, match=r"pretrain\.masking"):
+        load_config(None, ["pretrain.masking=word"])
+
+
+def test_data_link_links_the_botok_pack(tmp_path: Path) -> None:
+    """`tibnlp data link SOURCE` links every manifest's folder, the botok pack's included."""
+    from tibnlp.data.datadir import link_into
+    from tibnlp.data.manifests import all_manifests
+
+    manifest = all_manifests()["botok"]
+    assert manifest.kind == "resource" and manifest.root == "botok"
+    (tmp_path / "shared" / "botok" / "general" / "dictionary").mkdir(parents=True)
+    roots = {m.root for m in all_manifests().values()}
+    linked = link_into(tmp_path / "shared", names=roots, target=tmp_path / "data")
+    assert linked == ["botok"]
+    assert require_pack(tmp_path / "data" / "botok" / "general").is_dir()
+
+
+def test_the_shared_pack_matches_its_manifest() -> None:
+    from tibnlp.data.manifests import all_manifests
+
+    manifest = all_manifests()["botok"]
+    if not manifest.path.exists():
+        pytest.skip(f"the botok pack is not in the data directory ({manifest.path})")
+    assert manifest.status() == "present"

@@ -1,0 +1,61 @@
+"""botok words aligned to vocabulary pieces: the boundary levels whole-word masking needs.
+
+The words of a prepared corpus are found once, at preparation time (`tibnlp corpus words`,
+`tibnlp.text.corpus_words`), and stored as byte offsets per sentence. Here they meet a
+vocabulary: each piece gets a level, INSIDE (continues a unit), SYLLABLE (opens a syllable
+unit, `Vocabulary.syllable_starts`) or WORD (opens a syllable unit that opens a botok word).
+
+A syllable unit belongs to the botok token holding its first character that is not a space or
+tsheg (a piece carries the separator before its syllable as `▁`). Units are grouped into
+words, never cut: where botok cuts inside a unit (a digit glued to a syllable) the unit stays
+whole, so a word is always a run of whole syllable units and masking one never splits either.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+
+from tibnlp.text.normalize import normalize
+from tibnlp.text.syllables import NBSP_TSHEG, TSHEG
+from tibnlp.text.vocab import Vocabulary
+
+# Per-piece boundary levels: inside a unit, opens a syllable unit, opens a word (and a unit).
+INSIDE, SYLLABLE, WORD = 0, 1, 2
+_SEPARATORS = f" \t{TSHEG}{NBSP_TSHEG}"
+
+
+def piece_levels(
+    vocab: Vocabulary, text: str, word_starts: list[int]
+) -> tuple[list[int], list[int]]:
+    """(ids, levels) of one sentence: the pieces `vocab.encode` gives, each with INSIDE,
+    SYLLABLE or WORD (see the module docstring), from the byte offsets `WordSegmenter.starts`
+    gave for the same normalised text. The first unit always opens a word."""
+    proto = vocab.sp.encode(normalize(text), return_type="proto")
+    pieces = list(proto.pieces)
+    ids = [int(p.id) for p in pieces]
+    levels = [int(s) for s in vocab.syllable_starts(ids)]
+    heads = [i for i, level in enumerate(levels) if level] + [len(ids)]
+    previous = None
+    for head, end in itertools.pairwise(heads):
+        anchor = pieces[head].begin
+        for piece in pieces[head:end]:
+            surface = piece.surface
+            kept = surface.lstrip(_SEPARATORS)
+            if kept:
+                anchor = piece.begin + len(surface[: len(surface) - len(kept)].encode())
+                break
+        word = bisect.bisect_right(word_starts, anchor) - 1
+        if word != previous:
+            levels[head] = WORD
+        previous = word
+    return ids, levels
+
+
+def boundary_columns(levels: list, words: bool) -> dict[str, list[bool]]:
+    """The stored boundary columns of one example from its per-piece levels (or bools):
+    `syllable_start`, and `word_start` when the example has word levels."""
+    out = {"syllable_start": [bool(x) for x in levels]}
+    if words:
+        out["word_start"] = [x == WORD for x in levels]
+    return out

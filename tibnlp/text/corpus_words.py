@@ -1,0 +1,325 @@
+"""`tibnlp corpus words`: the botok words of a prepared corpus, found once and stored with it.
+
+Whole-word masking needs word boundaries, and segmenting is the slow part (botok runs some
+tens of thousands of characters per second per core: benchmarks/results/wwm.md). It depends
+only on the corpus and the dialect pack, not on the vocabulary or `seq_len`, so it is a
+preparation step whose result lives in the prepared corpus itself:
+
+    CORPUS/words/train, CORPUS/words/heldout   datasets.Dataset, row-aligned with the corpus
+                                               split, column `word_starts` (per sentence, the
+                                               UTF-8 byte offsets of its botok tokens in the
+                                               normalised sentence: `tibnlp.text.words`)
+    CORPUS/words/meta.json                     key (corpus content, pack digest, botok
+                                               version), figures and timings
+
+Work is cut into shards of contiguous documents (~`SHARD_CHARS` characters each), segmented by
+`num_proc` processes; each finished shard is written at once under CORPUS/.words.partial/, so
+an interrupted run resumes from the shards it has (shards of another key are discarded). A
+progress line (shards, characters/s, syllables/s, ETA) goes to stderr as shards finish;
+`words/` is published whole at the end. Pretraining reads it with `load_words`, which needs
+neither botok nor the pack.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tibnlp.errors import DataError
+from tibnlp.fsutil import staged_dir
+from tibnlp.text.normalize import normalize
+from tibnlp.text.syllables import count_syllables
+from tibnlp.text.words import (
+    SPLIT_AFFIXES,
+    WordSegmenter,
+    botok_version,
+    cache_root,
+    pack_digest,
+    require_pack,
+)
+
+FORMAT_VERSION = 1
+SHARD_CHARS = 400_000
+META_FILE = "meta.json"
+WORDS_DIR = "words"
+PARTIAL_DIR = ".words.partial"
+SPLITS = ("train", "heldout")
+
+Progress = Callable[[str], None]
+
+
+def stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def corpus_key(corpus_dir: Path, corpus: Any) -> str:
+    """Names the prepared corpus's content (its report and split fingerprints)."""
+    report = Path(corpus_dir) / "report.json"
+    key = {
+        "report_sha256": hashlib.sha256(report.read_bytes()).hexdigest()
+        if report.is_file()
+        else None,
+        "fingerprints": {s: getattr(corpus[s], "_fingerprint", None) for s in sorted(corpus)},
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def words_key(corpus_id: str, pack_sha: str) -> str:
+    """Names a segmentation: the corpus, the pack's content and the botok version."""
+    key = {
+        "format": FORMAT_VERSION,
+        "corpus": corpus_id,
+        "pack": pack_sha,
+        "botok": botok_version(),
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _plan(split: str, ds: Any) -> list[tuple[str, int, int, int]]:
+    """(split, first doc, end doc, characters) of each shard, documents in order."""
+    shards: list[tuple[str, int, int, int]] = []
+    start = size = 0
+    row = 0
+    for batch in ds.select_columns(["sentences"]).iter(batch_size=256):
+        for sentences in batch["sentences"]:
+            size += sum(len(s) for s in sentences)
+            row += 1
+            if size >= SHARD_CHARS:
+                shards.append((split, start, row, size))
+                start, size = row, 0
+    if row > start:
+        shards.append((split, start, row, size))
+    return shards
+
+
+# One segmenter and one corpus per worker process, made by the pool's initializer.
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(corpus_dir: str, pack: str, cache: str) -> None:
+    from tibnlp.text.prepare import load_prepared
+
+    _WORKER["corpus"] = load_prepared(Path(corpus_dir))
+    _WORKER["segmenter"] = WordSegmenter(Path(pack), Path(cache))
+
+
+def _shard_file(partial: Path, split: str, first: int) -> Path:
+    return partial / f"{split}-{first:08d}.npz"
+
+
+def _segment_shard(job: tuple[str, int, int, str]) -> dict[str, float]:
+    """Segment documents [first, end) of a split into one .npz (written atomically)."""
+    split, first, end, out = job
+    seg: WordSegmenter = _WORKER["segmenter"]
+    began, cpu = time.perf_counter(), time.process_time()
+    doc_sentences, sentence_words, starts = [], [], []
+    chars = syllables = words = 0
+    for sentences in _WORKER["corpus"][split].select(range(first, end))["sentences"]:
+        doc_sentences.append(len(sentences))
+        for sentence in sentences:
+            text = normalize(sentence)
+            offsets, n_words = seg.segment(text)
+            sentence_words.append(len(offsets))
+            starts.extend(offsets)
+            chars += len(text)
+            syllables += count_syllables(text)
+            words += n_words
+    figures = {
+        "characters": chars,
+        "syllables": syllables,
+        "words": words,
+        "seconds": time.perf_counter() - began,
+        "cpu_seconds": time.process_time() - cpu,  # the cost on a shared machine
+    }
+    tmp = Path(f"{out}.tmp.npz")
+    np.savez(
+        tmp,
+        doc_sentences=np.asarray(doc_sentences, dtype=np.int64),
+        sentence_words=np.asarray(sentence_words, dtype=np.int64),
+        starts=np.asarray(starts, dtype=np.int32),
+        figures=json.dumps(figures),
+    )
+    os.replace(tmp, out)
+    return figures
+
+
+def _assemble(files: list[Path]) -> Any:
+    """One split's shards, in document order, as a Dataset with column `word_starts`."""
+    import datasets
+    import pyarrow as pa
+
+    parts = [np.load(f) for f in files]
+    docs = np.concatenate([p["doc_sentences"] for p in parts]) if parts else np.zeros(0, int)
+    sents = np.concatenate([p["sentence_words"] for p in parts]) if parts else np.zeros(0, int)
+    flat = np.concatenate([p["starts"] for p in parts]) if parts else np.zeros(0, np.int32)
+    inner = pa.ListArray.from_arrays(
+        pa.array(np.concatenate([[0], np.cumsum(sents)]), pa.int32()), pa.array(flat, pa.int32())
+    )
+    outer = pa.ListArray.from_arrays(
+        pa.array(np.concatenate([[0], np.cumsum(docs)]), pa.int32()), inner
+    )
+    table = pa.table({"word_starts": outer})
+    features = datasets.Features(
+        {"word_starts": datasets.Sequence(datasets.Sequence(datasets.Value("int32")))}
+    )
+    return datasets.Dataset(table).cast(features)
+
+
+def _read_meta(corpus_dir: Path) -> dict[str, Any] | None:
+    path = Path(corpus_dir) / WORDS_DIR / META_FILE
+    if not path.is_file():
+        return None
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def segment_corpus(
+    corpus_dir: Path,
+    num_proc: int = 0,
+    pack: Path | None = None,
+    cache: Path | None = None,
+    progress: Progress | None = stderr_progress,
+) -> dict[str, Any]:
+    """Find the botok words of a prepared corpus and store them in CORPUS/words/ (module
+    docstring); returns their meta. Words already there for the same corpus, pack and botok
+    are kept; an interrupted run resumes from its finished shards."""
+    from tibnlp.text.prepare import load_prepared
+
+    corpus_dir = Path(corpus_dir)
+    corpus = load_prepared(corpus_dir)
+    pack = require_pack(pack)
+    key = words_key(corpus_key(corpus_dir, corpus), pack_digest(pack))
+    meta = _read_meta(corpus_dir)
+    if meta is None or meta.get("key") != key:
+        procs = num_proc or os.cpu_count() or 1
+        _build(corpus_dir, corpus, procs, pack, cache or cache_root(), key, progress or _quiet)
+        meta = _read_meta(corpus_dir)
+    assert meta is not None
+    return meta
+
+
+def load_words(corpus_dir: Path, corpus: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """({split: Dataset(word_starts)}, meta) stored with a prepared corpus, checked against it.
+
+    Needs neither botok nor the pack: pretraining reads what preparation found."""
+    import datasets
+
+    corpus_dir = Path(corpus_dir)
+    meta = _read_meta(corpus_dir)
+    where = corpus_dir / WORDS_DIR
+    if meta is None:
+        raise DataError(
+            f"{corpus_dir} has no botok words ({where / META_FILE} is missing); whole-word "
+            "masking (pretrain.masking=whole_word) needs them",
+            f"run `tibnlp corpus words {corpus_dir}` once, or prepare the corpus with "
+            "--set corpus.words=true (in a pipeline: corpus.words: true)",
+        )
+    if meta.get("corpus") != corpus_key(corpus_dir, corpus):
+        raise DataError(
+            f"{where}: the words were found for another version of this corpus",
+            f"run `tibnlp corpus words {corpus_dir}` again",
+        )
+    words = {s: datasets.load_from_disk(str(where / s)) for s in SPLITS}
+    for split, ds in words.items():
+        if len(ds) != len(corpus[split]):
+            raise DataError(
+                f"{where}: {len(ds)} rows of words for {len(corpus[split])} documents of the "
+                f"{split!r} split",
+                f"run `tibnlp corpus words {corpus_dir}` again",
+            )
+    return words, meta
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def _build(
+    corpus_dir: Path,
+    corpus: Any,
+    num_proc: int,
+    pack: Path,
+    cache: Path,
+    key: str,
+    progress: Progress,
+) -> None:
+    partial = corpus_dir / PARTIAL_DIR
+    stamp = partial / "key.txt"
+    if partial.exists() and (not stamp.is_file() or stamp.read_text().strip() != key):
+        shutil.rmtree(partial)  # shards of another corpus, pack or botok: start over
+    partial.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(key + "\n")
+    for split in SPLITS:
+        if split not in corpus:
+            raise DataError(f"{corpus_dir}: the prepared corpus has no {split!r} split")
+    shards = [s for split in SPLITS for s in _plan(split, corpus[split])]
+    jobs = [
+        (split, first, end, str(_shard_file(partial, split, first)))
+        for split, first, end, _ in shards
+        if not _shard_file(partial, split, first).is_file()
+    ]
+    total = sum(s[3] for s in shards)
+    todo = sum(s[3] for s in shards if not _shard_file(partial, s[0], s[1]).is_file())
+    procs = max(1, min(num_proc, len(jobs)))
+    progress(
+        f"botok words: {len(shards)} shards, {total:,} characters; {len(jobs)} to segment "
+        f"on {procs} process(es) (pack {pack})"
+    )
+    began = time.perf_counter()
+    done_chars = done_syl = 0
+    if jobs:
+        WordSegmenter(pack, cache)  # build the trie once, before the workers load it
+        ctx = multiprocessing.get_context("fork")
+        args = (str(corpus_dir), str(pack), str(cache))
+        with ctx.Pool(procs, initializer=_init_worker, initargs=args) as pool:
+            for n, fig in enumerate(pool.imap_unordered(_segment_shard, jobs), 1):
+                done_chars += int(fig["characters"])
+                done_syl += int(fig["syllables"])
+                spent = time.perf_counter() - began
+                rate = done_chars / spent
+                eta = (todo - done_chars) / rate if rate else 0.0
+                progress(
+                    f"botok words: shard {n}/{len(jobs)}, {done_chars:,}/{todo:,} characters, "
+                    f"{rate:,.0f} chars/s, {done_syl / spent:,.0f} syllables/s, "
+                    f"ETA {max(eta, 0.0) / 60:.1f} min"
+                )
+    figures = {"characters": 0, "syllables": 0, "words": 0, "shard_seconds": 0.0}
+    figures["cpu_seconds"] = 0.0
+    with staged_dir(corpus_dir / WORDS_DIR, replace=True) as tmp:
+        for split in SPLITS:
+            files = [_shard_file(partial, split, first) for s, first, _, _ in shards if s == split]
+            for f in files:
+                fig = json.loads(str(np.load(f)["figures"]))
+                for k in ("characters", "syllables", "words"):
+                    figures[k] += int(fig[k])
+                figures["shard_seconds"] += float(fig["seconds"])
+                figures["cpu_seconds"] += float(fig["cpu_seconds"])
+            _assemble(files).save_to_disk(str(tmp / split))
+        meta = {
+            "key": key,
+            "corpus": corpus_key(corpus_dir, corpus),
+            "pack": str(pack),
+            "pack_sha256": pack_digest(pack),
+            "botok": botok_version(),
+            "split_affixes": SPLIT_AFFIXES,
+            "num_proc": procs,
+            "wall_seconds": round(time.perf_counter() - began, 2),
+            "shards": len(shards),
+            "resumed_shards": len(shards) - len(jobs),
+            **figures,
+        }
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    shutil.rmtree(partial, ignore_errors=True)
+    progress(
+        f"botok words: {figures['words']:,} words, {figures['syllables']:,} syllables in "
+        f"{meta['wall_seconds']:.0f} s -> {corpus_dir / WORDS_DIR}"
+    )
