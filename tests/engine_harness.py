@@ -112,6 +112,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         "time_budget_s": None,
         "precision": "auto",
         "deterministic": False,  # CUDA: deterministic kernels (bit-identical resume)
+        "prefetch": None,  # LoopSettings.prefetch (None: on a GPU only)
         **overrides,
     }
     if o["deterministic"]:
@@ -151,6 +152,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         checkpoint_dir=out / "checkpoints",
         progress=False,
         time_budget_s=o["time_budget_s"],
+        prefetch=o["prefetch"],
     )
     loop = TrainLoop(engine, world, train, heldout, settings)
 

@@ -17,6 +17,7 @@ from benchmarks.gpu.designs import batch, build, designs
 
 # profiler op name fragment -> kernel family
 OPS = {
+    "_scaled_dot_product_flash_attention_for_cpu": "flash (CPU kernel)",
     "_scaled_dot_product_flash_attention": "flash",
     "_scaled_dot_product_efficient_attention": "memory-efficient",
     "_scaled_dot_product_cudnn_attention": "cuDNN",
@@ -24,6 +25,7 @@ OPS = {
     "flex_attention": "FlexAttention",
 }
 FAST = ("flash", "memory-efficient")
+FAMILIES_SDPA = ("flash", "memory-efficient", "cuDNN", "math")
 
 
 def _step(model: Any, inputs: dict[str, Any], device: str) -> None:
@@ -39,7 +41,11 @@ def _used(model: Any, inputs: dict[str, Any], device: str) -> list[str]:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         _step(model, inputs, device)
     names = {e.name for e in prof.events()}
-    found = {family for frag, family in OPS.items() if any(frag in n for n in names)}
+    found = set()
+    for name in names:  # the longest matching fragment names the kernel
+        frags = [f for f in OPS if f in name]
+        if frags:
+            found.add(OPS[max(frags, key=len)])
     return sorted(found) or ["none (scores computed by the design itself)"]
 
 
@@ -73,7 +79,7 @@ def report(device: str = "cuda", seq: int = 128) -> list[dict[str, Any]]:
         for label, lengths in (("full", [seq] * 4), ("padded", [seq, seq - 5, seq // 2, 9])):
             inputs = batch(design, lengths, device=device)
             used = _used(model, inputs, device)
-            sdpa = any(u in ("flash", "memory-efficient", "cuDNN", "math") for u in used)
+            sdpa = device == "cuda" and any(u in FAMILIES_SDPA for u in used)
             why = _why_not(model, inputs, device) if sdpa else dict.fromkeys(FAST, "n/a")
             rows.append({"design": design.name, "batch": label, "used": used, **why})
     return rows

@@ -55,13 +55,16 @@ def flex_window_attention(
     v: torch.Tensor,
     radius: torch.Tensor,
     lengths: torch.Tensor,
-    compile: bool = True,
+    compile: bool | None = None,
 ) -> torch.Tensor:
     """q, k, v [B, H, N, d]; radius [B, H] long (per row and head); lengths [B] -> [B, H, N, d].
 
-    `compile=False` runs FlexAttention eagerly (a dense reference, for tests on any device)."""
+    Compiled on CUDA by default; eager elsewhere (torch's unfused implementation: forward only
+    on CPU, which is what the CPU test of this path uses)."""
     from torch.nn.attention.flex_attention import flex_attention
 
+    if compile is None:
+        compile = q.is_cuda
     mask = window_mask(radius, lengths, q.shape[-2], compile)
     run = _compiled() if compile else flex_attention
-    return run(q, k, v, block_mask=mask)  # type: ignore[no-any-return]
+    return run(q, k, v, block_mask=mask)

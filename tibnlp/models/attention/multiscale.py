@@ -10,8 +10,8 @@ slices (a banded product, O(N w)); wider windows use blocked local attention (bl
 least the radius, each query block scores its own and both neighbouring key blocks, O(3 N r),
 through fused SDPA over the blocks); a window covering the whole sequence is plain dense SDPA.
 On CUDA every windowed head of a layer runs in one FlexAttention kernel with a per-head window
-block mask instead (`flex.py`). `reference_window_attention` is the dense masked softmax that tests check the fast paths
-against.
+block mask instead (`flex.py`). `reference_window_attention` is the dense masked softmax that
+tests check the fast paths against.
 """
 
 from __future__ import annotations
