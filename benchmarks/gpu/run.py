@@ -335,7 +335,8 @@ def finetune(mode: Mode, env: dict[str, str]) -> str:
     report = subprocess.run(
         [sys.executable, "-m", "tibnlp.cli.main", "finetune", "report", *outputs],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # the CLI's tables go to stderr when not on a terminal
         text=True,
         check=True,
     ).stdout
