@@ -110,9 +110,17 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         "seed": 7,
         "dropout": 0.1,
         "time_budget_s": None,
+        "precision": "auto",
+        "deterministic": False,  # CUDA: deterministic kernels (bit-identical resume)
+        "prefetch": None,  # LoopSettings.prefetch (None: on a GPU only)
         **overrides,
     }
-    engine_cfg = EngineConfig(zero_stage=o["zero_stage"], threads=1)
+    if o["deterministic"]:
+        import os
+
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
+        torch.use_deterministic_algorithms(True)
+    engine_cfg = EngineConfig(zero_stage=o["zero_stage"], threads=1, precision=o["precision"])
     world = init_distributed(engine_cfg)
     torch.manual_seed(o["seed"])
     model = TinyPretrainer(nan_at=o["nan_at"], dropout=o["dropout"])
@@ -144,6 +152,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         checkpoint_dir=out / "checkpoints",
         progress=False,
         time_budget_s=o["time_budget_s"],
+        prefetch=o["prefetch"],
     )
     loop = TrainLoop(engine, world, train, heldout, settings)
 
@@ -177,6 +186,53 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
             )
         )
     shutdown(world)
+
+
+def _child(out: Path, overrides: dict[str, Any]) -> Any:
+    import os
+    import subprocess
+
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *sys.path])}
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__)), str(out), json.dumps(overrides)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def run_child(out: Path, overrides: dict[str, Any], timeout: float = 600) -> None:
+    """This script in a fresh process (its own CUDA context and deterministic settings)."""
+    proc = _child(out, overrides)
+    output, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, output
+
+
+def run_until_killed(out: Path, overrides: dict[str, Any], tag: str, timeout: float = 600) -> None:
+    """Run this script in a child process and SIGKILL it once checkpoint `tag` is complete
+    (the run must sleep between steps, `sleep_after_step`, so the kill lands mid-run)."""
+    import os
+    import signal
+    import time
+
+    from tibnlp.training import checkpoint
+
+    proc = _child(out, overrides)
+    deadline = time.monotonic() + timeout
+    try:
+        while checkpoint.latest_tag(out / "checkpoints") != tag:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, f"no checkpoint {tag} in time"
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGKILL)  # mid-run: later steps are still to come
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "result.json").exists()
 
 
 if __name__ == "__main__":

@@ -4,11 +4,6 @@ uninterrupted run: on CPU with fixed seeds and one thread the result is bit-iden
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import engine_harness as h
@@ -16,40 +11,13 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from tibnlp.training import checkpoint
-
 CONFIG = {"max_steps": 8, "checkpoint_every": 2, "eval_every": 3, "seed": 11}
 
 
 @pytest.mark.slow
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     killed = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), *sys.path])}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(Path(h.__file__)),
-            str(killed),
-            json.dumps({**CONFIG, "sleep_after_step": 1.0}),
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + 600
-    try:
-        while checkpoint.latest_tag(killed / "checkpoints") != "step00000004":
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, "no checkpoint at step 4 in time"
-            time.sleep(0.1)
-        os.kill(proc.pid, signal.SIGKILL)  # mid-run: steps 5-8 are still to come
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    assert not (killed / "result.json").exists()
+    h.run_until_killed(killed, {**CONFIG, "sleep_after_step": 1.0}, "step00000004")
 
     h.main(killed, {**CONFIG, "resume": True})
     h.main(tmp_path / "straight", CONFIG)

@@ -34,6 +34,7 @@ from tibnlp.errors import TibnlpError
 from tibnlp.training import checkpoint
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import World, all_reduce_sum
+from tibnlp.training.prefetch import Prefetched
 from tibnlp.training.progress import TrainProgress
 
 
@@ -61,6 +62,8 @@ class LoopSettings:
     # stop once this many non-padding tokens (all ranks) are trained on; 0: no token budget.
     # A compute budget that holds on a shared or a different machine, unlike wall time.
     max_tokens: float = 0.0
+    # collate the next batch in a background thread (pinned memory on a GPU); None: on a GPU
+    prefetch: bool | None = None
     clock: Callable[[], float] = time.monotonic  # tests drive a simulated clock
 
 
@@ -117,6 +120,9 @@ class TrainLoop:
     ) -> None:
         self.engine, self.world, self.settings = engine, world, settings
         self.train_data, self.eval_data = train_data, eval_data
+        cuda = torch.device(getattr(engine, "device", "cpu")).type == "cuda"
+        if settings.prefetch or (settings.prefetch is None and cuda):
+            self.train_data = Prefetched(train_data, pin=cuda)  # type: ignore[assignment]
         self.evaluator = evaluator
         self.exporter = exporter
         self.tokens = 0.0

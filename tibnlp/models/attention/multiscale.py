@@ -9,8 +9,9 @@ their value vector (and the route skips their Q/K projections); width 3 scores s
 slices (a banded product, O(N w)); wider windows use blocked local attention (blocks of at
 least the radius, each query block scores its own and both neighbouring key blocks, O(3 N r),
 through fused SDPA over the blocks); a window covering the whole sequence is plain dense SDPA.
-`reference_window_attention` is the dense masked softmax that tests check the fast paths
-against.
+On CUDA every windowed head of a layer runs in one FlexAttention kernel with a per-head window
+block mask instead (`flex.py`). `reference_window_attention` is the dense masked softmax that
+tests check the fast paths against.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from tibnlp.models.attention.base import AttentionContext, AttentionCore
+from tibnlp.models.attention.flex import flex_available, flex_window_attention
 
 BAND_MAX_RADIUS = 1  # w = 3: shifted slices; wider windows: blocked fused SDPA (measured)
 MIN_BLOCK = 16
@@ -252,6 +254,8 @@ class MultiScaleCore(AttentionCore):
         reference: bool,
     ) -> torch.Tensor:
         offset = v.shape[1] - q.shape[1]  # heads whose q/k the route did not project
+        if not reference and flex_available(q) and (self.dropout == 0 or not self.training):
+            return self._flex(q, k, v, ctx, offset)
         outs, start = [], 0
         for scale, count in zip(self.scales, self.counts(ctx), strict=True):
             if count == 0:
@@ -270,3 +274,25 @@ class MultiScaleCore(AttentionCore):
                     outs.append(window_attention(*args, self.dropout, self.training))
             start += count
         return torch.cat(outs, dim=1)
+
+    def _flex(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        ctx: AttentionContext,
+        offset: int,
+    ) -> torch.Tensor:
+        """All windowed heads in one FlexAttention call (CUDA): radius per (row, head)."""
+        radii = [
+            scale.radii(ctx.lengths)[:, None].expand(-1, count)
+            for scale, count in zip(self.scales, self.counts(ctx), strict=True)
+            if count
+        ]
+        if offset == v.shape[1]:  # every head is width 1
+            return v
+        radius = torch.cat(radii, dim=1)[:, offset:].contiguous()  # the projected heads
+        out = flex_window_attention(q, k, v[:, offset:], radius, ctx.lengths)
+        if offset == 0:
+            return out
+        return torch.cat([v[:, :offset], out], dim=1)  # width-1 heads: their own value

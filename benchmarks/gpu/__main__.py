@@ -1,0 +1,42 @@
+"""`python -m benchmarks.gpu bundle | run PART... [--cpu] | collect DIR` (see __init__)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu")
+    sub = ap.add_subparsers(dest="verb", required=True)
+    b = sub.add_parser("bundle", help="here: wheels + data into .bundle/, size checked")
+    b.add_argument("--data", type=Path, default=None, help="default: $TIBNLP_DATA")
+    r = sub.add_parser("run", help="on the device (or --cpu here): one or more parts")
+    r.add_argument("parts", nargs="+", choices=["check", "speed", "pretrain", "finetune"])
+    r.add_argument("--cpu", action="store_true", help="toy sizes on the CPU (the suite's test)")
+    r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".gpu-run/out")))
+    r.add_argument("--work", type=Path, default=Path(".gpu-run"))
+    r.add_argument("--minutes", type=float, default=5.0, help="pretraining budget (device)")
+    c = sub.add_parser("collect", help="here: the returned sections into results/gpu.md")
+    c.add_argument("folder", type=Path)
+    args = ap.parse_args(argv)
+    if args.verb == "bundle":
+        from benchmarks.gpu import bundle
+        from tibnlp.data.datadir import data_dir
+
+        return bundle.main(args.data or data_dir())
+    if args.verb == "collect":
+        from benchmarks.gpu import results
+
+        print("updated:", ", ".join(results.collect(args.folder)))
+        return 0
+    from benchmarks.gpu.run import Mode, run
+
+    run(args.parts, Mode(args.cpu, args.out.resolve(), args.work.resolve(), args.minutes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

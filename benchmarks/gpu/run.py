@@ -1,0 +1,383 @@
+"""`run PART`: what runs on the lent GPU machine, one command of at most 10 minutes per part.
+
+- check: installs the bundle, reports the environment, the SDPA kernel each attention design
+  gets, and runs `pytest -m gpu`.
+- speed: benchmarks/gpu/speed.py.
+- pretrain: corpus prepare + vocabulary + pretraining at the paper shape (ALBERT-tiny, seq 512,
+  batch 256, LAMB) under a wall-clock budget, bf16; the model lands in WORK/pretrain/model and,
+  split in parts of at most 15 MiB, in OUT (so a later lease can carry it back).
+- finetune: that model on TNCC titles (CNN head) and WCM-bo documents (segments and memory
+  readings), 3 seeds each; the `finetune report` tables.
+
+`--cpu` runs every part at toy sizes on the CPU (a test in the suite does, so the harness cannot
+rot between leases). Each part writes OUT/section-PART.md and OUT/PART.json; `collect` puts
+the sections into benchmarks/results/gpu.md.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.gpu import results, timing
+from benchmarks.gpu.bundle import BUNDLE, DATA_TAR
+
+SITE = Path("/tmp/tibnlp-site")  # device: where the wheels are installed (--target)
+DEVICE_DATA = Path("/tmp/tibnlp-data")
+PART_BYTES = 15 * 2**20  # the device tool returns files of at most 16 MiB
+CPU_CORPUS = "tibetan_tibetanqa_encyclopedia.txt.xz"  # the smallest raw corpus (CPU mode)
+CPU_LINES = 600  # CPU mode reads its first lines only
+
+
+@dataclass
+class Mode:
+    cpu: bool
+    out: Path
+    work: Path
+    minutes: float = 5.0  # pretraining budget on the device
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.cpu else "cuda"
+
+
+def install(bundle: Path = BUNDLE) -> dict[str, str]:
+    """Device: the bundle's wheels into SITE and its data into DEVICE_DATA (once per machine);
+    returns the environment every child process gets."""
+    env = dict(os.environ)
+    wheels = sorted((bundle / "wheels").glob("*.whl"))
+    if wheels:
+        marker = SITE / ".installed"
+        names = "\n".join(w.name for w in wheels)
+        if not marker.exists() or marker.read_text() != names:
+            cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+            cmd += ["--no-compile", "--upgrade", "--target", str(SITE), *map(str, wheels)]
+            subprocess.run(cmd, check=True)
+            marker.write_text(names)
+        sys.path.insert(0, str(SITE))
+    data = bundle / DATA_TAR
+    if data.exists():
+        if not (DEVICE_DATA / ".unpacked").exists():
+            with tarfile.open(data) as tar:
+                tar.extractall(DEVICE_DATA, filter="data")
+            (DEVICE_DATA / ".unpacked").touch()
+        env["TIBNLP_DATA"] = str(DEVICE_DATA)
+    repo = str(Path.cwd())
+    paths = [str(SITE)] if wheels else []
+    env["PYTHONPATH"] = os.pathsep.join([*paths, repo, env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep
+    )
+    env["PYTHONUNBUFFERED"] = "1"
+    os.environ.update({k: env[k] for k in ("PYTHONPATH", "TIBNLP_DATA") if k in env})
+    return env
+
+
+def _tibnlp(args: list[str], env: dict[str, str], log: Path) -> float:
+    """`tibnlp ARGS` in a child process (output to `log`); seconds it took. Fails loudly."""
+    t0 = time.perf_counter()
+    with log.open("a") as fh:
+        fh.write(f"$ tibnlp {' '.join(args)}\n")
+        fh.flush()
+        cmd = [sys.executable, "-m", "tibnlp.cli.main", *args]
+        done = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if done.returncode:
+        tail = log.read_text()[-3000:]
+        raise SystemExit(f"run: `tibnlp {' '.join(args)}` failed (see {log}):\n{tail}")
+    return time.perf_counter() - t0
+
+
+# ---- check -------------------------------------------------------------------------------
+def environment() -> dict[str, Any]:
+    import importlib
+
+    import torch
+
+    facts: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+    }
+    if torch.cuda.is_available():
+        facts["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
+        facts["memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+    for name in ("deepspeed", "mlflow", "datasets", "transformers", "triton", "sentencepiece"):
+        try:
+            facts[name] = importlib.import_module(name).__version__
+        except Exception as exc:  # the report says what is missing instead of stopping
+            facts[name] = f"not importable: {type(exc).__name__}: {exc}"[:160]
+    return facts
+
+
+def check(mode: Mode, env: dict[str, str]) -> str:
+    from benchmarks.gpu import kernels
+
+    facts = environment()
+    rows = kernels.report(mode.device, seq=32 if mode.cpu else 128)
+    junit = mode.out / "pytest-gpu.xml"
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rs", f"--junitxml={junit}"]
+    cmd += ["tests/test_gpu.py", "tests/test_gpu_engine.py", "-p", "no:cacheprovider"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    (mode.out / "pytest-gpu.log").write_text(done.stdout + done.stderr)
+    summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
+    lines = ["Environment:", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in facts.items()]
+    lines += ["", f"`pytest -m gpu` (exit {done.returncode}): {summary}", ""]
+    lines += [f"SDPA kernels by design ({mode.device}, bf16 autocast on CUDA):", ""]
+    lines.append(kernels.markdown(rows))
+    _dump(mode, "check", {"environment": facts, "pytest_exit": done.returncode, "kernels": rows})
+    if done.returncode not in (0, 5):  # 5: nothing collected/selected
+        print(done.stdout[-4000:], done.stderr[-2000:], file=sys.stderr)
+    return "\n".join(lines)
+
+
+# ---- pretrain ----------------------------------------------------------------------------
+PAPER = {  # pipelines/paper_tiny.yaml's pretraining, with a warm-up sized to minutes
+    "engine": {"precision": "bf16", "zero_stage": 1, "num_workers": 8},
+    "pretrain": {
+        "seq_len": 512,
+        "batch_size": 256,
+        "micro_batch_size": 64,
+        "max_steps": 125000,
+        "log_every": 50,
+        "eval_every": 500,
+        "eval_batches": 20,
+        "checkpoint_every": 10**6,  # none inside a lease: the budget ends the run
+        "optimizer": {"name": "lamb", "lr": 0.00176, "warmup_steps": 200, "schedule": "linear"},
+    },
+}
+TINY = {
+    "engine": {"precision": "fp32", "zero_stage": 0, "threads": 2},
+    "model": {
+        "hidden_size": 32,
+        "embedding_size": 16,
+        "ffn_size": 64,
+        "num_layers": 2,
+        "max_len": 256,  # memory reading: [CLS] + 128 memory + [SEP] + the window
+        "heads": {"small": 4, "large": 4},
+    },
+    "pretrain": {
+        "seq_len": 32,
+        "batch_size": 8,
+        "max_steps": 3,
+        "log_every": 1,
+        "eval_every": 3,
+        "eval_batches": 1,
+        "checkpoint_every": 3,
+        "optimizer": {"lr": 0.001, "warmup_steps": 1},
+    },
+}
+
+
+def _config_file(mode: Mode, name: str, extra: dict[str, Any]) -> Path:
+    import yaml
+
+    base = json.loads(json.dumps(TINY if mode.cpu else PAPER))
+    for section, values in extra.items():
+        base.setdefault(section, {}).update(values)
+    path = mode.work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(base, sort_keys=False))
+    return path
+
+
+def _split_into(src: Path, out: Path, stem: str) -> list[str]:
+    """`src` folder as a tar cut into parts the device tool can return."""
+    tar_path = out / f"{stem}.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        tar.add(src, arcname=stem)
+    names = []
+    with tar_path.open("rb") as fh:
+        for i, chunk in enumerate(iter(lambda: fh.read(PART_BYTES), b"")):
+            part = out / f"{stem}.tar.part{i}"
+            part.write_bytes(chunk)
+            names.append(part.name)
+    tar_path.unlink()
+    return names
+
+
+def pretrain(mode: Mode, env: dict[str, str]) -> str:
+    from mlflow.tracking import MlflowClient
+
+    from tibnlp.data.datadir import data_dir
+    from tibnlp.models.io import read_extra
+
+    data = data_dir() / "corpora"
+    log = mode.out / "pretrain.log"
+    inputs = [data]
+    if mode.cpu:
+        inputs = [mode.work / "cpu-corpus.txt"]
+        with lzma.open(data / CPU_CORPUS, "rt", encoding="utf-8") as fh:
+            inputs[0].write_text(
+                "".join(line for _, line in zip(range(CPU_LINES), fh, strict=False))
+            )
+    log.unlink(missing_ok=True)
+    corpus, vocab, output = (mode.work / n for n in ("corpus", "vocab", "pretrain"))
+    for old in (corpus, vocab, output):  # each part starts from nothing
+        shutil.rmtree(old, ignore_errors=True)
+    ins = [a for p in inputs for a in ("--input", str(p))]
+    t_prep = _tibnlp(
+        ["corpus", "prepare", *ins, "--output", str(corpus), "--force", "--no-progress"], env, log
+    )
+    size = "300" if mode.cpu else "30000"
+    t_vocab = _tibnlp(
+        ["vocab", "build", "--corpus", str(corpus), "--output", str(vocab), "--vocab-size", size],
+        env,
+        log,
+    )
+    uri = f"sqlite:///{mode.work / 'mlflow.db'}"
+    cfg = _config_file(
+        mode,
+        "pretrain",
+        {"pretrain": {"corpus": str(corpus), "vocab": str(vocab), "output": str(output)}},
+    )
+    budget = [] if mode.cpu else ["--time-budget", f"{mode.minutes:g}m"]
+    with timing.busy_share(mode.device, every_s=1.0) as busy:
+        t_train = _tibnlp(
+            ["pretrain", "-c", str(cfg), *budget, "--set", f"tracking.uri={uri}"], env, log
+        )
+    model = output / "model"
+    facts = read_extra(model)
+    run = MlflowClient(uri).get_run(facts["mlflow_run_id"])
+    metrics = {k: v for k, v in run.data.metrics.items() if k.startswith(("eval/", "train/"))}
+    parts = _split_into(model, mode.out, "model")
+    tokens_s = facts["tokens"] / max(facts["train_seconds"], 1e-9)
+    _dump(mode, "pretrain", {"facts": facts, "metrics": metrics, "busy": busy, "parts": parts})
+    lines = [
+        f"Corpus prepare {t_prep:.0f} s, vocabulary {t_vocab:.0f} s, pretraining command "
+        f"{t_train:.0f} s (budget {'none, CPU mode' if mode.cpu else f'{mode.minutes:g} min'}).",
+        "",
+        "| step | tokens | train s | tokens/s | stopped by | GPU busy (NVML) | hardware |",
+        "|---:|---:|---:|---:|---|---:|---|",
+        f"| {facts['step']} | {facts['tokens']:,.0f} | {facts['train_seconds']:.0f} | "
+        f"{tokens_s:,.0f} | {facts.get('stopped_by', '')} | {100 * busy['busy']:.0f}% | "
+        f"{facts.get('hardware', '')} |",
+        "",
+        "Last logged metrics: "
+        + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items()))
+        + ".",
+        "",
+        f"Model directory: WORK/pretrain/model, returned as {', '.join(parts)}.",
+    ]
+    return "\n".join(lines)
+
+
+# ---- finetune ----------------------------------------------------------------------------
+def find_model(mode: Mode) -> Path:
+    """The pretrain part's model: on a still-warm machine in WORK, else reassembled from the
+    parts a session carried back into .bundle/ (`cp FILES_AT/model.tar.part* .bundle/`)."""
+    here = mode.work / "pretrain" / "model"
+    if here.exists():
+        return here
+    parts = sorted(BUNDLE.glob("model.tar.part*"), key=lambda p: int(p.name.rsplit("part", 1)[1]))
+    if not parts:
+        raise SystemExit(
+            f"finetune: no pretrained model: neither {here} (run `pretrain` first, same "
+            f"machine) nor {BUNDLE}/model.tar.part* (copy the pretrain part's returned files)"
+        )
+    tar_path = mode.work / "model.tar"
+    with tar_path.open("wb") as fh:
+        for p in parts:
+            fh.write(p.read_bytes())
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(mode.work / "carried", filter="data")
+    return mode.work / "carried" / "model"
+
+
+def finetune(mode: Mode, env: dict[str, str]) -> str:
+    model = find_model(mode)
+    log = mode.out / "finetune.log"
+    log.unlink(missing_ok=True)
+    uri = f"sqlite:///{mode.work / 'mlflow.db'}"
+    seeds = "1" if mode.cpu else "1,2,3"
+    common = ["--model", str(model), "--head", "cnn", "--seeds", seeds]
+    common += ["--set", f"tracking.uri={uri}", "--set", "tracking.experiment=gpu-finetune"]
+    if mode.cpu:
+        common += ["--set", "finetune.epochs=1", "--set", "finetune.limit_train=64"]
+        common += ["--set", "finetune.cnn_channels=8", "--set", "finetune.document_max_len=128"]
+        common += ["--set", "finetune.max_len=32"]
+    runs = {
+        "tncc-title": ["finetune", "tncc", "--task", "title"],
+        "wcm-segments": [
+            "finetune",
+            "classify",
+            "--dataset",
+            "wcm_bo",
+            "--set",
+            "finetune.long_document=segments",
+        ],
+        "wcm-memory": [
+            "finetune",
+            "classify",
+            "--dataset",
+            "wcm_bo",
+            "--set",
+            "finetune.long_document=memory",
+        ],
+    }
+    seconds, outputs = {}, []
+    for name, args in runs.items():
+        target = mode.work / "finetune" / name
+        shutil.rmtree(target, ignore_errors=True)
+        seconds[name] = _tibnlp([*args, *common, "--set", f"finetune.output={target}"], env, log)
+        outputs.append(str(target))
+    report = subprocess.run(
+        [sys.executable, "-m", "tibnlp.cli.main", "finetune", "report", *outputs],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # the CLI's tables go to stderr when not on a terminal
+        text=True,
+        check=True,
+    ).stdout
+    _dump(mode, "finetune", {"seconds": seconds, "model": str(model)})
+    timing_line = ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
+    return f"Seeds {seeds}; wall time per command: {timing_line}.\n\n{report.strip()}"
+
+
+# ---- driver ------------------------------------------------------------------------------
+def _dump(mode: Mode, name: str, payload: dict[str, Any]) -> None:
+    (mode.out / f"{name}.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+
+
+def speed(mode: Mode, env: dict[str, str]) -> str:
+    from benchmarks.gpu.speed import SpeedSettings, run_speed
+
+    text, payload = run_speed(SpeedSettings.tiny() if mode.cpu else SpeedSettings("cuda"))
+    _dump(mode, "speed", payload)
+    return text
+
+
+PARTS = {"check": check, "speed": speed, "pretrain": pretrain, "finetune": finetune}
+
+
+def run(parts: list[str], mode: Mode) -> None:
+    import torch
+
+    if not mode.cpu and not torch.cuda.is_available():
+        raise SystemExit("run: no CUDA device here; use --cpu for the CPU mode")
+    mode.out.mkdir(parents=True, exist_ok=True)
+    mode.work.mkdir(parents=True, exist_ok=True)
+    env = install() if not mode.cpu else {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path.cwd()), env.get("PYTHONPATH")]))
+    for part in parts:
+        t0 = time.perf_counter()
+        text = PARTS[part](mode, env)
+        where = "CPU mode (toy sizes; not a measurement)" if mode.cpu else "device"
+        header = (
+            f"`python -m benchmarks.gpu run {part}{' --cpu' if mode.cpu else ''}`: {where}, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f"{time.perf_counter() - t0:.0f} s."
+        )
+        results.write_part(mode.out, part, f"{header}\n\n{text}")
+        print(f"{header}\n\n{text}\n", flush=True)

@@ -1,0 +1,264 @@
+"""`run speed`: pretraining tokens/s of our ALBERT-tiny against transformers' AlbertForPreTraining
+at the same shape on the same device, and one layer of each attention design against dense.
+
+Models: vocab 30000, E=128, D=384, 4 shared layers, 12 heads, FFN 1536, MLM + SOP, dropout 0,
+AdamW, fully packed batches with 15% MLM targets, bf16 autocast on CUDA (fp32 weights and
+optimizer in both; fp32 on CPU), sequence 128 and 512. All variants live in one process and
+run alternately, round after round, so drifts hit all alike; each also with `torch.compile`.
+MFU = tokens/s x analytic training FLOPs per token (`training_flops_per_token`, the same count
+for both models: transformers' dense MLM projection is its own waste, not extra useful work)
+/ the measured matmul peak. Memory: the device's peak during one step (weights, AdamW state,
+activations). GPU busy share: NVML utilisation sampled during the timed rounds.
+
+Layers (one shared ALBERT layer, forward + backward, N=512): dense, multi-scale (the paper's
+windows; FlexAttention on CUDA) and dynamic heads (8/12), eager and compiled.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from benchmarks.gpu import timing
+from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
+
+
+@dataclass
+class SpeedSettings:
+    device: str
+    vocab: int = 30000
+    emb: int = 128
+    hidden: int = 384
+    layers: int = 4
+    heads: int = 12
+    ffn: int = 1536
+    shapes: tuple[tuple[int, int], ...] = ((128, 256), (512, 64))  # (seq, batch)
+    rounds: int = 3
+    steps: int = 10
+    compile: bool = True
+    layer_batch: int = 16
+    peak_n: int = 8192
+
+    @classmethod
+    def tiny(cls) -> SpeedSettings:
+        """CPU mode: every code path at toy sizes (no compile: minutes of inductor on CPU)."""
+        return cls("cpu", 500, 16, 32, 2, 4, 64, ((16, 4), (32, 2)), 2, 1, False, 2, 256)
+
+
+WINDOWS = ["1", "3", "N/16", "N/8", "N/4"]  # bench_attention's paper windows
+
+
+def _ours_cfg(s: SpeedSettings, **kw: Any) -> ModelConfig:
+    return ModelConfig(
+        vocab_size=s.vocab,
+        embedding_size=s.emb,
+        hidden_size=s.hidden,
+        num_layers=s.layers,
+        ffn_size=s.ffn,
+        dropout=0.0,
+        attention_dropout=0.0,
+        heads=kw.pop("heads", HeadsConfig(small=s.heads, large=s.heads)),
+        **kw,
+    )
+
+
+def _build(variant: str, s: SpeedSettings) -> torch.nn.Module:
+    if variant.startswith("transformers"):
+        from transformers import AlbertConfig, AlbertForPreTraining
+
+        hf = AlbertConfig(
+            vocab_size=s.vocab,
+            embedding_size=s.emb,
+            hidden_size=s.hidden,
+            num_hidden_layers=s.layers,
+            num_attention_heads=s.heads,
+            intermediate_size=s.ffn,
+            max_position_embeddings=512,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            attn_implementation="sdpa",
+        )
+        return AlbertForPreTraining(hf)
+    from tibnlp.models import AlbertForPretraining
+
+    return AlbertForPretraining(_ours_cfg(s))
+
+
+def _inputs(s: SpeedSettings, batch: int, seq: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, s.vocab, (batch, seq), generator=g)
+    chosen = torch.rand(batch, seq, generator=g) < 0.15
+    chosen[:, 0] = False
+    out = {
+        "ids": ids,
+        "mask": torch.ones(batch, seq, dtype=torch.long),
+        "types": (torch.arange(seq)[None, :] >= seq // 2).long().expand(batch, seq).contiguous(),
+        "labels": torch.where(chosen, ids, torch.full_like(ids, -100)),
+        "sop": torch.randint(0, 2, (batch,), generator=g),
+    }
+    return {k: v.to(s.device) for k, v in out.items()}
+
+
+def _stepper(variant: str, s: SpeedSettings, batch: int, seq: int) -> Callable[[], None]:
+    torch.manual_seed(0)
+    model = _build(variant, s).to(s.device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=s.device == "cuda")
+    x = _inputs(s, batch, seq)
+    hf = variant.startswith("transformers")
+    forward = torch.compile(model) if variant.endswith("compiled") else model
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(s.device, dtype=torch.bfloat16, enabled=s.device == "cuda"):
+            if hf:
+                out = forward(
+                    input_ids=x["ids"],
+                    attention_mask=x["mask"],
+                    token_type_ids=x["types"],
+                    labels=x["labels"],
+                    sentence_order_label=x["sop"],
+                )
+            else:
+                out = forward(x["ids"], x["mask"], x["types"], x["labels"], x["sop"])
+        out["loss"].backward()
+        opt.step()
+
+    return step
+
+
+def model_rows(s: SpeedSettings, peak: float) -> list[dict[str, Any]]:
+    from tibnlp.models.summary import training_flops_per_token
+
+    names = ["transformers", "ours"]
+    if s.compile:
+        names += ["transformers, compiled", "ours, compiled"]
+    rows = []
+    for seq, batch in s.shapes:
+        steps = {v: _stepper(v, s, batch, seq) for v in names}
+        memory = {}
+        for v, step in steps.items():
+            step()  # warm-up (compiles, allocates the optimizer state)
+            memory[v] = timing.peak_memory(step, s.device)
+        rates: dict[str, list[float]] = {v: [] for v in names}
+        with timing.busy_share(s.device) as busy:
+            for _ in range(s.rounds):
+                for v, step in steps.items():
+                    rates[v].append(batch * seq / timing.timed(step, s.device, s.steps))
+        flops = training_flops_per_token(_ours_cfg(s), seq, 0.15)
+        base = statistics.median(rates["transformers"])
+        for v in names:
+            med = statistics.median(rates[v])
+            rows.append(
+                {
+                    "seq": seq,
+                    "batch": batch,
+                    "variant": v,
+                    "tokens_per_s": med,
+                    "vs_transformers": med / base,
+                    "mfu": med * flops / peak,
+                    "peak_mib": memory[v],
+                    "rounds": rates[v],
+                    "gpu_busy": busy["busy"],
+                }
+            )
+        del steps
+        if s.device == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _layer_step(cfg: ModelConfig, s: SpeedSettings, n: int, compiled: bool) -> Callable[[], None]:
+    from tibnlp.models.attention import AttentionContext, choose_large
+    from tibnlp.models.encoder import SharedLayer
+
+    torch.manual_seed(0)
+    layer = SharedLayer(cfg).to(s.device)
+    b = s.layer_batch
+    x = torch.randn(b, n, cfg.hidden_size, device=s.device, requires_grad=True)
+    lens = torch.full((b,), n, device=s.device)
+    mask = torch.ones(b, n, dtype=torch.bool, device=s.device)
+    large = choose_large(lens, cfg.heads)
+    layers = cfg.num_layers if cfg.scales.enabled else 1  # multi-scale: every distribution
+    ctxs = [AttentionContext(mask, lens, i, cfg.num_layers) for i in range(layers)]
+    run = torch.compile(layer) if compiled else layer
+
+    def step() -> None:
+        with torch.autocast(s.device, dtype=torch.bfloat16, enabled=s.device == "cuda"):
+            y = sum(run(x, ctx, large).float().sum() for ctx in ctxs) / layers
+        y.backward()  # type: ignore[union-attr]
+
+    return step
+
+
+def layer_rows(s: SpeedSettings, n: int = 512) -> list[dict[str, Any]]:
+    designs = {
+        "dense": _ours_cfg(s),
+        "multi-scale": _ours_cfg(s, scales=ScalesConfig(windows=WINDOWS, alpha=0.5)),
+        "dynamic (8/12), batch rule": _ours_cfg(
+            s, heads=HeadsConfig(small=2 * s.heads // 3, large=s.heads, threshold=64, rule="batch")
+        ),
+    }
+    if s.device == "cpu":
+        n = max(shape[0] for shape in s.shapes)
+    modes = [False, True] if s.compile else [False]
+    steps = {(name, c): _layer_step(cfg, s, n, c) for name, cfg in designs.items() for c in modes}
+    for step in steps.values():
+        step()
+    times: dict[tuple[str, bool], list[float]] = {k: [] for k in steps}
+    for _ in range(s.rounds):
+        for key, step in steps.items():
+            times[key].append(timing.timed(step, s.device, s.steps))
+    rows = []
+    for (name, c), ts in times.items():
+        base = statistics.median(times[("dense", c)])
+        med = statistics.median(ts)
+        rows.append(
+            {"n": n, "design": name, "compiled": c, "ms": med * 1e3, "vs_dense": med / base}
+        )
+    return rows
+
+
+def _num(x: float, unit: str = "") -> str:
+    """A table cell: NaN (not measured on this device) reads n/a."""
+    return "n/a" if x != x else f"{x:,.0f}{unit}"
+
+
+def run_speed(s: SpeedSettings) -> tuple[str, dict[str, Any]]:
+    peak = timing.matmul_peak(s.device, s.peak_n)
+    models = model_rows(s, peak)
+    layers = layer_rows(s)
+    dtype = "bf16 autocast" if s.device == "cuda" else "fp32"
+    lines = [
+        f"Matmul peak measured here ({s.peak_n}^3, {'bf16' if s.device == 'cuda' else 'fp32'}): "
+        f"{peak / 1e9:,.1f} GFLOP/s. Models: {dtype}, AdamW, {s.rounds} alternating rounds of "
+        f"{s.steps} steps; vocab {s.vocab}, E={s.emb}, D={s.hidden}, L={s.layers}, "
+        f"{s.heads} heads, FFN {s.ffn}.",
+        "",
+        "| seq | batch | variant | tokens/s (median) | vs transformers | MFU | peak MiB | "
+        "GPU busy |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in models:
+        lines.append(
+            f"| {r['seq']} | {r['batch']} | {r['variant']} | {r['tokens_per_s']:,.0f} | "
+            f"{r['vs_transformers']:.2f}x | {100 * r['mfu']:.1f}% | {_num(r['peak_mib'])} | "
+            f"{_num(100 * r['gpu_busy'], '%')} |"
+        )
+    lines += [
+        "",
+        "One shared layer, forward + backward, batch "
+        f"{s.layer_batch} (multi-scale: windows {WINDOWS}, mean over the layer distributions):",
+        "",
+        "| N | design | compiled | ms | vs dense (same compile) |",
+        "|---|---|---|---:|---:|",
+    ]
+    for r in layers:
+        lines.append(
+            f"| {r['n']} | {r['design']} | {'yes' if r['compiled'] else 'no'} | {r['ms']:.2f} | "
+            f"{r['vs_dense']:.2f}x |"
+        )
+    return "\n".join(lines), {"peak_flops": peak, "models": models, "layers": layers}

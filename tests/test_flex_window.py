@@ -1,0 +1,67 @@
+"""The FlexAttention window path of multi-scale attention (`models/attention/flex.py`), on CPU.
+
+On CUDA that path is compiled and also trained (tests/test_gpu.py checks it against the CPU
+path there). On CPU, torch runs FlexAttention only eagerly and forward only (no backward on
+CPU), so these tests check the mask semantics in forward: per-head windows, padding, the
+width-1 heads, against the dense masked reference. The model never takes this path on CPU.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from benchmarks.gpu.designs import batch, build, designs
+from tibnlp.models.attention import flex, multiscale
+from tibnlp.models.attention.multiscale import Scale, reference_window_attention
+
+pytest.importorskip("torch.nn.attention.flex_attention")
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()"
+        yield
+
+
+def test_flex_windows_equal_the_dense_reference_per_head() -> None:
+    torch.manual_seed(0)
+    lengths = torch.tensor([48, 31, 17, 5])
+    b, h, n, d = 4, 4, 48, 16
+    q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
+    radius = torch.stack([Scale.parse(s).radii(lengths) for s in ["3", "N/8", "N/4", "N/1"]], 1)
+    assert flex.flex_available(q) is False  # the model keeps its own CPU path
+    out = flex.flex_window_attention(q, k, v, radius, lengths)
+    ref = torch.cat(
+        [
+            reference_window_attention(
+                q[:, i : i + 1], k[:, i : i + 1], v[:, i : i + 1], radius[:, i], lengths
+            )
+            for i in range(h)
+        ],
+        1,
+    )
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_multiscale_model_through_flex_equals_its_cpu_path(monkeypatch) -> None:
+    """The whole multi-scale model (width-1 heads included) with the flex path forced on."""
+    design = next(d for d in designs() if d.name == "multi-scale")
+    model = build(design).eval()
+    inputs = batch(design, [40, 33, 17, 9])
+    with torch.no_grad():
+        want = model(**inputs)["loss"]
+        calls = []
+        monkeypatch.setattr(multiscale, "flex_available", lambda q: True)
+        original = multiscale.flex_window_attention
+        monkeypatch.setattr(
+            multiscale,
+            "flex_window_attention",
+            lambda *a: calls.append(1) or original(*a),
+        )
+        got = model(**inputs)["loss"]
+    assert len(calls) == design.cfg.num_layers  # one fused call per layer
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

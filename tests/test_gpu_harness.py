@@ -1,0 +1,149 @@
+"""The GPU harness (`benchmarks/gpu/`) here: its CPU mode end to end, so it cannot rot between
+device leases, and the bundle's pieces that need no network (closure walking, data subset,
+size accounting, results sections)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gpu import bundle, results
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _wheel(path: Path, name: str, version: str, requires: list[str]) -> Path:
+    whl = path / f"{name}-{version}-py3-none-any.whl"
+    meta = "\n".join(
+        [f"Name: {name}", f"Version: {version}"] + [f"Requires-Dist: {r}" for r in requires]
+    )
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr(f"{name}-{version}.dist-info/METADATA", meta + "\n")
+    return whl
+
+
+def test_requirements_follow_the_device_markers(tmp_path: Path) -> None:
+    whl = _wheel(
+        tmp_path,
+        "demo",
+        "1.0",
+        [
+            "alpha>=1",
+            'beta; sys_platform == "win32"',
+            'gamma; python_version < "3.12"',
+            'delta; extra == "dev"',
+            'epsilon; platform_machine == "x86_64"',
+        ],
+    )
+    assert [r.name for r in bundle._requirements(whl)] == ["alpha", "epsilon"]
+
+
+def test_closure_stops_at_the_device_image_and_substitutes_mlflow(tmp_path, monkeypatch) -> None:
+    made = {
+        "tibdemo": ["torch>=2", "mlflow>=2", "hjson"],
+        "mlflow-skinny": ["pyyaml", "sqlparse"],
+        "sqlalchemy": [],
+        "alembic": ["sqlalchemy", "mako"],
+        "hjson": [],
+        "sqlparse": [],
+        "mako": ["markupsafe"],
+    }
+    fetched = []
+
+    def fake_download(name: str, version: str, wheels: Path) -> Path:
+        fetched.append(name)
+        return _wheel(wheels, name.replace("-", "_"), version, made[name])
+
+    monkeypatch.setattr(bundle, "_download", fake_download)
+    monkeypatch.setattr(bundle.md, "version", lambda name: "1.0")
+    out = bundle.resolve(["tibdemo"], tmp_path)
+    assert set(out.wheels) == set(made)  # torch, pyyaml, markupsafe: in the device image
+    assert out.skipped["torch"] == "in the device image"
+    assert out.skipped["mlflow"].startswith("replaced by mlflow-skinny")
+    assert sorted(fetched) == sorted(made)  # each wheel fetched once
+
+
+def test_data_subset_and_size_accounting(tmp_path, monkeypatch) -> None:
+    data = tmp_path / "data"
+    for sub, files in {
+        "corpora": ["a.txt.xz", "SOURCES.md"],
+        "tncc": ["labels.json", "SOURCE.md", "tncc_title_train.jsonl", "tncc_title.jsonl"],
+        "wcm_bo": ["labels.json", "SOURCE.md", "wcm_bo_test.jsonl"],
+    }.items():
+        (data / sub).mkdir(parents=True)
+        for f in files:
+            (data / sub / f).write_text("x" * 1000)
+    out = tmp_path / ".bundle"
+    out.mkdir()
+    members = bundle.pack_data(data, out / bundle.DATA_TAR)
+    assert "tncc/tncc_title.jsonl" not in members  # the splits travel, not the whole file
+    with tarfile.open(out / bundle.DATA_TAR) as tar:
+        assert sorted(tar.getnames()) == sorted(members)
+    (data / "tncc" / "labels.json").unlink()
+    with pytest.raises(SystemExit, match=r"tncc/labels.json"):
+        bundle.pack_data(data, out / bundle.DATA_TAR)
+    monkeypatch.chdir(ROOT)
+    total, table = bundle.size_report(out)
+    assert total == bundle.tree_bytes() + (out / bundle.DATA_TAR).stat().st_size
+    assert "total that travels" in table
+
+
+def test_sections_replace_only_their_own_text(tmp_path: Path) -> None:
+    path = tmp_path / "gpu.md"
+    path.write_text("# GPU\n\nhand-written\n")
+    results.update_section("speed", "first", path)
+    results.update_section("check", "c", path)
+    results.update_section("speed", "second", path)
+    text = path.read_text()
+    assert "hand-written" in text and "second" in text and "first" not in text
+    assert text.index("gpu:speed") < text.index("gpu:check")
+    out = tmp_path / "out"
+    out.mkdir()
+    results.write_part(out, "pretrain", "p")
+    assert results.collect(out, path) == ["pretrain"]
+    with pytest.raises(SystemExit, match="no section"):
+        results.collect(tmp_path / "empty", path)
+
+
+@pytest.mark.slow
+def test_cpu_mode_runs_every_part(tmp_path: Path, require_data) -> None:
+    """`run check speed pretrain finetune --cpu`: toy sizes, real code paths, real data."""
+    for name in ("corpora", "tncc", "wcm_bo"):
+        require_data(name)
+    out, work = tmp_path / "out", tmp_path / "work"
+    cmd = [sys.executable, "-m", "benchmarks.gpu", "run", "check", "speed", "pretrain"]
+    cmd += ["finetune", "--cpu", "--out", str(out), "--work", str(work)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for part in ("check", "speed", "pretrain", "finetune"):
+        assert "CPU mode" in (out / f"section-{part}.md").read_text()
+    check = json.loads((out / "check.json").read_text())
+    assert check["pytest_exit"] == 0  # every gpu test skipped with its reason, none failed
+    assert {r["design"] for r in check["kernels"]} >= {"dense", "multi-scale"}
+    speed = json.loads((out / "speed.json").read_text())
+    variants = {r["variant"] for r in speed["models"]}
+    assert variants == {"transformers", "ours"}
+    assert all(r["tokens_per_s"] > 0 and r["mfu"] > 0 for r in speed["models"])
+    assert {r["design"] for r in speed["layers"]} == {
+        "dense",
+        "multi-scale",
+        "dynamic (8/12), batch rule",
+    }
+    pre = json.loads((out / "pretrain.json").read_text())
+    assert pre["facts"]["step"] == 3 and pre["parts"] == ["model.tar.part0"]
+    assert (work / "pretrain" / "model").is_dir()
+    fine = (out / "section-finetune.md").read_text()
+    assert "macro" in fine.lower()
+    assert set(json.loads((out / "finetune.json").read_text())["seconds"]) == {
+        "tncc-title",
+        "wcm-segments",
+        "wcm-memory",
+    }
