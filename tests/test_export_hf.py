@@ -67,7 +67,7 @@ def titles() -> list[dict]:
 
 def _tiny(vocab: Vocabulary, **kw: object) -> ModelConfig:
     shape: dict = {"embedding_size": 16, "hidden_size": 32, "num_layers": 3, "ffn_size": 64}
-    shape.update(max_len=128, heads=HeadsConfig(small=4, large=4), **kw)
+    shape.update({"max_len": 128, "heads": HeadsConfig(small=4, large=4), **kw})
     return ModelConfig(vocab_size=vocab.size, **shape)
 
 
@@ -212,6 +212,7 @@ def test_fill_mask_pipeline_on_tibetan(exported) -> None:
         ({"scales": ScalesConfig(windows=["1", "3"])}, "model.scales.windows"),
         ({"position": "relative"}, "model.position"),
         ({"memory_tokens": 2}, "model.memory_tokens"),
+        ({"norm": "pre"}, "model.norm"),
     ],
 )
 def test_designs_stock_albert_cannot_express_are_refused(

@@ -59,9 +59,8 @@ def unsupported(cfg: ModelConfig) -> list[tuple[str, str]]:
         out.append(("model.fusion.enabled", "RPSAN masked fusion"))
     if cfg.memory_tokens:
         out.append(("model.memory_tokens", f"{cfg.memory_tokens} memory tokens"))
-    norm = getattr(cfg, "norm", "post")
-    if norm != "post":
-        out.append(("model.norm", f"{norm}-LN layers (ALBERT is post-LN)"))
+    if cfg.norm != "post":
+        out.append(("model.norm", f"{cfg.norm}-LN layers (ALBERT is post-LN)"))
     return out
 
 

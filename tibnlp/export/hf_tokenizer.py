@@ -74,7 +74,7 @@ def _charsmap(vocab: Vocabulary) -> bytes:
     """The SentencePiece model's compiled normalisation rules (empty for identity)."""
     from sentencepiece import sentencepiece_model_pb2 as pb
 
-    proto = pb.ModelProto()
+    proto = pb.ModelProto()  # type: ignore[attr-defined]  # generated protobuf module
     proto.ParseFromString(vocab._proto)
     spec = proto.normalizer_spec
     if not spec.add_dummy_prefix or not spec.remove_extra_whitespaces:
