@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from tibnlp.cli import corpus, data, finetune, pipeline, predict, pretrain, runs, ui, vocab
+from tibnlp.cli import corpus, data, export, finetune, pipeline, predict, pretrain, runs, ui, vocab
 from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
@@ -28,6 +28,7 @@ app.command("predict")(predict.predict)
 app.add_typer(pipeline.app, name="pipeline")
 app.add_typer(runs.app, name="runs")
 app.command("ui")(ui.ui)
+app.add_typer(export.app, name="export")
 
 
 def main() -> None:

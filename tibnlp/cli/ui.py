@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -22,6 +24,12 @@ def ui(
 ) -> None:
     """Start the MLflow UI against the same store the stages log to; Ctrl-C stops it."""
     store = default_tracking_uri(tracking_uri)
+    # `kill`, systemd and `docker stop` send SIGTERM, a closed terminal SIGHUP: leave through
+    # the `finally` below like Ctrl-C does, so the server's whole process group is stopped.
+    # SIGINT too is set explicitly: a shell starts background commands with it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
     proc = start_server(store, host=host, port=port)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     try:
@@ -32,4 +40,10 @@ def ui(
     except KeyboardInterrupt:
         pass
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second signal must
+            signal.signal(sig, signal.SIG_IGN)  # not cut the shutdown short
         stop_server(proc)
+
+
+def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -31,6 +32,17 @@ def server_command(
     return cmd
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the starting process dies, even by
+    SIGKILL, so no server outlives the command or test that started it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def start_server(
     store_uri: str = "",
     host: str = "127.0.0.1",
@@ -38,7 +50,8 @@ def start_server(
     artifacts: Path | None = None,
     log_file: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start `mlflow server` in its own process group (so `stop_server` ends all its workers)."""
+    """Start `mlflow server` in its own process group, so `stop_server` ends it with its
+    uvicorn and job workers; it also receives SIGTERM should the starting process die."""
     store = default_tracking_uri(store_uri)
     if store.startswith(("http://", "https://")):
         raise TibnlpError(
@@ -53,6 +66,7 @@ def start_server(
         stderr=subprocess.STDOUT if log_file else subprocess.DEVNULL,
         start_new_session=True,
         env=env,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
     )
 
 
@@ -77,15 +91,50 @@ def wait_until_up(
     raise TibnlpError(f"mlflow server at {url} did not answer within {timeout:.0f}s")
 
 
+def group_alive(pgid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes of process group `pgid`."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # no procfs: ask the kernel whether anything is left
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    alive = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            alive.append(int(entry.name))
+    return alive
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def _wait_group(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader
+        if not group_alive(proc.pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def stop_server(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
-    """Stop the server and its worker processes (its own process group only)."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=timeout)
-    except ProcessLookupError:
-        pass
+    """Stop the server's whole process group (uvicorn, job runner, huey consumers), not only
+    its first process; SIGKILL what is left after `timeout` seconds. Returns once none is left.
+    """
+    _signal_group(proc.pid, signal.SIGTERM)
+    if not _wait_group(proc, timeout):
+        _signal_group(proc.pid, signal.SIGKILL)
+        _wait_group(proc, timeout)
+    proc.poll()

@@ -1,0 +1,1 @@
+"""Writing tibnlp models in other ecosystems' formats (Hugging Face transformers)."""
