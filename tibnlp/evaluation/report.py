@@ -17,6 +17,8 @@ from rich.table import Table
 
 from tibnlp.config.core import atomic_write_text
 from tibnlp.errors import DataError
+from tibnlp.evaluation.anchors import TNCC_TITLE_ANCHORS
+from tibnlp.evaluation.metrics import not_learning
 
 RESULTS_JSON = "results.json"
 
@@ -37,13 +39,6 @@ COLUMNS = (
     ("advts", "macro_f1", "AdvTS adv macro-F1"),
 )
 
-# Published TNCC title results (macro-F1, test; each paper its own split): tncc/ANCHORS.md
-TNCC_TITLE_ANCHORS = {
-    "CBOW": 57.84,
-    "TiBERT": 61.72,
-    "DMA-ALBERT + CNN (seed paper)": 64.47,
-    "DAN-FastText": 64.53,
-}
 
 
 class _ResultLike(Protocol):
@@ -90,6 +85,26 @@ def _cell(agg: dict[str, dict[str, Any]], part: str, key: str, seeds: int = 2) -
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
 
 
+def not_learning_seeds(row: dict[str, Any]) -> int:
+    """Seeds of a result whose validation macro-F1 stayed at the majority-class level."""
+    majority = row.get("notes", {}).get("validation_majority_macro_f1")
+    if majority is None:  # a result written before the check existed
+        return 0
+    return sum(
+        not_learning(s["metrics"]["validation"]["macro_f1"], majority)
+        for s in row["seeds"]
+        if "validation" in s.get("metrics", {})
+    )
+
+
+def system_cell(row: dict[str, Any]) -> str:
+    """The system's name, marked when some seeds did not learn (their scores are not results)."""
+    stuck = not_learning_seeds(row)
+    if not stuck:
+        return str(row["system"])
+    return f"{row['system']} (NOT LEARNING: {stuck}/{len(row['seeds'])} seeds at majority class)"
+
+
 def _columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return [c for c in COLUMNS if any(c[0] in r["aggregate"] for r in rows)]
 
@@ -99,7 +114,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     head = ["dataset", "system", "seeds", *(c[2] for c in cols)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["dataset"], r["system"], str(len(r["seeds"]))]
+        cells = [r["dataset"], system_cell(r), str(len(r["seeds"]))]
         cells += [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
         lines.append("| " + " | ".join(cells) + " |")
     if any(r["dataset"] == "tncc-title" for r in rows):
@@ -115,7 +130,7 @@ def rich_table(rows: Sequence[dict[str, Any]]) -> Table:
         table.add_column(name, overflow="fold")
     for r in rows:
         cells = [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
-        table.add_row(r["dataset"], r["system"], str(len(r["seeds"])), *cells)
+        table.add_row(r["dataset"], system_cell(r), str(len(r["seeds"])), *cells)
     return table
 
 

@@ -23,6 +23,12 @@ TAG_PARENT_MODEL = "tibnlp.parent_model_hash"
 TAG_MODEL = "tibnlp.model"  # short label of the model configuration, used to group runs
 TAG_STAGE = "tibnlp.stage"
 TAG_VARIANT = "tibnlp.variant"
+TAG_PRETRAIN_RUN = "tibnlp.pretrain_run"  # the pretraining run a fine-tuned model came from
+TAG_WARNING = "warning"  # e.g. "not_learning": a fine-tuning stuck at the majority class
+# What a fine-tuning run records about the pretraining behind it (params `pretrained.KEY`,
+# from the model directory's safetensors metadata), so learning curves can place it.
+PRETRAINED = "pretrained."
+PRETRAINED_KEYS = ("step", "tokens", "train_seconds", "flops", "processes", "threads", "cpu")
 
 _CHUNK = 1 << 20
 _memo: dict[tuple[str, int, int], str] = {}
@@ -121,6 +127,17 @@ def provenance_tags(
             continue
     tags.update(extra or {})
     return tags
+
+
+def pretrained_params(extra: Mapping[str, Any], random_init: bool) -> dict[str, Any]:
+    """`pretrained.*` params of a fine-tuning run from its model directory's `extra` metadata.
+
+    A random-init or from-scratch system has had no pretraining: 0 tokens, steps, seconds and
+    FLOPs (the 0-token point of a learning curve), whatever directory its shape came from.
+    """
+    if random_init:
+        return {f"{PRETRAINED}{k}": 0 for k in ("step", "tokens", "train_seconds", "flops")}
+    return {f"{PRETRAINED}{k}": extra[k] for k in PRETRAINED_KEYS if k in extra}
 
 
 def env_default(name: str, value: str) -> None:

@@ -74,8 +74,12 @@ class Tracker:
         tags: Mapping[str, str] | None = None,
         buffer_dir: Path | str | None = None,
         retry_seconds: float = 30.0,
+        keep_status: bool = False,
     ) -> None:
         self.enabled = enabled
+        # with resume_run_id: add to a run that another process owns (a pipeline's running
+        # parent) without marking it running, or ended, here
+        self.keep_status = keep_status and bool(resume_run_id)
         self.run_id: str | None = None
         self.experiment = experiment
         self.ended = False
@@ -96,7 +100,8 @@ class Tracker:
         self.buffer = Buffer(self.buffer_dir / f"{stamp}.jsonl", self.uri)
         if resume_run_id:
             self.run_id = resume_run_id
-            self._submit({"op": "update_run", "run": resume_run_id, "status": "RUNNING"})
+            if not self.keep_status:
+                self._submit({"op": "update_run", "run": resume_run_id, "status": "RUNNING"})
         else:
             self.run_id = local_id
             self._submit(
@@ -317,7 +322,8 @@ class Tracker:
         if not self.enabled or not self.run_id or self.ended:
             return
         self.ended = True
-        self._submit({"op": "set_terminated", "run": self._rid, "status": status, "time": now_ms()})
+        if not self.keep_status:
+            self._submit({"op": "set_terminated", "run": self._rid, "status": status, "time": now_ms()})
         if self._offline:
             self._last_try = 0.0  # one last try now, whatever the probe interval
             if self._maybe_reconnect():
