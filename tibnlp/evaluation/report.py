@@ -40,7 +40,6 @@ COLUMNS = (
 )
 
 
-
 class _ResultLike(Protocol):
     system: str
     dataset: str

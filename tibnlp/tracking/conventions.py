@@ -24,11 +24,14 @@ TAG_MODEL = "tibnlp.model"  # short label of the model configuration, used to gr
 TAG_STAGE = "tibnlp.stage"
 TAG_VARIANT = "tibnlp.variant"
 TAG_PRETRAIN_RUN = "tibnlp.pretrain_run"  # the pretraining run a fine-tuned model came from
-TAG_WARNING = "warning"  # e.g. "not_learning": a fine-tuning stuck at the majority class
-# What a fine-tuning run records about the pretraining behind it (params `pretrained.KEY`,
-# from the model directory's safetensors metadata), so learning curves can place it.
-PRETRAINED = "pretrained."
-PRETRAINED_KEYS = ("step", "tokens", "train_seconds", "flops", "processes", "threads", "cpu")
+# "majority_class": a fine-tuning stuck at that level; "not_learning": a pretraining at unigram
+TAG_WARNING = "warning"
+WARNING_MAJORITY = "majority_class"
+# What a fine-tuning run records about the pretraining behind its encoder (params
+# `pretrain.KEY`, from the model directory's metadata, `read_extra`), so a learning curve can
+# place it by tokens, FLOPs or CPU-hours (train_seconds x processes / 3600).
+PRETRAIN = "pretrain."
+PRETRAIN_KEYS = ("step", "tokens", "train_seconds", "flops", "hardware", "processes")
 
 _CHUNK = 1 << 20
 _memo: dict[tuple[str, int, int], str] = {}
@@ -129,15 +132,15 @@ def provenance_tags(
     return tags
 
 
-def pretrained_params(extra: Mapping[str, Any], random_init: bool) -> dict[str, Any]:
-    """`pretrained.*` params of a fine-tuning run from its model directory's `extra` metadata.
+def pretrain_params(extra: Mapping[str, Any], random_init: bool) -> dict[str, Any]:
+    """`pretrain.*` params of a fine-tuning run from its model directory's `extra` metadata.
 
     A random-init or from-scratch system has had no pretraining: 0 tokens, steps, seconds and
     FLOPs (the 0-token point of a learning curve), whatever directory its shape came from.
     """
     if random_init:
-        return {f"{PRETRAINED}{k}": 0 for k in ("step", "tokens", "train_seconds", "flops")}
-    return {f"{PRETRAINED}{k}": extra[k] for k in PRETRAINED_KEYS if k in extra}
+        return {f"{PRETRAIN}{k}": 0 for k in ("step", "tokens", "train_seconds", "flops")}
+    return {f"{PRETRAIN}{k}": extra[k] for k in PRETRAIN_KEYS if k in extra}
 
 
 def env_default(name: str, value: str) -> None:

@@ -229,6 +229,13 @@ class Tracker:
             {"op": "log_batch", "run": self._rid, "metrics": [], "params": [], "tags": pairs}
         )
 
+    def set_experiment_tags(self, tags: Mapping[str, str]) -> None:
+        """Tags of this run's experiment (`mlflow.note.content` is its description)."""
+        if not self.enabled:
+            return
+        rec = {"op": "set_experiment_tags", "experiment": self.experiment}
+        self._submit({**rec, "tags": [[k, str(v)] for k, v in tags.items()]})
+
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if not self.enabled:
             return
@@ -323,7 +330,8 @@ class Tracker:
             return
         self.ended = True
         if not self.keep_status:
-            self._submit({"op": "set_terminated", "run": self._rid, "status": status, "time": now_ms()})
+            rec = {"op": "set_terminated", "run": self._rid, "status": status, "time": now_ms()}
+            self._submit(rec)
         if self._offline:
             self._last_try = 0.0  # one last try now, whatever the probe interval
             if self._maybe_reconnect():

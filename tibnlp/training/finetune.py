@@ -13,7 +13,6 @@ import copy
 import dataclasses
 import hashlib
 import json
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,26 +28,19 @@ from tibnlp.data.collate import encode_texts
 from tibnlp.data.tasks import MODEL_TEXT_FORM, LabelledSet, load_advts, load_dataset, load_tncc
 from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
-from tibnlp.evaluation.metrics import (
-    Metrics,
-    aggregate,
-    compute_metrics,
-    majority_macro_f1,
-    not_learning,
-)
+from tibnlp.evaluation.metrics import Metrics, aggregate, compute_metrics, majority_macro_f1
 from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
 from tibnlp.models.classifier import HeadConfig
 from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
-from tibnlp.models.io import load_config_file, load_encoder, read_extra
+from tibnlp.models.io import load_config_file, load_encoder
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
-from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, TAG_WARNING, pretrained_params
+from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, pretrain_params
 from tibnlp.training.classification import set_seed, train_one_seed
+from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
 from tibnlp.training.long_documents import LongDocuments, read_length, setup_long_documents
-
-log = logging.getLogger("tibnlp.finetune")
 
 SEED_FILE = "seed_result.json"
 TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
@@ -215,10 +207,10 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     majority = majority_macro_f1(data.targets("validation"), len(data.labels))
     notes["validation_majority_macro_f1"] = majority
     # the pretraining behind the number (step, tokens, seconds...): what a learning curve plots
-    extra = _pretraining_of(ft)
+    extra = pretraining_of(ft)
     if setup.meta.source_model:
         notes["pretraining"] = extra
-    budget = pretrained_params(extra, ft.random_init)
+    budget = pretrain_params(extra, ft.random_init)
     if extra.get("mlflow_run_id"):  # also for the baselines: whose shape or vocabulary they use
         tags[TAG_PRETRAIN_RUN] = str(extra["mlflow_run_id"])
     tracking = cfg.tracking
@@ -242,7 +234,8 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
             ) as run:
                 run.log_params({**described, **budget})
                 result = _run_seed(setup, cfg, seed, output / f"seed-{seed}", unseen, advts, run)
-                _warn_if_not_learning(run, result, majority, setup.system)
+                score = result.metrics["validation"]["macro_f1"]
+                warn_if_majority(run, setup.system, seed, score, majority)
                 result.run_id = run.run_id
                 seeds.append(result)
         parts = seeds[0].metrics.keys()
@@ -254,34 +247,6 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         for path in write_results(final, output):
             parent.log_artifact(path)
     return final
-
-
-def _pretraining_of(ft: FinetuneConfig) -> dict[str, Any]:
-    """The model directory's pretraining record (`extra`); {} without one, or for a baseline
-    whose directory (read for its shape or vocabulary only) has no weights file."""
-    if not ft.model_dir:
-        return {}
-    try:
-        return read_extra(Path(ft.model_dir))
-    except DataError:
-        if not ft.random_init:
-            raise
-        return {}
-
-
-def _warn_if_not_learning(run: Tracker, seed: SeedResult, majority: float, system: str) -> None:
-    """Say so when a seed's validation macro-F1 stayed at the majority-class level."""
-    score = seed.metrics["validation"]["macro_f1"]
-    if not_learning(score, majority):
-        log.warning(
-            "%s seed %d is not learning: validation macro-F1 %.2f%% is at the majority-class "
-            "level (%.2f%%): it predicts (nearly) one class; check the learning rate and epochs",
-            system,
-            seed.seed,
-            100 * score,
-            100 * majority,
-        )
-        run.set_tags({TAG_WARNING: "not_learning"})
 
 
 def _advts(setup: Setup, eval_also: Sequence[str]) -> LabelledSet | None:
