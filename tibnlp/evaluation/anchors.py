@@ -45,8 +45,6 @@ TNCC_TITLE_MACRO_F1 = (
     ),
 )
 
-# The same as a name -> value mapping (what tables print)
-TNCC_TITLE_ANCHORS = {a.name: a.value for a in TNCC_TITLE_MACRO_F1}
 
 # dataset -> metric -> anchors
 ANCHORS: dict[str, dict[str, tuple[Anchor, ...]]] = {

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tibnlp.config.core import atomic_write_text
 from tibnlp.errors import DataError
-from tibnlp.evaluation.anchors import TNCC_TITLE_ANCHORS
+from tibnlp.evaluation.anchors import TNCC_TITLE_MACRO_F1
 from tibnlp.evaluation.metrics import not_learning
 
 RESULTS_JSON = "results.json"
@@ -116,10 +116,64 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         cells = [r["dataset"], system_cell(r), str(len(r["seeds"]))]
         cells += [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
         lines.append("| " + " | ".join(cells) + " |")
-    if any(r["dataset"] == "tncc-title" for r in rows):
-        lines += ["", "Published TNCC title results (test macro-F1; own splits):"]
-        lines += [f"- {name}: {value:.2f}" for name, value in TNCC_TITLE_ANCHORS.items()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _anchor_lines(rows)) + "\n"
+
+
+def _anchor_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    if not any(r["dataset"] == "tncc-title" for r in rows):
+        return []
+    lines = ["", "Published TNCC title results (test macro-F1; each paper its own split):"]
+    return lines + [f"- {a.name}: {a.value:.2f} ({a.source})" for a in TNCC_TITLE_MACRO_F1]
+
+
+def _kind(system: str) -> str:
+    if system.startswith("textcnn"):
+        return "textcnn"
+    return "random" if system.startswith("albert-random") else "pretrained"
+
+
+def _tokens(row: dict[str, Any]) -> float:
+    tokens = row.get("notes", {}).get("pretraining", {})
+    return float(tokens.get("tokens", 0)) if isinstance(tokens, dict) else 0.0
+
+
+def summary_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The table a pipeline ends with: test macro and weighted F1 (mean ± std over seeds) of
+    every system, pretrained ones by their pretraining tokens, beside the random-init twin
+    (with each pretrained row's gain over it, same head), TextCNN and the published results.
+    Systems with seeds stuck at the majority class are marked, not read as results."""
+    order = {"pretrained": 0, "random": 1, "textcnn": 2}
+    rows = sorted(rows, key=lambda r: (r["dataset"], order[_kind(r["system"])], _tokens(r)))
+    twins = {
+        (r["dataset"], r["system"].partition("+")[2]): r
+        for r in rows
+        if _kind(r["system"]) == "random"
+    }
+    head = ["dataset", "system", "pretraining tokens", "seeds", "test macro-F1",
+            "test weighted-F1", "val macro-F1", "Δ test macro-F1 vs random init"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        kind, n = _kind(r["system"]), len(r["seeds"])
+        tokens = {"pretrained": f"{_tokens(r):,.0f}", "random": "0", "textcnn": "none"}[kind]
+        twin = twins.get((r["dataset"], r["system"].partition("+")[2]))
+        gain = "-"
+        if kind == "pretrained" and twin is not None:
+            diff = _mean(r, "test", "macro_f1") - _mean(twin, "test", "macro_f1")
+            gain = f"{100 * diff:+.2f}"
+        cells = [r["dataset"], system_cell(r), tokens, str(n)]
+        cells += [_cell(r["aggregate"], "test", "macro_f1", n)]
+        cells += [_cell(r["aggregate"], "test", "weighted_f1", n)]
+        cells += [_cell(r["aggregate"], "validation", "macro_f1", n), gain]
+        lines.append("| " + " | ".join(cells) + " |")
+    title = "Fine-tuning results (%, mean ± std over seeds; selection on validation only)"
+    return "\n".join([title, "", *lines, *_anchor_lines(rows)]) + "\n"
+
+
+def _mean(row: dict[str, Any], part: str, key: str) -> float:
+    value = row["aggregate"].get(part, {}).get(key)
+    if value is None:
+        return math.nan
+    return float(value["mean"] if isinstance(value, dict) else value[0])
 
 
 def rich_table(rows: Sequence[dict[str, Any]]) -> Table:
