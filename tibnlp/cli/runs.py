@@ -1,4 +1,5 @@
-"""`tibnlp runs`: compare an experiment's runs; replay tracking calls buffered during an outage."""
+"""`tibnlp runs`: compare or plot an experiment's runs; replay tracking calls buffered during an
+outage."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from rich.table import Table
 from tibnlp.cli.common import console
 from tibnlp.tracking import sync_buffers
 from tibnlp.tracking.compare import compare_runs
+from tibnlp.tracking.curve import pipeline_parent, plot_curve
 
-app = typer.Typer(help="Compare runs and replay buffered tracking calls.", no_args_is_help=True)
+app = typer.Typer(
+    help="Compare and plot runs; replay buffered tracking calls.", no_args_is_help=True
+)
 
 UriOption = Annotated[
     str,
@@ -84,6 +88,53 @@ def compare(
         for row in result.table(digits, scale):
             table.add_row(*row)
         console.print(table)
+
+
+@app.command("plot")
+def plot(
+    experiment: Annotated[
+        list[str], typer.Option("--experiment", "-e", help="Experiment name (repeatable).")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file to write.")],
+    metric: Annotated[
+        str, typer.Option("--metric", "-m", help="Metric as fine-tuning logs it, less the part.")
+    ] = "macro_f1",
+    part: Annotated[
+        list[str] | None,
+        typer.Option("--part", help="Split(s) drawn (repeatable); default test and validation."),
+    ] = None,
+    run_id: Annotated[
+        str,
+        typer.Option(
+            "--run-id",
+            help="Log the PNG to this run; default: the latest pipeline parent run of the "
+            "(first) experiment, when it has one.",
+        ),
+    ] = "",
+    filter_string: Annotated[
+        str, typer.Option("--filter", help="MLflow run filter applied to every experiment.")
+    ] = "",
+    title: Annotated[str, typer.Option(help="Figure title.")] = "",
+    tracking_uri: UriOption = "",
+) -> None:
+    """Learning curve: fine-tuning scores (mean ± std over seeds) against pretraining tokens
+    and CPU-hours, with the random-init twin, TextCNN and published results as references."""
+    target = run_id or pipeline_parent(experiment[0], tracking_uri) or ""
+    curve, skipped = plot_curve(
+        experiment,
+        output,
+        metric,
+        part or ["test", "validation"],
+        tracking_uri,
+        log_run_id=target,
+        title=title,
+        filter_string=filter_string,
+    )
+    for line in skipped:
+        console.print(f"[yellow]left out:[/] {line}", highlight=False)
+    console.print(f"{len(curve.points)} points; plot written to {output}", highlight=False)
+    if target:
+        console.print(f"logged to MLflow run {target}", highlight=False)
 
 
 @app.command("sync")

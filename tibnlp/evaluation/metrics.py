@@ -20,6 +20,10 @@ from sklearn.metrics import (
     precision_recall_fscore_support,
 )
 
+# A fine-tuning whose validation macro-F1 is within this (absolute) of the majority-class
+# predictor's has not learned: it predicts (nearly) one class.
+NOT_LEARNING_MARGIN = 0.02
+
 SUMMARY_KEYS = (
     "accuracy",
     "macro_precision",
@@ -94,3 +98,18 @@ def aggregate(runs: Sequence[dict[str, float]]) -> dict[str, tuple[float, float]
         std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
         out[key] = (mean, std)
     return out
+
+
+def majority_macro_f1(y_true: Sequence[int], n_labels: int) -> float:
+    """Macro-F1 of always predicting the most frequent class of `y_true`: what a classifier
+    collapsed onto one class scores (its F1 2p/(1+p) on that class, zero on the others)."""
+    if not len(y_true) or n_labels < 1:
+        return float("nan")
+    share = float(np.bincount(np.asarray(y_true, dtype=np.int64), minlength=n_labels).max())
+    share /= len(y_true)
+    return 2 * share / (1 + share) / n_labels
+
+
+def not_learning(macro_f1: float, majority: float, margin: float = NOT_LEARNING_MARGIN) -> bool:
+    """True when a macro-F1 is no better (within `margin`) than the majority-class predictor."""
+    return not math.isnan(majority) and not macro_f1 > majority + margin

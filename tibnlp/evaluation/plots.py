@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -36,12 +37,17 @@ def confusion_png(
                 color = "white" if norm[i, j] > 0.5 else "black"
                 ax.text(j, i, str(int(cm[i, j])), ha="center", va="center", fontsize=7, color=color)
     fig.tight_layout()
+    return save_png(fig, path)
+
+
+def save_png(fig: Any, path: Path, dpi: int = 120) -> Path:
+    """Write a figure atomically (temporary file, then rename) and close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
     os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
+        fig.savefig(tmp, dpi=dpi)
         os.replace(tmp, path)
     finally:
         plt.close(fig)

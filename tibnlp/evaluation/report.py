@@ -17,6 +17,8 @@ from rich.table import Table
 
 from tibnlp.config.core import atomic_write_text
 from tibnlp.errors import DataError
+from tibnlp.evaluation.anchors import TNCC_TITLE_MACRO_F1
+from tibnlp.evaluation.metrics import not_learning
 
 RESULTS_JSON = "results.json"
 
@@ -39,14 +41,6 @@ COLUMNS = (
     ("advts", "accuracy", "AdvTS adv acc"),
     ("advts", "macro_f1", "AdvTS adv macro-F1"),
 )
-
-# Published TNCC title results (macro-F1, test; each paper its own split): tncc/ANCHORS.md
-TNCC_TITLE_ANCHORS = {
-    "CBOW": 57.84,
-    "TiBERT": 61.72,
-    "DMA-ALBERT + CNN (seed paper)": 64.47,
-    "DAN-FastText": 64.53,
-}
 
 
 class _ResultLike(Protocol):
@@ -91,6 +85,26 @@ def _cell(agg: dict[str, dict[str, Any]], part: str, key: str, seeds: int = 2) -
     if seeds == 1:  # one seed has no spread: "± 0.00" would claim one
         return f"{100 * mean:.2f}"
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
+
+
+def not_learning_seeds(row: dict[str, Any]) -> int:
+    """Seeds of a result whose validation macro-F1 stayed at the majority-class level."""
+    majority = row.get("notes", {}).get("validation_majority_macro_f1")
+    if majority is None:  # a result written before the check existed
+        return 0
+    return sum(
+        not_learning(s["metrics"]["validation"]["macro_f1"], majority)
+        for s in row["seeds"]
+        if "validation" in s.get("metrics", {})
+    )
+
+
+def system_cell(row: dict[str, Any]) -> str:
+    """The system's name, marked when some seeds did not learn (their scores are not results)."""
+    stuck = not_learning_seeds(row)
+    if not stuck:
+        return str(row["system"])
+    return f"{row['system']} (NOT LEARNING: {stuck}/{len(row['seeds'])} seeds at majority class)"
 
 
 def _columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -140,14 +154,68 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     head = ["dataset", "system", "seeds", *(c[2] for c in cols), *(["recipe"] if recipes else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["dataset"], r["system"], str(len(r["seeds"]))]
+        cells = [r["dataset"], system_cell(r), str(len(r["seeds"]))]
         cells += [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
         cells += [_recipe(r)] if recipes else []
         lines.append("| " + " | ".join(cells) + " |")
-    if any(r["dataset"] == "tncc-title" for r in rows):
-        lines += ["", "Published TNCC title results (test macro-F1; own splits):"]
-        lines += [f"- {name}: {value:.2f}" for name, value in TNCC_TITLE_ANCHORS.items()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _anchor_lines(rows)) + "\n"
+
+
+def _anchor_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    if not any(r["dataset"] == "tncc-title" for r in rows):
+        return []
+    lines = ["", "Published TNCC title results (test macro-F1; each paper its own split):"]
+    return lines + [f"- {a.name}: {a.value:.2f} ({a.source})" for a in TNCC_TITLE_MACRO_F1]
+
+
+def _kind(system: str) -> str:
+    if system.startswith("textcnn"):
+        return "textcnn"
+    return "random" if system.startswith("albert-random") else "pretrained"
+
+
+def _tokens(row: dict[str, Any]) -> float:
+    tokens = row.get("notes", {}).get("pretraining", {})
+    return float(tokens.get("tokens", 0)) if isinstance(tokens, dict) else 0.0
+
+
+def summary_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The table a pipeline ends with: test macro and weighted F1 (mean ± std over seeds) of
+    every system, pretrained ones by their pretraining tokens, beside the random-init twin
+    (with each pretrained row's gain over it, same head), TextCNN and the published results.
+    Systems with seeds stuck at the majority class are marked, not read as results."""
+    order = {"pretrained": 0, "random": 1, "textcnn": 2}
+    rows = sorted(rows, key=lambda r: (r["dataset"], order[_kind(r["system"])], _tokens(r)))
+    twins = {
+        (r["dataset"], r["system"].partition("+")[2]): r
+        for r in rows
+        if _kind(r["system"]) == "random"
+    }
+    head = ["dataset", "system", "pretraining tokens", "seeds", "test macro-F1",
+            "test weighted-F1", "val macro-F1", "Δ test macro-F1 vs random init"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        kind, n = _kind(r["system"]), len(r["seeds"])
+        tokens = {"pretrained": f"{_tokens(r):,.0f}", "random": "0", "textcnn": "none"}[kind]
+        twin = twins.get((r["dataset"], r["system"].partition("+")[2]))
+        gain = "-"
+        if kind == "pretrained" and twin is not None:
+            diff = _mean(r, "test", "macro_f1") - _mean(twin, "test", "macro_f1")
+            gain = f"{100 * diff:+.2f}"
+        cells = [r["dataset"], system_cell(r), tokens, str(n)]
+        cells += [_cell(r["aggregate"], "test", "macro_f1", n)]
+        cells += [_cell(r["aggregate"], "test", "weighted_f1", n)]
+        cells += [_cell(r["aggregate"], "validation", "macro_f1", n), gain]
+        lines.append("| " + " | ".join(cells) + " |")
+    title = "Fine-tuning results (%, mean ± std over seeds; selection on validation only)"
+    return "\n".join([title, "", *lines, *_anchor_lines(rows)]) + "\n"
+
+
+def _mean(row: dict[str, Any], part: str, key: str) -> float:
+    value = row["aggregate"].get(part, {}).get(key)
+    if value is None:
+        return math.nan
+    return float(value["mean"] if isinstance(value, dict) else value[0])
 
 
 def rich_table(rows: Sequence[dict[str, Any]]) -> Table:
@@ -161,7 +229,7 @@ def rich_table(rows: Sequence[dict[str, Any]]) -> Table:
     for r in rows:
         cells = [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
         cells += [_recipe(r)] if recipes else []
-        table.add_row(r["dataset"], r["system"], str(len(r["seeds"])), *cells)
+        table.add_row(r["dataset"], system_cell(r), str(len(r["seeds"])), *cells)
     return table
 
 

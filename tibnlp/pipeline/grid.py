@@ -3,7 +3,8 @@
 A stage that reads a gridded stage fans out over it: `finetune` reading `pretrain` with ten
 variants becomes ten nodes (times its own grid). Each node knows which upstream node feeds
 each `${stages.X...}` reference, its config overrides, and the label of the model it stands
-for (used to group runs in `tibnlp runs compare`).
+for (used to group runs in `tibnlp runs compare`). A `collect` stage does not fan out: its one
+node reads every node of the stages it references (a plot or a table over the grid).
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ class Node:
     overrides: dict[str, Any]  # this node's own variant overrides (dotted keys)
     upstream: dict[str, Node] = field(default_factory=dict)  # stage name -> node it reads
     model_label: str = ""
+    collected: dict[str, list[Node]] = field(default_factory=dict)  # collect: all nodes read
+
+    def reads(self) -> list[Node]:
+        """Every node this one reads."""
+        return [*self.upstream.values(), *(n for ns in self.collected.values() for n in ns)]
 
     @property
     def name(self) -> str:
@@ -40,6 +46,14 @@ def expand(spec: PipelineSpec) -> list[Node]:
         refs = stage.references()
         choices = [by_stage[r] for r in refs]
         nodes = []
+        if stage.collect:
+            collected = {r: by_stage[r] for r in refs}
+            for variant in stage.variants:
+                node = Node(stage, variant.name, dict(variant.overrides), collected=collected)
+                nodes.append(node)
+            by_stage[stage.name] = nodes
+            order += nodes
+            continue
         for combo in itertools.product(*choices) if refs else [()]:
             upstream = dict(zip(refs, combo, strict=True))
             inherited = [n.variant for n in combo if n.variant]

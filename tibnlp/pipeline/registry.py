@@ -43,6 +43,7 @@ _REGISTRY: dict[str, StageDef] = {
     "vocab": StageDef("tibnlp.pipeline.stages:vocab", ("vocab",)),
     "pretrain": StageDef("tibnlp.pipeline.stages:pretrain", ("model", "pretrain")),
     "finetune": StageDef("tibnlp.pipeline.stages:finetune", ("model", "finetune")),
+    "curve": StageDef("tibnlp.pipeline.stages:curve", ()),
 }
 
 

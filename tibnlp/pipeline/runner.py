@@ -24,6 +24,9 @@ from tibnlp.tracking import Tracker, path_hash, provenance_tags
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_STAGE, TAG_VARIANT, config_hash
 
 DATA_PREFIX = "data:"
+PARAMS = "params."  # a grid or variant key that sets a stage param, not a config key
+SUMMARY = "summary"  # a stage result's text shown when the pipeline ends
+NOTE = "mlflow.note.content"  # MLflow's description of a run or an experiment
 
 
 @dataclass
@@ -84,10 +87,23 @@ class Planner:
                     f"{self.spec.source}: {where}: unknown reference ${{{ref}}}",
                     "references are ${vars.NAME} and ${stages.STAGE.output}",
                 )
-            up = node.upstream[parts[1]]
-            return str(self.outputs[id(up)]) if real else f"stage:{self.keys[id(up)]}"
+            if parts[1] in node.collected:  # a collect stage: every node of that stage
+                return [self._ref(up, real) for up in node.collected[parts[1]]]
+            return self._ref(node.upstream[parts[1]], real)
 
         return lookup
+
+    def _ref(self, up: Node, real: bool) -> str:
+        return str(self.outputs[id(up)]) if real else f"stage:{self.keys[id(up)]}"
+
+    def params(self, node: Node, real: bool) -> dict[str, Any]:
+        """The stage's params, with what its variant sets under `params.` (a grid over
+        params: each value its own node, cached separately)."""
+        params = copy.deepcopy(node.stage.params)
+        for key, value in node.overrides.items():
+            if key.startswith(PARAMS):
+                _set_dotted(params, key[len(PARAMS) :], value, f"stages.{node.stage.name}")
+        return dict(substitute(params, self._lookup(node, real), "params"))
 
     def _data(self, value: Any, real: bool, where: str) -> Any:
         if isinstance(value, str) and value.startswith(DATA_PREFIX):
@@ -102,6 +118,8 @@ class Planner:
     def _inputs(self, node: Node, real: bool) -> Any:
         where = f"stages.{node.stage.name}.inputs"
         raw = substitute(copy.deepcopy(node.stage.inputs), self._lookup(node, real), where)
+        if isinstance(raw, list):  # a collect stage's reference is a list of outputs
+            raw = [v for item in raw for v in (item if isinstance(item, list) else [item])]
         out = self._data(raw, real, where)
         if not real:  # plain paths (outside the data directory) count by content
             if isinstance(out, dict):
@@ -124,7 +142,8 @@ class Planner:
         where = f"{self.spec.source}: stages.{node.stage.name}"
         data = deep_merge(self.spec.config, node.stage.config)
         for key, value in node.overrides.items():
-            _set_dotted(data, key, value, where)
+            if not key.startswith(PARAMS):
+                _set_dotted(data, key, value, where)
         data = substitute(data, self._lookup(node, real), f"stages.{node.stage.name}.config")
         resolved = self._data(data, real, f"stages.{node.stage.name}.config")
         try:
@@ -144,14 +163,14 @@ class Planner:
             config = self.config_dict(node, real=False)
             inputs = self._inputs(node, real=False)
             sections = {s: config[s] for s in sdef.sections}
-            params = substitute(node.stage.params, self._lookup(node, False), "params")
+            params = self.params(node, real=False)
             key = node_key(node.stage.kind, sections, params, inputs)
             described = {**sections, "params": params} if params else sections
             self.keys[id(node)] = key
             slot = slot_for(self.workdir, node.stage.name, node.variant, key)
             manifest = slot.manifest(key)
             action: Literal["run", "skip"]
-            upstream_runs = [u.name for u in node.upstream.values() if id(u) in stale]
+            upstream_runs = [u.name for u in node.reads() if id(u) in stale]
             if node.stage.name in forced or node.name in forced:
                 action, reason = "run", "forced (--force)"
             elif manifest is not None:
@@ -210,6 +229,7 @@ def run_pipeline(
         for s in steps:
             _record_skip(result, planner, s)
         echo("everything is cached; nothing to run")
+        _report(spec, result, echo, None)
         return result
     base_cfg = from_dict(Config, spec.config)
     uri = tracking_uri or base_cfg.tracking.uri
@@ -238,6 +258,7 @@ def run_pipeline(
             result.outputs[node.name] = out
             result.results[node.name] = res
             result.ran.append(node.name)
+        _report(spec, result, echo, parent)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -246,6 +267,41 @@ def run_pipeline(
         result.run_id = parent.run_id
         parent.end(status)
     return result
+
+
+def describe(spec: PipelineSpec) -> str:
+    """What the pipeline is, for its MLflow experiment's description: the file's
+    `description` (or its name) and its stages."""
+    head = str(spec.raw.get("description") or f"tibnlp pipeline {spec.name}").strip()
+    where = f" ({spec.source.name})" if spec.source else ""
+    stages = [
+        f"- {st.name} ({st.kind}"
+        + (f", {len(st.variants)} variants" if len(st.variants) > 1 else "")
+        + (", over every variant above" if st.collect else "")
+        + ")"
+        + (f": {st.description}" if st.description else "")
+        for st in spec.stages
+    ]
+    return f"{head}{where}\n\nStages:\n" + "\n".join(stages)
+
+
+def _report(
+    spec: PipelineSpec, result: PipelineRun, echo: Callable[[str], None], parent: Tracker | None
+) -> None:
+    """End by showing what the pipeline produced: each stage result's `summary` (e.g. the
+    result table) and where that stage's output is; the same text becomes the parent run's
+    description, and the experiment's description says what the pipeline is."""
+    parts = []
+    for name, res in result.results.items():
+        if isinstance(res, dict) and isinstance(res.get(SUMMARY), str):
+            parts.append(f"{res[SUMMARY].rstrip()}\n\n{name}: {result.outputs[name]}")
+    for text in parts:
+        echo("")
+        echo(text)
+    if parent is not None and parent.enabled:
+        if parts:
+            parent.set_tags({NOTE: "\n\n".join(parts)})
+        parent.set_experiment_tags({NOTE: describe(spec)})
 
 
 def _record_skip(result: PipelineRun, planner: Planner, step: Step) -> None:
@@ -283,7 +339,7 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
     cfg.tracking.tags = {**cfg.tracking.tags, **tags}
     slot.partial.mkdir(parents=True, exist_ok=True)
     run_file.write_text(json.dumps({"run_id": child.run_id}), encoding="utf-8")
-    params = substitute(node.stage.params, planner._lookup(node, True), "params")
+    params = planner.params(node, real=True)
     # Paths left empty here (pretrain.corpus, finetune.model...) are filled from the inputs by
     # the stage adapter, and the stage logs them itself: logging "" now would make MLflow
     # reject that later batch ("changing param values is not allowed").
@@ -291,7 +347,9 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
     child.log_params({k: v for k, v in settings.items() if v != ""})
     if params:
         child.log_params({"params": params})
-    child.set_tags({**_provenance(paths), "tibnlp.stage_key": step.key})
+    # a collect stage reads other stages' outputs, not data: nothing to hash
+    provenance = {} if node.stage.collect else _provenance(paths)
+    child.set_tags({**provenance, "tibnlp.stage_key": step.key})
     child.log_dict(to_dict(cfg), "config/resolved.yaml")
     ctx = StageContext(
         node.name, node.stage.name, node.variant, cfg, paths, slot.partial, resume, child, params

@@ -21,6 +21,10 @@ stages:
     variants: [{name: fixed12, set: {model.heads.small: 12}}]   # or an explicit list
   finetune:
     inputs: {model: ${stages.pretrain.output}}         # fans out over pretrain's variants
+    grid: {params.export_tokens: [1e6, 4e6]}           # grids may set params too
+  plot:
+    collect: true       # ONE node reading every variant above: ${stages.finetune.output} is
+    inputs: [${stages.finetune.output}]               # the list of all their outputs
 ```
 
 A stage may only reference stages above it, so the file order is a valid run order.
@@ -38,7 +42,17 @@ from tibnlp.config.core import apply_overrides, read_yaml
 from tibnlp.errors import ConfigError
 
 TOP_KEYS = {"name", "experiment", "workdir", "vars", "config", "stages", "description"}
-STAGE_KEYS = {"kind", "inputs", "config", "params", "grid", "variants", "description", "launch"}
+STAGE_KEYS = {
+    "kind",
+    "inputs",
+    "config",
+    "params",
+    "grid",
+    "variants",
+    "description",
+    "launch",
+    "collect",
+}
 _REF = re.compile(r"\$\{([^}]+)\}")
 
 
@@ -57,6 +71,10 @@ class StageSpec:
     params: dict[str, Any]
     variants: list[Variant]  # [Variant("", {})] when the stage has no grid
     launch: str = ""  # e.g. "torchrun --nproc_per_node 8 -m": run the stage in N processes
+    # one node reading every variant of the stages it references (a plot or table over a
+    # grid) instead of one node per upstream variant
+    collect: bool = False
+    description: str = ""
 
     def references(self) -> list[str]:
         """Names of the stages this one reads (through ${stages.NAME....})."""
@@ -192,6 +210,8 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
         for key in ("config", "params"):
             if not isinstance(body.get(key) or {}, dict):
                 raise ConfigError(f"{at}.{key}: expected a mapping")
+        if not isinstance(body.get("collect", False), bool):
+            raise ConfigError(f"{at}.collect: expected true or false")
         spec = StageSpec(
             name=str(sname),
             kind=str(body.get("kind") or sname),
@@ -199,6 +219,8 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
             config=dict(body.get("config") or {}),
             params=dict(body.get("params") or {}),
             launch=str(body.get("launch") or ""),
+            collect=bool(body.get("collect", False)),
+            description=str(body.get("description") or ""),
             variants=expand_variants(str(sname), body.get("grid"), body.get("variants"), at),
         )
         known = [s.name for s in stages]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tibnlp.errors import ConfigError
+from tibnlp.errors import ConfigError, DataError
 from tibnlp.pipeline.context import StageContext
 
 
@@ -139,9 +139,28 @@ def pretrain(ctx: StageContext) -> Path:
     return Path(run(cfg, resume=resume))
 
 
+def _export(model: Path, tokens: Any, stage: str) -> Path:
+    """The export of pretraining output `model` (OUTPUT/model) at `tokens` (param
+    `export_tokens`: a point of a learning curve)."""
+    name = _load("tibnlp.training.pretrain:export_name")(float(tokens))
+    path = model.parent / "exports" / name
+    if not path.is_dir():
+        exports = sorted((model.parent / "exports").glob("tokens-*"))
+        reached = _load("tibnlp.models.io:read_extra")(model).get("tokens", "?")
+        raise DataError(
+            f"stage {stage}: pretraining in {model.parent} has no export {name} (it stopped "
+            f"at {reached} tokens; exports: {', '.join(e.name for e in exports) or 'none'})",
+            "list only token counts that pretraining reaches (pretrain.max_tokens, "
+            "pretrain.max_steps, pretrain.time_budget), the same as pretrain.export_at_tokens",
+        )
+    return path
+
+
 def finetune(ctx: StageContext) -> dict[str, Any]:
     cfg = ctx.config
     model = _named(ctx, "model", required=False)
+    if model is not None and "export_tokens" in ctx.params:
+        model = _export(model, ctx.params["export_tokens"], ctx.name)
     if model is not None:
         cfg.finetune.model = str(model)
     vocab = _named(ctx, "vocab", required=False)  # e.g. a vocab stage's output (TextCNN)
@@ -155,6 +174,38 @@ def finetune(ctx: StageContext) -> dict[str, Any]:
     result = _as_dict(value)
     register_finetuned(ctx, result)
     return result
+
+
+def curve(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
+    """The learning curve of the fine-tuning stages given as inputs (their seed runs, read
+    from MLflow by id: exactly the runs behind those outputs, cached or not), logged to the
+    pipeline's parent run, and their result table as the pipeline's summary."""
+    tracking = ctx.config.tracking
+    if not tracking.enabled:
+        raise ConfigError(
+            f"stage {ctx.name} reads the fine-tuning runs from MLflow",
+            "set tracking.enabled=true",
+        )
+    dirs = list(ctx.inputs.values()) if isinstance(ctx.inputs, dict) else list(ctx.inputs)
+    rows = _load("tibnlp.evaluation.report:load_results")(dirs)
+    run_ids = [s["run_id"] for r in rows for s in r["seeds"] if s.get("run_id")]
+    out = ctx.output / "curve.png"
+    plot = _load("tibnlp.tracking.curve:plot_curve")
+    metric = str(ctx.params.get("metric", "macro_f1"))
+    curve, skipped = plot(
+        [tracking.experiment],
+        out,
+        metric,
+        list(ctx.params.get("parts", ["test", "validation"])),
+        uri=tracking.uri,
+        run_ids=run_ids,
+        log_run_id=tracking.parent_run_id,
+        title=str(ctx.params.get("title", "")),
+    )
+    ctx.tracker.log_artifact(out)
+    table = _load("tibnlp.evaluation.report:summary_table")(rows)
+    left_out = "".join(f"\nleft out of the plot: {line}" for line in skipped)
+    return out, {"summary": table + left_out, "points": len(curve.points), "runs": len(run_ids)}
 
 
 def register_finetuned(ctx: StageContext, result: dict[str, Any]) -> None:

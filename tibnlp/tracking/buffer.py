@@ -195,6 +195,11 @@ class Applier:
             description=rec.get("description") or None,
         )
 
+    def _op_set_experiment_tags(self, rec: dict[str, Any]) -> None:
+        experiment = self.experiment_id(rec["experiment"])
+        for key, value in rec["tags"]:
+            self.client.set_experiment_tag(experiment, key, value)
+
     def _op_set_terminated(self, rec: dict[str, Any]) -> None:
         self.client.set_terminated(self._run(rec), status=rec["status"], end_time=rec.get("time"))
 

@@ -13,10 +13,11 @@ import csv
 import fnmatch
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from tibnlp.errors import TibnlpError
@@ -103,6 +104,41 @@ def _value(run: object, key: str) -> str | None:
     return data.params.get(key)
 
 
+def finished_runs(client: MlflowClient, experiment: str, filter_string: str = "") -> list[Run]:
+    """Every finished run of `experiment` (all pages); a clear error naming the known
+    experiments when there is no such experiment."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        names = sorted(e.name for e in client.search_experiments())
+        raise TibnlpError(
+            f"no experiment named {experiment!r} in {client.tracking_uri}",
+            f"known experiments: {', '.join(names) or 'none'}",
+        )
+    runs: list[Run] = []
+    token = None
+    while True:
+        page = client.search_runs(
+            [exp.experiment_id],
+            filter_string=filter_string,
+            max_results=1000,
+            page_token=token,
+        )
+        runs += [r for r in page if r.info.status == "FINISHED"]
+        token = page.token
+        if not token:
+            break
+    return runs
+
+
+def leaf_runs(runs: Sequence[Run], matching: Callable[[Run], Any]) -> list[Run]:
+    """The runs carrying the metrics (`matching(run)` true), less those whose nested runs carry
+    them too: such a run is their aggregate (a stage over seeds), so the leaves (the seeds) are
+    counted, not the aggregate a second time, nor its own `*_mean`/`*_std` columns."""
+    kept = [r for r in runs if matching(r)]
+    parents = {r.data.tags.get("mlflow.parentRunId") for r in kept}
+    return [r for r in kept if r.info.run_id not in parents]
+
+
 def compare_runs(
     experiment: str,
     metrics: Sequence[str] = (),
@@ -121,37 +157,13 @@ def compare_runs(
     fixed heads before dynamic pairs) or sorted by the group values ("6" before "12").
     """
     client = MlflowClient(default_tracking_uri(uri))
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        names = sorted(e.name for e in client.search_experiments())
-        raise TibnlpError(
-            f"no experiment named {experiment!r} in {default_tracking_uri(uri)}",
-            f"known experiments: {', '.join(names) or 'none'}",
-        )
-    runs, token = [], None
-    while True:
-        page = client.search_runs(
-            [exp.experiment_id],
-            filter_string=filter_string,
-            max_results=1000,
-            page_token=token,
-        )
-        runs += [r for r in page if r.info.status == "FINISHED"]
-        token = page.token
-        if not token:
-            break
     patterns = list(metrics) or list(DEFAULT_METRICS)
 
     def matching(run: object) -> set[str]:
         keys = run.data.metrics  # type: ignore[attr-defined]
         return {k for k in keys if any(fnmatch.fnmatch(k, p) for p in patterns)}
 
-    runs = [r for r in runs if matching(r)]
-    # A run whose nested runs carry the metrics is their aggregate (a stage over seeds): count
-    # the leaves (the seeds), not the aggregate a second time, nor its own `*_mean`/`*_std`
-    # columns (left out before the columns are chosen, or they would stay empty).
-    parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
-    runs = [r for r in runs if r.info.run_id not in parents]
+    runs = leaf_runs(finished_runs(client, experiment, filter_string), matching)
     names = sorted({k for r in runs for k in matching(r)})
     if not names:
         raise TibnlpError(

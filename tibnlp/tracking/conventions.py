@@ -23,6 +23,15 @@ TAG_PARENT_MODEL = "tibnlp.parent_model_hash"
 TAG_MODEL = "tibnlp.model"  # short label of the model configuration, used to group runs
 TAG_STAGE = "tibnlp.stage"
 TAG_VARIANT = "tibnlp.variant"
+TAG_PRETRAIN_RUN = "tibnlp.pretrain_run"  # the pretraining run a fine-tuned model came from
+# "majority_class": a fine-tuning stuck at that level; "not_learning": a pretraining at unigram
+TAG_WARNING = "warning"
+WARNING_MAJORITY = "majority_class"
+# What a fine-tuning run records about the pretraining behind its encoder (params
+# `pretrain.KEY`, from the model directory's metadata, `read_extra`), so a learning curve can
+# place it by tokens, FLOPs or CPU-hours (train_seconds x processes / 3600).
+PRETRAIN = "pretrain."
+PRETRAIN_KEYS = ("step", "tokens", "train_seconds", "flops", "hardware", "processes")
 
 _CHUNK = 1 << 20
 _memo: dict[tuple[str, int, int], str] = {}
@@ -121,6 +130,17 @@ def provenance_tags(
             continue
     tags.update(extra or {})
     return tags
+
+
+def pretrain_params(extra: Mapping[str, Any], random_init: bool) -> dict[str, Any]:
+    """`pretrain.*` params of a fine-tuning run from its model directory's `extra` metadata.
+
+    A random-init or from-scratch system has had no pretraining: 0 tokens, steps, seconds and
+    FLOPs (the 0-token point of a learning curve), whatever directory its shape came from.
+    """
+    if random_init:
+        return {f"{PRETRAIN}{k}": 0 for k in ("step", "tokens", "train_seconds", "flops")}
+    return {f"{PRETRAIN}{k}": extra[k] for k in PRETRAIN_KEYS if k in extra}
 
 
 def env_default(name: str, value: str) -> None:

@@ -74,8 +74,12 @@ class Tracker:
         tags: Mapping[str, str] | None = None,
         buffer_dir: Path | str | None = None,
         retry_seconds: float = 30.0,
+        keep_status: bool = False,
     ) -> None:
         self.enabled = enabled
+        # with resume_run_id: add to a run that another process owns (a pipeline's running
+        # parent) without marking it running, or ended, here
+        self.keep_status = keep_status and bool(resume_run_id)
         self.run_id: str | None = None
         self.experiment = experiment
         self.ended = False
@@ -96,7 +100,8 @@ class Tracker:
         self.buffer = Buffer(self.buffer_dir / f"{stamp}.jsonl", self.uri)
         if resume_run_id:
             self.run_id = resume_run_id
-            self._submit({"op": "update_run", "run": resume_run_id, "status": "RUNNING"})
+            if not self.keep_status:
+                self._submit({"op": "update_run", "run": resume_run_id, "status": "RUNNING"})
         else:
             self.run_id = local_id
             self._submit(
@@ -224,6 +229,13 @@ class Tracker:
             {"op": "log_batch", "run": self._rid, "metrics": [], "params": [], "tags": pairs}
         )
 
+    def set_experiment_tags(self, tags: Mapping[str, str]) -> None:
+        """Tags of this run's experiment (`mlflow.note.content` is its description)."""
+        if not self.enabled:
+            return
+        rec = {"op": "set_experiment_tags", "experiment": self.experiment}
+        self._submit({**rec, "tags": [[k, str(v)] for k, v in tags.items()]})
+
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if not self.enabled:
             return
@@ -317,7 +329,9 @@ class Tracker:
         if not self.enabled or not self.run_id or self.ended:
             return
         self.ended = True
-        self._submit({"op": "set_terminated", "run": self._rid, "status": status, "time": now_ms()})
+        if not self.keep_status:
+            rec = {"op": "set_terminated", "run": self._rid, "status": status, "time": now_ms()}
+            self._submit(rec)
         if self._offline:
             self._last_try = 0.0  # one last try now, whatever the probe interval
             if self._maybe_reconnect():

@@ -35,17 +35,19 @@ from tibnlp.data.tasks import (
 )
 from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
-from tibnlp.evaluation.metrics import Metrics, aggregate, compute_metrics
+from tibnlp.evaluation.metrics import Metrics, aggregate, compute_metrics, majority_macro_f1
 from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
 from tibnlp.evaluation.robustness import suffix_flip_rates
 from tibnlp.models.classifier import HeadConfig
 from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
-from tibnlp.models.io import load_config_file, load_encoder, read_extra
+from tibnlp.models.io import load_config_file, load_encoder
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
+from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, pretrain_params
 from tibnlp.training.classification import set_seed, train_one_seed
+from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
 from tibnlp.training.long_documents import LongDocuments, read_length, setup_long_documents
 
 SEED_FILE = "seed_result.json"
@@ -234,10 +236,18 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         "vocab_sha256": setup.vocab.sha256,
         "model": setup.meta.source_model or _untrained(ft),
     }
-    if setup.meta.source_model:  # the pretraining budget behind the number (step, tokens, ...)
-        notes["pretraining"] = read_extra(Path(setup.meta.source_model))
-    tracking = cfg.tracking
     tags = {"stage": "finetune", "dataset": data.name, "system": setup.system}
+    # a validation macro-F1 at this level is a classifier collapsed onto one class
+    majority = majority_macro_f1(data.targets("validation"), len(data.labels))
+    notes["validation_majority_macro_f1"] = majority
+    # the pretraining behind the number (step, tokens, seconds...): what a learning curve plots
+    extra = pretraining_of(ft)
+    if setup.meta.source_model:
+        notes["pretraining"] = extra
+    budget = pretrain_params(extra, ft.random_init)
+    if extra.get("mlflow_run_id"):  # also for the baselines: whose shape or vocabulary they use
+        tags[TAG_PRETRAIN_RUN] = str(extra["mlflow_run_id"])
+    tracking = cfg.tracking
     seeds: list[SeedResult] = []
     # the encoder actually loaded (from the model directory), not the config's model section
     described = {k: v for k, v in to_dict(cfg).items() if k != "tracking"}
@@ -246,7 +256,7 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     with tracker_from_config(tracking, f"{data.name} {setup.system}", tags) as parent:
         if not in_stage:
             parent.log_params(to_dict(cfg.finetune))
-        parent.log_params({"model_config": to_dict(setup.meta.model)})
+        parent.log_params({"model_config": to_dict(setup.meta.model), **budget})
         parent.set_tags({k: str(v) for k, v in notes.items()})
         parent.set_tags(
             provenance_tags(vocab=setup.vocab_dir, parent_model=setup.meta.source_model)
@@ -256,8 +266,10 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
             with parent.child(
                 f"seed {seed}", tags={**tracking.tags, **tags, "seed": str(seed)}
             ) as run:
-                run.log_params(described)
+                run.log_params({**described, **budget})
                 result = _run_seed(setup, cfg, seed, output / f"seed-{seed}", unseen, advts, run)
+                score = result.metrics["validation"]["macro_f1"]
+                warn_if_majority(run, setup.system, seed, score, majority)
                 result.run_id = run.run_id
                 seeds.append(result)
         parts = seeds[0].metrics.keys()

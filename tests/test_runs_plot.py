@@ -1,0 +1,119 @@
+"""`tibnlp runs plot`: the learning curve drawn from a store with several experiments (built
+here with the tracker; no training), logged to the parent run, and a clear failure on an
+experiment without the metric."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from tibnlp.cli.main import app
+from tibnlp.errors import TibnlpError
+from tibnlp.evaluation.curve import aggregate_curve
+from tibnlp.tracking import Tracker
+from tibnlp.tracking.curve import pipeline_parent, read_curve_runs
+from tibnlp.tracking.testing import sqlite_store
+
+# (system, init, encoder, tokens, seconds) -> test macro-F1 per seed
+SYSTEMS = {
+    ("tokens-1000", "pretrained", "albert", 1000, 36.0): [0.40, 0.42, 0.44],
+    ("tokens-4000", "pretrained", "albert", 4000, 144.0): [0.50, 0.52, 0.54],
+    ("random", "random", "albert", 0, 0.0): [0.35, 0.36, 0.37],
+    ("textcnn", "random", "none", 0, 0.0): [0.55, 0.56, 0.57],
+}
+
+
+def _experiment(uri: str, folder: Path, name: str, pipeline: bool) -> str:
+    tags = {"tibnlp.pipeline": "curve"} if pipeline else {}
+    with Tracker(name, "curve", uri=uri, buffer_dir=folder / "buf", tags=tags) as parent:
+        for (system, init, encoder, tokens, seconds), scores in SYSTEMS.items():
+            with parent.child(f"finetune[{system}]") as stage:
+                stage.log_metrics({"test_macro_f1": sum(scores) / 3})  # the aggregate: not a seed
+                for seed, f1 in enumerate(scores, start=1):
+                    with stage.child(f"seed {seed}", tags={"dataset": "tncc-title"}) as run:
+                        run.log_params(
+                            {
+                                "finetune": {"init": init, "encoder": encoder, "head": "cnn"},
+                                "finetune.model": "/m" if encoder == "albert" else "",
+                                "pretrain.tokens": tokens,
+                                "pretrain.train_seconds": seconds,
+                                "pretrain.processes": 2,
+                            }
+                        )
+                        run.log_metrics({"test_macro_f1": f1, "validation_macro_f1": f1 + 0.01})
+    return str(parent.run_id)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    folder = tmp_path_factory.mktemp("plot")
+    uri = sqlite_store(folder)
+    parent = _experiment(uri, folder, "curve-a", pipeline=True)
+    _experiment(uri, folder, "curve-b", pipeline=False)
+    with Tracker("no-metric", "pretrain", uri=uri, buffer_dir=folder / "buf") as run:
+        run.log_metrics({"loss": 3.0, "test_accuracy": 0.5})
+    return uri, parent
+
+
+def test_reads_seed_runs_with_their_pretraining(store: tuple[str, str]) -> None:
+    uri, _ = store
+    read = read_curve_runs(["curve-a"], uri=uri)
+    assert len(read.runs) == 12  # the seeds, not the stages' aggregates
+    curve = aggregate_curve(read.runs, "macro_f1", ["test", "validation"])
+    pretrained = curve.of("pretrained")
+    assert [p.tokens for p in pretrained] == [1000, 4000]
+    assert pretrained[1].values["test"].mean == pytest.approx(0.52)
+    assert pretrained[1].values["test"].std == pytest.approx(0.02)
+    assert pretrained[1].hours == pytest.approx(144.0 * 2 / 3600)  # seconds x processes
+    assert [p.values["test"].mean for p in curve.of("random")] == [pytest.approx(0.36)]
+    assert [p.values["test"].mean for p in curve.of("textcnn")] == [pytest.approx(0.56)]
+    assert curve.dataset == "tncc-title"
+
+
+def test_plot_from_several_experiments_logs_to_the_pipeline_run(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    uri, parent = store
+    out = tmp_path / "figs" / "curve.png"
+    args = ["runs", "plot", "-e", "curve-a", "-e", "curve-b", "-o", str(out)]
+    result = CliRunner().invoke(app, [*args, "--tracking-uri", uri])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.parent.glob(".*"))  # written atomically: no temporary left
+    assert pipeline_parent("curve-a", uri) == parent
+    client = MlflowClient(uri)
+    assert "curve.png" in [a.path for a in client.list_artifacts(parent)]
+    assert client.get_run(parent).info.status == "FINISHED"  # logged to, left as it was
+
+
+def test_plot_to_a_given_run(store: tuple[str, str], tmp_path: Path) -> None:
+    uri, _ = store
+    client = MlflowClient(uri)
+    target = client.search_runs([client.get_experiment_by_name("curve-b").experiment_id])[0]
+    out = tmp_path / "b.png"
+    args = ["runs", "plot", "-e", "curve-b", "-o", str(out), "--run-id", target.info.run_id]
+    result = CliRunner().invoke(app, [*args, "--tracking-uri", uri, "--part", "test"])
+    assert result.exit_code == 0, result.output
+    assert "b.png" in [a.path for a in client.list_artifacts(target.info.run_id)]
+
+
+def test_fails_clearly_on_an_experiment_without_the_metric(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    uri, _ = store
+    out = tmp_path / "x.png"
+    args = ["runs", "plot", "-e", "curve-a", "-e", "no-metric", "-o", str(out)]
+    result = CliRunner().invoke(app, [*args, "--tracking-uri", uri])
+    # `tibnlp` prints a TibnlpError's message and hint and exits with its code (2)
+    assert isinstance(result.exception, TibnlpError) and result.exception.exit_code == 2
+    message = str(result.exception)
+    assert "'no-metric'" in message and "'test_macro_f1'" in message
+    assert "test_accuracy" in message  # what the experiment does have
+    assert not out.exists()
+    args = ["runs", "plot", "-e", "curve-a", "-o", str(out), "--metric", "micro_f1"]
+    result = CliRunner().invoke(app, [*args, "--tracking-uri", uri])
+    assert isinstance(result.exception, TibnlpError)
+    assert "'curve-a'" in str(result.exception) and "'test_micro_f1'" in str(result.exception)
