@@ -32,7 +32,7 @@ from tibnlp.evaluation.metrics import Metrics, aggregate, compute_metrics
 from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
-from tibnlp.models.classifier import HeadConfig
+from tibnlp.models.classifier import head_config
 from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
 from tibnlp.models.io import load_config_file, load_encoder, read_extra
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
@@ -133,7 +133,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     max_len = ft.max_len or TASK_MAX_LEN.get(data.name) or data.max_len or 128
     if ft.encoder == "albert":
         max_len = min(max_len, model_cfg.max_len)
-    head = HeadConfig(ft.head, list(ft.cnn_kernels), ft.cnn_channels, ft.dropout, ft.pooling)
+    head = head_config(ft)
     meta = ClassifierMeta(
         encoder="embedding" if ft.encoder == "none" else "albert",
         labels=list(data.labels),
@@ -160,7 +160,7 @@ def system_name(ft: FinetuneConfig) -> str:
         return "textcnn-pieces(scratch)"
     shape = f"({Path(ft.model_dir).name})" if ft.model_dir else ""
     base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
-    head = ft.head if ft.head == "cnn" else f"linear-{ft.pooling}"
+    head = ft.head if ft.head == "cnn" else f"{ft.head}-{ft.pooling}"
     long = "" if ft.long_document == "truncate" else f"+long-{ft.long_document}"
     return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long
 
