@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from tibnlp.config import Config, from_dict, to_dict
 from tibnlp.config.core import deep_merge, flatten
+from tibnlp.config.identity import output_settings
 from tibnlp.data.datadir import require
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.pipeline.cache import Slot, explain_change, node_key, slot_for
@@ -143,7 +144,7 @@ class Planner:
             sdef = stage_def(node.stage.kind)
             config = self.config_dict(node, real=False)
             inputs = self._inputs(node, real=False)
-            sections = {s: config[s] for s in sdef.sections}
+            sections = output_settings(config, sdef.sections)
             params = substitute(node.stage.params, self._lookup(node, False), "params")
             key = node_key(node.stage.kind, sections, params, inputs)
             described = {**sections, "params": params} if params else sections

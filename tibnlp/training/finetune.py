@@ -23,6 +23,7 @@ import torch
 from tibnlp.config import Config, to_dict
 from tibnlp.config.core import atomic_write_text
 from tibnlp.config.finetune import FinetuneConfig
+from tibnlp.config.identity import output_settings
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.collate import encode_texts
 from tibnlp.data.tasks import MODEL_TEXT_FORM, LabelledSet, load_advts, load_dataset, load_tncc
@@ -262,7 +263,7 @@ def _run_seed(
     run: Tracker,
 ) -> SeedResult:
     ft = cfg.finetune
-    fingerprint = _fingerprint(setup, ft, seed, advts is not None)
+    fingerprint = _fingerprint(setup, cfg, seed, advts is not None)
     done = _load_seed(directory, fingerprint)
     if done is not None:
         run.set_tags({"resumed": "true"})
@@ -341,11 +342,13 @@ def _log_seed(run: Tracker, metrics: dict[str, Metrics]) -> None:
         run.log_metrics(drop)
 
 
-def _fingerprint(setup: Setup, ft: FinetuneConfig, seed: int, advts: bool) -> str:
+def _fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
     """Everything that determines a seed's result (not where it is written)."""
-    settings = {k: v for k, v in to_dict(ft).items() if k not in ("seeds", "output")}
-    key = {
+    settings = {k: v for k, v in to_dict(cfg.finetune).items() if k not in ("seeds", "output")}
+    key: dict[str, Any] = {
         "finetune": settings,
+        # engine settings that change results (precision, ZeRO), only when not the defaults
+        **output_settings(to_dict(cfg), ("engine",)),
         "meta": to_dict(setup.meta),
         "sizes": {s: len(v) for s, v in setup.ids.items()},
         "seed": seed,
