@@ -31,6 +31,10 @@ class FinetuneConfig:
     # real tokens (the one pooling setting; the CNN head pools by max-over-time itself)
     pooling: Literal["cls", "cls_max"] = "cls"
     freeze_encoder: bool = False
+    # dynamic heads with rule batch route a whole batch by its mean length, so a text's route
+    # (and prediction) at evaluation depends on the texts scored with it; per_text: every text
+    # by its own length, as if scored one at a time (validation, test, AdvTS and `predict`)
+    eval_routing: Literal["batch", "per_text"] = "batch"
     max_len: int = 0  # tokens incl. [CLS]/[SEP]; 0: task default (50 titles, 300 documents)
     # texts longer than max_len (the window): truncate, read window by window (segments;
     # Transformer-XL recurrence when the model has it), or GEMFormer global memory;

@@ -183,9 +183,20 @@ class Classifier(nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        return self.classify(input_ids, attention_mask, token_type_ids)[0]
+
+    def classify(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits, and the share of the batch's texts that took the large head route (None
+        when the encoder reports no routing, e.g. the embedding encoder)."""
         out = self.encoder(input_ids, attention_mask, token_type_ids)
-        hidden = out if isinstance(out, torch.Tensor) else out.hidden
-        return self.head(hidden, attention_mask)
+        if isinstance(out, torch.Tensor):
+            return self.head(out, attention_mask), None
+        return self.head(out.hidden, attention_mask), getattr(out, "route_large_fraction", None)
 
     def freeze_encoder(self, frozen: bool = True) -> None:
         for p in self.encoder.parameters():

@@ -46,6 +46,7 @@ class ClassifierMeta:
     join_spaced_syllables: bool = True
     dataset: str = ""
     source_model: str = ""  # pretrained model dir, or "" for random initialisation
+    eval_routing: Literal["batch", "per_text"] = "batch"  # see FinetuneConfig.eval_routing
     format: str = FORMAT
 
 

@@ -112,6 +112,9 @@ class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
+        # the head-routing rule in force: cfg.heads, or per text at evaluation
+        # (`tibnlp.models.attention.dynamic.per_text_routing`)
+        self.routing = cfg.heads
         self.embeddings = Embeddings(cfg)
         self.layer = SharedLayer(cfg)
         self.final_norm = (
@@ -159,7 +162,7 @@ class Encoder(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         keep = max(int(lengths.max()), 1)  # cut shared padding: it would only cost compute
-        large = choose_large(lengths, self.cfg.heads)
+        large = choose_large(lengths, self.routing)
         x = self.embeddings(input_ids[:, :keep], token_type_ids[:, :keep])
         real = mask[:, :keep]
         k = 0

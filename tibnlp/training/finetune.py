@@ -147,6 +147,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         text_form=MODEL_TEXT_FORM,
         dataset=data.name,
         source_model="" if ft.random_init else str(ft.model),
+        eval_routing=ft.eval_routing,
     )
     read = read_length(ft, max_len)
     ids = {split: encode_texts(vocab, data.texts(split), read) for split in data.splits}
@@ -163,7 +164,8 @@ def system_name(ft: FinetuneConfig) -> str:
     base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
     head = ft.head if ft.head == "cnn" else f"{ft.head}-{ft.pooling}"
     long = "" if ft.long_document == "truncate" else f"+long-{ft.long_document}"
-    return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long
+    routing = "+eval-per-text" if ft.eval_routing == "per_text" else ""
+    return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long + routing
 
 
 def _untrained(ft: FinetuneConfig) -> str:
@@ -293,7 +295,8 @@ def _run_seed(
     )
 
     def predict(x: Sequence[Sequence[int]]) -> list[int]:
-        return predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id).argmax(1).tolist()
+        probs = predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id, ft.eval_routing)
+        return probs.argmax(1).tolist()
 
     def evaluate(x: Sequence[Sequence[int]], y: Sequence[int]) -> Metrics:
         return compute_metrics(y, predict(x), labels)
