@@ -62,6 +62,20 @@ def test_scratch_textcnn_trains_and_aggregates_seeds(env) -> None:
     assert saved["aggregate"]["test"]["macro_f1"]["mean"] == pytest.approx(mean)
 
 
+def test_encoder_dropout_overrides_the_models_own(env) -> None:
+    data = ft_mod.load_task_data("tncc", "title")
+    model = make_model_dir(env.tmp, env.vocab)
+    albert = ("finetune.encoder=albert", f"finetune.model={model}", "finetune.vocab=")
+    kept = ft_mod.prepare(_cfg(env, *albert), data).meta.model
+    setup = ft_mod.prepare(_cfg(env, *albert, "finetune.encoder_dropout=0.2"), data)
+    assert (setup.meta.model.dropout, setup.meta.model.attention_dropout) == (0.2, 0.2)
+    assert kept.dropout == 0.1  # -1 (the default): the model directory's value
+    from tibnlp.models.classifier_io import build_classifier
+
+    drops = [m.p for m in build_classifier(setup.meta).modules() if type(m).__name__ == "Dropout"]
+    assert 0.2 in drops
+
+
 def test_best_epoch_is_restored(env, monkeypatch) -> None:
     logged: list[dict] = []
 

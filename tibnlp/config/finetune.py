@@ -51,6 +51,9 @@ class FinetuneConfig:
     cnn_kernels: list[int] = field(default_factory=lambda: [2, 3, 4])
     cnn_channels: int = 128
     dropout: float = 0.1
+    # dropout inside the encoder while fine-tuning; -1 keeps the model's own. Pretraining with
+    # dropout off (a short-budget lever) must not silently switch it off for fine-tuning too.
+    encoder_dropout: float = -1.0
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
     limit_train: int = 0  # use only the first N training examples (smoke runs); 0: all
     output: str = "runs/finetune"
@@ -83,6 +86,11 @@ class FinetuneConfig:
         check(all(k >= 1 for k in self.cnn_kernels), f"{prefix}.cnn_kernels", "widths must be >= 1")
         check(self.cnn_channels >= 1, f"{prefix}.cnn_channels", "must be >= 1")
         check(0.0 <= self.dropout < 1.0, f"{prefix}.dropout", "must be in [0, 1)")
+        check(
+            self.encoder_dropout == -1.0 or 0.0 <= self.encoder_dropout < 1.0,
+            f"{prefix}.encoder_dropout",
+            "must be in [0, 1), or -1 to keep the model's",
+        )
         check(self.embedding_size >= 1, f"{prefix}.embedding_size", "must be >= 1")
         check(self.limit_train >= 0, f"{prefix}.limit_train", "must be >= 0 (0 = all)")
         check(

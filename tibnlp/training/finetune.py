@@ -131,6 +131,8 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
             f"{model_cfg.vocab_size}: ids would be out of range",
             "the model directory holds a different vocabulary than its weights were trained on",
         )
+    if ft.encoder_dropout >= 0:
+        model_cfg.dropout = model_cfg.attention_dropout = ft.encoder_dropout
     max_len = ft.max_len or TASK_MAX_LEN.get(data.name) or data.max_len or 128
     if ft.encoder == "albert":
         max_len = min(max_len, model_cfg.max_len)
