@@ -85,6 +85,8 @@ def test_lock_of_a_killed_process_does_not_block(
     os.kill(holder.pid, signal.SIGKILL)
     if reaped:
         holder.wait()
+    else:  # until it has died, leaving it unreaped (a zombie)
+        os.waitid(os.P_PID, holder.pid, os.WEXITED | os.WNOWAIT)
     assert lock.exists()
     with hold_folder(tmp_path / "work") as taken:
         assert json.loads(taken.read_text())["pid"] == os.getpid()
