@@ -123,3 +123,47 @@ def test_auto_threshold_is_refused_for_dynamic_models() -> None:
     with pytest.raises(ConfigError, match=r"model\.heads\.threshold"):
         Encoder(cfg_for(4, 6, "auto"))
     Encoder(cfg_for(6, 6, "auto"))  # fixed heads never read it
+
+
+def test_eval_routing_per_text_follows_each_texts_own_length() -> None:
+    """`finetune.eval_routing: per_text` on a batch-rule model: each text takes the route of
+    its own length (the batch's mean would send all four to the large route) and gets the
+    prediction it gets when scored alone; outside evaluation the batch rule is back."""
+    from tibnlp.config import load_config
+    from tibnlp.evaluation.predict import predict_proba
+    from tibnlp.models.attention.dynamic import per_text_routing
+    from tibnlp.models.classifier import Classifier
+
+    torch.manual_seed(0)
+    model = Classifier(Encoder(cfg_for(4, 6, 5, "batch")), 3, "linear").eval()
+    lengths = [3, 8, 9, 2]  # sum 22 > 5 * 4: the batch rule routes all four large
+    ids, mask = batch(lengths)
+    assert model.encoder(ids, mask).large.all()
+    with per_text_routing(model) as switched:
+        assert switched == 1
+        assert model.encoder(ids, mask).large.tolist() == [n > 5 for n in lengths]
+    assert model.encoder(ids, mask).large.all()
+
+    texts = [row[:n].tolist() for row, n in zip(ids, lengths, strict=True)]
+    routing = load_config(overrides=["finetune.eval_routing=per_text"]).finetune.eval_routing
+    per_text = predict_proba(model, texts, batch_size=4, routing=routing)
+    alone = predict_proba(model, texts, batch_size=1)  # the batch rule, one text at a time
+    batched = predict_proba(model, texts, batch_size=4)
+    assert abs(per_text - alone).max() < 1e-5
+    assert abs(batched - alone)[[0, 3]].max() > 1e-3  # short texts routed large in a batch
+    assert abs(batched - alone)[[1, 2]].max() < 1e-5
+
+
+def test_finetuning_reports_the_large_route_share() -> None:
+    """The fine-tuning loss hands the loop `route_large_fraction` (logged per epoch as
+    train/route_large_fraction): the batch rule's share of large-route batches."""
+    from tibnlp.models.classifier import Classifier, EmbeddingEncoder
+    from tibnlp.training.classification import ClassifierLoss
+
+    torch.manual_seed(0)
+    loss = ClassifierLoss(Classifier(Encoder(cfg_for(4, 6, 5, "batch")), 3, "linear"))
+    labels = torch.tensor([0, 1, 2, 0])
+    assert loss(*batch([8, 9, 7, 2]), labels)["route_large_fraction"].item() == 1.0
+    assert loss(*batch([3, 4, 5, 6]), labels)["route_large_fraction"].item() == 0.0
+    plain = ClassifierLoss(Classifier(EmbeddingEncoder(40, 8), 3, "cnn", kernels=[1]))
+    assert "route_large_fraction" not in plain(*batch([3, 4, 5, 6]), labels)

@@ -70,14 +70,26 @@ def test_left_padding_is_rejected() -> None:
         enc(ids, mask.flip(1))
 
 
-def test_cls_max_sentence_vector_ignores_padding() -> None:
-    enc = Encoder(tiny(pooling="cls_max")).eval()
+def test_sentence_vector_is_the_cls_state() -> None:
+    enc = Encoder(tiny()).eval()
     ids, mask = batch([6, 3], 6)
     out = enc(ids, mask)
     vec = enc.sentence_vector(out, mask)
-    assert vec.shape == (2, enc.sentence_dim) == (2, 48)
-    torch.testing.assert_close(vec[1, 24:], out.hidden[1, :3].amax(0))
-    torch.testing.assert_close(vec[:, :24], out.hidden[:, 0])
+    assert vec.shape == (2, enc.sentence_dim) == (2, 24)
+    torch.testing.assert_close(vec, out.hidden[:, 0])
+
+
+def test_model_pooling_moved_to_finetune() -> None:
+    """The old key names where it went; a saved model.yaml that holds it still loads."""
+    from tibnlp.config import load_config
+    from tibnlp.config.core import from_dict, to_dict
+    from tibnlp.config.model import ModelConfig, drop_moved
+    from tibnlp.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model.pooling' has moved to finetune.pooling"):
+        load_config(overrides=["model.pooling=cls_max"])
+    saved = {**to_dict(tiny()), "pooling": "cls_max"}
+    assert from_dict(ModelConfig, drop_moved(saved), "model") == tiny()
 
 
 def test_pretraining_metrics_and_sparse_mlm_equals_dense() -> None:

@@ -260,6 +260,20 @@ def test_rerun_resumes_finished_seeds(env) -> None:
     assert changed.seeds[0].metrics["test"].count == 30
 
 
+def test_seed_fingerprint_holds_precision_not_speed_knobs(env) -> None:
+    """A finished seed is reused only when the engine would train it the same way."""
+    setup = ft_mod.prepare(_cfg(env), ft_mod.load_task_data("tncc", "title"))
+
+    def fingerprint(*extra: str) -> str:
+        return ft_mod._fingerprint(setup, _cfg(env, *extra), 1, False)
+
+    base = fingerprint()
+    assert (
+        len({base, fingerprint("engine.precision=fp32"), fingerprint("engine.precision=bf16")}) == 3
+    )
+    assert fingerprint("engine.threads=1", "engine.num_workers=3") == base
+
+
 def test_cli_flags_become_config_overrides() -> None:
     from tibnlp.cli.finetune import _flags
 

@@ -102,3 +102,62 @@ def test_embedding_encoder_returns_a_plain_tensor() -> None:
 def test_unknown_head_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown head"):
         Classifier(StandInEncoder(), 2, "rnn")
+
+
+def _head_input(model: Classifier, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """What the head's first linear layer receives."""
+    first = model.head.hidden if model.head.hidden is not None else model.head.out
+    seen: list[torch.Tensor] = []
+    handle = first.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    model.eval()(x, m)
+    handle.remove()
+    return seen[0]
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp"])
+def test_finetune_pooling_reaches_the_head(kind: str) -> None:
+    """`finetune.pooling` (the one pooling setting), from the config to the head's input."""
+    from tibnlp.config import load_config
+    from tibnlp.models.classifier import head_config
+
+    torch.manual_seed(0)
+    x, m = _pad([2, 5, 6, 3], 6)
+    inputs = {}
+    for pooling in ("cls", "cls_max"):
+        ft = load_config(overrides=[f"finetune.head={kind}", f"finetune.pooling={pooling}"])
+        torch.manual_seed(1)
+        model = Classifier(StandInEncoder(), 3, head_config(ft.finetune))
+        inputs[pooling] = _head_input(model, x, m)
+        hidden = model.encoder(x, m).hidden
+    torch.testing.assert_close(inputs["cls"], hidden[:, 0])
+    assert inputs["cls_max"].shape == (1, 16)
+    torch.testing.assert_close(inputs["cls_max"][:, :8], hidden[:, 0])
+    torch.testing.assert_close(inputs["cls_max"][:, 8:], hidden[0, :4].amax(0, keepdim=True))
+
+
+def test_pooling_with_the_cnn_head_is_refused() -> None:
+    from tibnlp.config import load_config
+    from tibnlp.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"finetune\.pooling"):
+        load_config(overrides=["finetune.head=cnn", "finetune.pooling=cls_max"])
+
+
+def test_mlp_head_is_two_layers_on_cls_and_max() -> None:
+    """The multi-scale paper's classifier: [CLS] ++ max-pool -> linear -> ReLU -> linear."""
+    torch.manual_seed(0)
+    head = LinearHead(4, 3, "cls_max", dropout=0.0, mlp=True).eval()
+    assert (head.hidden.in_features, head.hidden.out_features) == (8, 4)
+    assert (head.out.in_features, head.out.out_features) == (4, 3)
+    hidden = torch.randn(2, 5, 4)
+    mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]])
+    vec = torch.cat([hidden[:, 0], masked_max(hidden, mask)], -1)
+    expected = head.out(torch.relu(head.hidden(vec)))
+    torch.testing.assert_close(head(hidden, mask), expected)
+    padded = hidden.clone()
+    padded[1, 3:] = 99.0  # padding never reaches the max-pool
+    torch.testing.assert_close(head(padded, mask), expected)
+    trained = Classifier(StandInEncoder(), 3, HeadConfig(kind="mlp", pooling="cls_max"))
+    x, m = _pad([2, 5, 6, 3], 6)
+    trained(x, m).sum().backward()
+    assert all(p.grad is not None for p in trained.head.parameters())

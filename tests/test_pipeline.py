@@ -454,3 +454,42 @@ def test_pretrain_stage_resumes_only_from_a_checkpoint(
     stages.pretrain(ctx)
     assert calls == [checkpointed]
     assert left.exists() == checkpointed  # no checkpoint: the partial output starts clean
+
+
+KEYS = """
+name: keys
+workdir: {workdir}
+stages:
+  pretrain:
+    inputs: {{corpus: "data:corpora/toy.txt", vocab: "data:corpora/toy.txt"}}
+  finetune:
+    inputs: {{model: "${{stages.pretrain.output}}"}}
+"""
+
+
+def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path: Path) -> None:
+    """Precision enters the pretraining and fine-tuning keys; log cadence and speed knobs do
+    not; a default engine leaves the key as it was before `engine` entered it."""
+    from tibnlp.pipeline.cache import node_key
+    from tibnlp.pipeline.runner import Planner
+
+    path = tmp_path / "keys.yaml"
+    path.write_text(KEYS.format(workdir=tmp_path / "work"), encoding="utf-8")
+
+    def keys(*overrides: str) -> dict[str, str]:
+        steps = Planner(load_pipeline(path, overrides)).plan()
+        return {s.node.name: s.key for s in steps}
+
+    base, fp32, bf16 = keys(), keys("engine.precision=fp32"), keys("engine.precision=bf16")
+    for stage in ("pretrain", "finetune"):
+        assert len({base[stage], fp32[stage], bf16[stage]}) == 3
+    assert keys("pretrain.log_every=1", "pretrain.warn_after=0") == base
+    assert keys("engine.threads=1", "engine.num_workers=2", "engine.port=29500") == base
+    assert keys("pretrain.checkpoint_every=5")["pretrain"] != base["pretrain"]
+    assert keys("engine.zero_stage=1")["pretrain"] != base["pretrain"]
+
+    planner = Planner(load_pipeline(path))
+    step = planner.plan()[0]
+    cfg = planner.config_dict(step.node, real=False)
+    old = {"model": cfg["model"], "pretrain": cfg["pretrain"]}
+    assert step.key == node_key("pretrain", old, {}, step.inputs)

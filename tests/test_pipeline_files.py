@@ -43,6 +43,12 @@ def test_dma_grid_is_the_papers_ten_models_plus_multiscale(corpus_dir: Path) -> 
     cfg = planner.config_dict(pre[0], real=False)
     assert cfg["pretrain"]["max_steps"] == 7  # the budget is one parameter for all models
     assert {planner.config_dict(n, real=False)["finetune"]["task"] for n in ft} == {"title"}
+    # the document task, where the paper measured DMA: WCM-bo, every model, both heads,
+    # batch-rule models scored one article at a time
+    wcm = [planner.config_dict(n, real=False)["finetune"] for n in nodes if n.stage.name == "wcm"]
+    assert len(wcm) == 26 and {f["dataset"] for f in wcm} == {"wcm_bo"}
+    assert {f["eval_routing"] for f in wcm} == {"per_text"}
+    assert {f["max_len"] for f in wcm} == {cfg["pretrain"]["seq_len"]}
 
 
 def test_slice_takes_the_first_documents(require_data, tmp_path: Path) -> None:

@@ -167,3 +167,53 @@ def test_pretrain_sigkill_and_resume_match_an_uninterrupted_run(
     by_name = {r.info.run_name: r for r in runs}
     for key in ("train/loss", "train/mask_accuracy", "eval/loss", "eval/sop_accuracy"):
         assert by_name["killed"].data.metrics[key] == by_name["straight"].data.metrics[key], key
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_second_pretrain_on_a_held_folder_refuses_and_writes_nothing(
+    inputs: Path, tmp_path: Path
+) -> None:
+    """Run A is paused mid-run (SIGSTOP: alive, holding its folder); `pretrain --resume` on
+    the same folder refuses at once naming A and touches no file; A then finishes alone."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), *sys.path])}
+    out = tmp_path / "run"
+    cfg = _config_file(inputs, out, max_steps=16, checkpoint_every=4, eval_every=8)
+    log = (tmp_path / "a.log").open("w")
+    a = subprocess.Popen(_cli(cfg), env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    try:
+        while checkpoint.latest_tag(out / "checkpoints") is None:
+            assert a.poll() is None, (tmp_path / "a.log").read_text()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(a.pid, signal.SIGSTOP)
+        try:
+            before = _snapshot(out)
+            b = subprocess.run(
+                _cli(cfg, "--resume"), env=env, capture_output=True, text=True, timeout=600
+            )
+            assert _snapshot(out) == before
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+        said = " ".join((b.stdout + b.stderr).split())
+        assert b.returncode == 3, said
+        assert f"{out} is in use by process {a.pid}" in said
+        assert a.wait(timeout=600) == 0, (tmp_path / "a.log").read_text()[-3000:]
+    finally:
+        if a.poll() is None:
+            a.kill()
+        a.wait()
+    assert checkpoint.latest_tag(out / "checkpoints") == "step00000016"
+    assert load_file(out / "model" / "model.safetensors")
+    assert not (out / ".tibnlp.lock").exists()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
+    assert [r.info.status for r in runs] == ["FINISHED"]  # the refused run opened none

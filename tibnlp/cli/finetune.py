@@ -18,7 +18,10 @@ ModelOpt = Annotated[
     str | None,
     typer.Option(help="Pretrained model directory; 'none': random init (baseline)."),
 ]
-HeadOpt = Annotated[str | None, typer.Option(help="cnn (TextCNN) or linear ([CLS]).")]
+HeadOpt = Annotated[
+    str | None,
+    typer.Option(help="cnn (TextCNN), linear or mlp (on finetune.pooling: cls or cls_max)."),
+]
 EncoderOpt = Annotated[
     str | None,
     typer.Option(help="albert, or none: TextCNN on SentencePiece pieces from scratch."),

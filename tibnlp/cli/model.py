@@ -28,7 +28,7 @@ def describe(config: ConfigOption = None, set_: SetOption = None) -> None:
         if h.dynamic
         else f"fixed heads {h.small}"
     )
-    out.print(f"[bold]core[/] {s.core}; {routing}; pooling {cfg.pooling}")
+    out.print(f"[bold]core[/] {s.core}; {routing}")
     for heads, dist in s.distributions.items():
         title = f"heads per scale, h={heads}" + (
             f", alpha={cfg.scales.alpha}" if cfg.scales.enabled else ""

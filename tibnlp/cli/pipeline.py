@@ -33,6 +33,10 @@ def run(
     tracking_uri: Annotated[
         str, typer.Option("--tracking-uri", help="MLflow store or server URI.")
     ] = "",
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="If another run holds the work dir, wait for it to finish."),
+    ] = False,
 ) -> None:
     """Run a pipeline; a stage whose config and inputs are unchanged is skipped."""
     spec = load_pipeline(file, overrides or [])
@@ -43,6 +47,7 @@ def run(
         tracking_uri=tracking_uri,
         echo=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
         workdir=workdir,
+        wait=wait,
     )
     if not dry_run:
         console.print(

@@ -20,6 +20,10 @@ def pretrain(
         str | None,
         typer.Option("--time-budget", help='Stop after this wall-clock time: "2h", "30m", "90s".'),
     ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="If another run holds the output folder, wait for it."),
+    ] = False,
 ) -> None:
     """Pretrain the encoder (MLM + SOP) on DeepSpeed; one process by default.
 
@@ -31,6 +35,6 @@ def pretrain(
 
     extra = [f"pretrain.time_budget={time_budget}"] if time_budget is not None else []
     cfg = resolve_config(config, overrides, *extra)
-    model_dir = run_pretraining(cfg, resume=resume)
+    model_dir = run_pretraining(cfg, resume=resume, wait=wait)
     if os.environ.get("RANK", "0") == "0":  # once per run, not once per process
         console.print(f"model: {model_dir}")

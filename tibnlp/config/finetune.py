@@ -24,9 +24,17 @@ class FinetuneConfig:
     vocab: str = ""  # vocabulary directory; default: the one inside `model`
     dataset: str = "tncc"
     task: Literal["title", "document"] = "title"  # TNCC only
-    head: Literal["cnn", "linear"] = "cnn"
-    pooling: Literal["cls", "cls_max"] = "cls"  # linear head: [CLS] or [CLS] ++ max-pool
+    # cnn: TextCNN over the token states; linear: one layer on the sentence vector; mlp: a
+    # two-layer MLP on it (with pooling cls_max: the multi-scale paper's classifier)
+    head: Literal["cnn", "linear", "mlp"] = "cnn"
+    # the sentence vector of the linear and mlp heads: [CLS], or [CLS] ++ max-pool over the
+    # real tokens (the one pooling setting; the CNN head pools by max-over-time itself)
+    pooling: Literal["cls", "cls_max"] = "cls"
     freeze_encoder: bool = False
+    # dynamic heads with rule batch route a whole batch by its mean length, so a text's route
+    # (and prediction) at evaluation depends on the texts scored with it; per_text: every text
+    # by its own length, as if scored one at a time (validation, test, AdvTS and `predict`)
+    eval_routing: Literal["batch", "per_text"] = "batch"
     max_len: int = 0  # tokens incl. [CLS]/[SEP]; 0: task default (50 titles, 300 documents)
     # texts longer than max_len (the window): truncate, read window by window (segments;
     # Transformer-XL recurrence when the model has it), or GEMFormer global memory;
@@ -93,6 +101,12 @@ class FinetuneConfig:
         )
         check(self.embedding_size >= 1, f"{prefix}.embedding_size", "must be >= 1")
         check(self.limit_train >= 0, f"{prefix}.limit_train", "must be >= 0 (0 = all)")
+        check(
+            self.head != "cnn" or self.pooling == "cls",
+            f"{prefix}.pooling",
+            "applies to the linear and mlp heads; the CNN head pools by max-over-time "
+            "(set finetune.head=linear or mlp, or leave pooling at cls)",
+        )
         if self.encoder == "none":
             check(
                 self.head == "cnn",

@@ -8,7 +8,7 @@ designs are independent keys, so one config names exactly one model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from tibnlp.config.core import check
 
@@ -91,6 +91,12 @@ class GlobalMemoryConfig:
 class ModelConfig:
     """ALBERT-tiny defaults (MODELS.md section 1)."""
 
+    # keys that left this section: a config naming one is told where it went; a saved model
+    # directory holding one still loads (`drop_moved`)
+    MOVED: ClassVar[dict[str, str]] = {
+        "pooling": "finetune.pooling (the classifier head's sentence vector)",
+    }
+
     vocab_size: int = 30000  # replaced by the vocabulary's real size at pretraining start
     embedding_size: int = 128
     hidden_size: int = 384
@@ -105,7 +111,6 @@ class ModelConfig:
     # post: ALBERT's post-LN layer (the published shape); pre: LayerNorm before attention and
     # FFN plus a final LayerNorm, which tolerates a higher learning rate (cramming, 24h-BERT)
     norm: Literal["post", "pre"] = "post"
-    pooling: Literal["cls", "cls_max"] = "cls"  # cls_max: [CLS] ++ max-pool (multi-scale paper)
     heads: HeadsConfig = field(default_factory=HeadsConfig)
     scales: ScalesConfig = field(default_factory=ScalesConfig)
     recurrence: RecurrenceConfig = field(default_factory=RecurrenceConfig)
@@ -162,3 +167,11 @@ class ModelConfig:
                 f"{prefix}.memory_tokens",
                 "memory tokens must see every token; windowed heads (scales.windows) cannot",
             )
+
+
+def drop_moved(data: Any) -> Any:
+    """A saved `ModelConfig` mapping without the keys that moved out of the section (they
+    never shaped the saved weights: e.g. `pooling` reached no classifier)."""
+    if isinstance(data, dict):
+        return {k: v for k, v in data.items() if k not in ModelConfig.MOVED}
+    return data

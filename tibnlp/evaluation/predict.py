@@ -13,8 +13,9 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -23,22 +24,29 @@ from torch import nn
 from tibnlp.data.collate import encode_texts, pad_batch
 from tibnlp.data.tasks import model_text
 from tibnlp.errors import DataError
+from tibnlp.models.attention.dynamic import per_text_routing
 from tibnlp.models.classifier_io import ClassifierMeta, load_classifier
 from tibnlp.text.vocab import Vocabulary
 
 
 @torch.no_grad()
 def predict_proba(
-    model: nn.Module, ids: Sequence[Sequence[int]], batch_size: int = 128, pad_id: int = 0
+    model: nn.Module,
+    ids: Sequence[Sequence[int]],
+    batch_size: int = 128,
+    pad_id: int = 0,
+    routing: Literal["batch", "per_text"] = "batch",
 ) -> np.ndarray:
-    """Class probabilities [n, num_labels], in input order; the model is left in eval mode."""
+    """Class probabilities [n, num_labels], in input order; the model is left in eval mode.
+    `routing`: how batch-rule dynamic heads route (`finetune.eval_routing`)."""
     model.eval()
     device = next(model.parameters()).device
     out = []
-    for start in range(0, len(ids), batch_size):
-        input_ids, mask = pad_batch(ids[start : start + batch_size], pad_id)
-        logits = model(input_ids.to(device), mask.to(device)).float()
-        out.append(torch.softmax(logits, dim=-1).cpu().numpy())
+    with per_text_routing(model) if routing == "per_text" else nullcontext():
+        for start in range(0, len(ids), batch_size):
+            input_ids, mask = pad_batch(ids[start : start + batch_size], pad_id)
+            logits = model(input_ids.to(device), mask.to(device)).float()
+            out.append(torch.softmax(logits, dim=-1).cpu().numpy())
     if not out:
         return np.zeros((0, 0), dtype=np.float32)
     return np.concatenate(out)
@@ -58,7 +66,9 @@ class Predictor:
     def predict(self, texts: Sequence[str], batch_size: int = 128) -> list[dict[str, Any]]:
         form = self.meta.text_form
         ids = encode_texts(self.vocab, [model_text(t, form) for t in texts], self.meta.max_len)
-        probs = predict_proba(self.model, ids, batch_size, self.vocab.pad_id)
+        probs = predict_proba(
+            self.model, ids, batch_size, self.vocab.pad_id, self.meta.eval_routing
+        )
         labels = self.meta.labels
         return [
             {

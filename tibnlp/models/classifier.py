@@ -1,10 +1,13 @@
 """Sequence classifiers: an encoder's last hidden states -> a head -> class logits.
 
-Two heads, as in the TNCC literature:
+Three heads, as in the TNCC literature:
 - `TextCNNHead` (Kim 2014, DMA-ALBERT's head): 1-D convolutions of several widths over the
   token states, ReLU, max-over-time pooling restricted to real tokens, dropout, a linear layer.
-- `LinearHead`: dropout + linear on `[CLS]`, or on `[CLS]` concatenated with a max-pool over
-  the real tokens (`cls_max`, the multi-scale paper's classification node).
+- `LinearHead`: dropout + linear on the sentence vector (`linear`), or a two-layer MLP on it
+  (`mlp`: linear, ReLU, dropout, linear; with `cls_max` pooling the multi-scale paper's
+  classifier, Guo et al. 2020).
+The sentence vector of the linear and MLP heads is `[CLS]` (`pooling: cls`) or `[CLS]`
+concatenated with a max-pool over the real tokens (`cls_max`); `finetune.pooling` sets it.
 
 `Classifier` accepts any encoder module whose forward(input_ids, attention_mask) returns the
 hidden states as a tensor [B, N, D] or an object with `.hidden`, so the pretrained ALBERT, a
@@ -21,15 +24,16 @@ import torch
 from torch import nn
 
 from tibnlp.config.core import check
+from tibnlp.config.finetune import FinetuneConfig
 
 
 @dataclass
 class HeadConfig:
-    kind: Literal["cnn", "linear"] = "cnn"
+    kind: Literal["cnn", "linear", "mlp"] = "cnn"
     kernels: list[int] = field(default_factory=lambda: [2, 3, 4])  # TextCNN widths (tokens)
     channels: int = 128  # filters per width
     dropout: float = 0.1
-    pooling: Literal["cls", "cls_max"] = "cls"  # linear head only
+    pooling: Literal["cls", "cls_max"] = "cls"  # linear and mlp heads
 
     def validate(self, prefix: str) -> None:
         check(len(self.kernels) >= 1, f"{prefix}.kernels", "needs at least one width")
@@ -79,31 +83,50 @@ class TextCNNHead(nn.Module):
         return self.out(self.dropout(torch.cat(pooled, dim=-1)))
 
 
+def sentence_vector(
+    hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: Literal["cls", "cls_max"]
+) -> torch.Tensor:
+    """[B, D] `[CLS]` state, or [B, 2D] `[CLS]` ++ max-pool over the real tokens (`cls_max`)."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    return torch.cat([hidden[:, 0], masked_max(hidden, attention_mask)], dim=-1)
+
+
 class LinearHead(nn.Module):
+    """Dropout + linear on the sentence vector; with `mlp`, two layers: first a linear to the
+    hidden width, ReLU and dropout (the multi-scale paper's classifier with `cls_max`)."""
+
     def __init__(
         self,
         hidden_size: int,
         num_labels: int,
         pooling: Literal["cls", "cls_max"] = "cls",
         dropout: float = 0.1,
+        mlp: bool = False,
     ) -> None:
         super().__init__()
         self.pooling = pooling
         width = hidden_size * (2 if pooling == "cls_max" else 1)
         self.dropout = nn.Dropout(dropout)
-        self.out = nn.Linear(width, num_labels)
+        self.hidden = nn.Linear(width, hidden_size) if mlp else None
+        self.out = nn.Linear(hidden_size if mlp else width, num_labels)
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        vector = hidden[:, 0]
-        if self.pooling == "cls_max":
-            vector = torch.cat([vector, masked_max(hidden, attention_mask)], dim=-1)
-        return self.out(self.dropout(vector))
+        vector = self.dropout(sentence_vector(hidden, attention_mask, self.pooling))
+        if self.hidden is not None:
+            vector = self.dropout(torch.relu(self.hidden(vector)))
+        return self.out(vector)
 
 
 def build_head(cfg: HeadConfig, hidden_size: int, num_labels: int) -> nn.Module:
     if cfg.kind == "cnn":
         return TextCNNHead(hidden_size, num_labels, cfg.kernels, cfg.channels, cfg.dropout)
-    return LinearHead(hidden_size, num_labels, cfg.pooling, cfg.dropout)
+    return LinearHead(hidden_size, num_labels, cfg.pooling, cfg.dropout, mlp=cfg.kind == "mlp")
+
+
+def head_config(ft: FinetuneConfig) -> HeadConfig:
+    """The head `finetune` settings describe (kind, CNN widths, dropout, pooling)."""
+    return HeadConfig(ft.head, list(ft.cnn_kernels), ft.cnn_channels, ft.dropout, ft.pooling)
 
 
 class EmbeddingEncoder(nn.Module):
@@ -134,7 +157,7 @@ def _hidden_size(encoder: nn.Module) -> int:
 
 
 class Classifier(nn.Module):
-    """`encoder` + head. `head` is "cnn", "linear" or a full `HeadConfig`."""
+    """`encoder` + head. `head` is "cnn", "linear", "mlp" or a full `HeadConfig`."""
 
     def __init__(
         self,
@@ -146,8 +169,8 @@ class Classifier(nn.Module):
     ) -> None:
         super().__init__()
         if isinstance(head, str):
-            if head not in ("cnn", "linear"):
-                raise ValueError(f"unknown head {head!r}; use 'cnn' or 'linear'")
+            if head not in ("cnn", "linear", "mlp"):
+                raise ValueError(f"unknown head {head!r}; use 'cnn', 'linear' or 'mlp'")
             head = HeadConfig(kind=head, **head_options)  # type: ignore[arg-type]
         self.head_config = head
         self.num_labels = num_labels
@@ -160,9 +183,20 @@ class Classifier(nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        return self.classify(input_ids, attention_mask, token_type_ids)[0]
+
+    def classify(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits, and the share of the batch's texts that took the large head route (None
+        when the encoder reports no routing, e.g. the embedding encoder)."""
         out = self.encoder(input_ids, attention_mask, token_type_ids)
-        hidden = out if isinstance(out, torch.Tensor) else out.hidden
-        return self.head(hidden, attention_mask)
+        if isinstance(out, torch.Tensor):
+            return self.head(out, attention_mask), None
+        return self.head(out.hidden, attention_mask), getattr(out, "route_large_fraction", None)
 
     def freeze_encoder(self, frozen: bool = True) -> None:
         for p in self.encoder.parameters():

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from tibnlp.config.core import from_dict, to_dict
-from tibnlp.config.model import ModelConfig
+from tibnlp.config.model import ModelConfig, drop_moved
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.models.classifier import Classifier, EmbeddingEncoder, HeadConfig
@@ -46,6 +46,7 @@ class ClassifierMeta:
     join_spaced_syllables: bool = True
     dataset: str = ""
     source_model: str = ""  # pretrained model dir, or "" for random initialisation
+    eval_routing: Literal["batch", "per_text"] = "batch"  # see FinetuneConfig.eval_routing
     format: str = FORMAT
 
 
@@ -86,6 +87,8 @@ def read_meta(directory: Path) -> ClassifierMeta:
             "give a directory written by `tibnlp finetune`",
         )
     data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict) and "model" in data:
+        data["model"] = drop_moved(data["model"])
     meta = from_dict(ClassifierMeta, data, "classifier")
     if meta.format != FORMAT:
         raise DataError(f"{path}: format {meta.format!r}, expected {FORMAT!r}")

@@ -112,6 +112,9 @@ class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
+        # the head-routing rule in force: cfg.heads, or per text at evaluation
+        # (`tibnlp.models.attention.dynamic.per_text_routing`)
+        self.routing = cfg.heads
         self.embeddings = Embeddings(cfg)
         self.layer = SharedLayer(cfg)
         self.final_norm = (
@@ -131,8 +134,8 @@ class Encoder(nn.Module):
 
     @property
     def sentence_dim(self) -> int:
-        """Width of `sentence_vector`: D for `cls`, 2D for `cls_max`."""
-        return self.cfg.hidden_size * (2 if self.cfg.pooling == "cls_max" else 1)
+        """Width of `sentence_vector` (the [CLS] state)."""
+        return self.cfg.hidden_size
 
     def forward(
         self,
@@ -159,7 +162,7 @@ class Encoder(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         keep = max(int(lengths.max()), 1)  # cut shared padding: it would only cost compute
-        large = choose_large(lengths, self.cfg.heads)
+        large = choose_large(lengths, self.routing)
         x = self.embeddings(input_ids[:, :keep], token_type_ids[:, :keep])
         real = mask[:, :keep]
         k = 0
@@ -205,14 +208,9 @@ class Encoder(nn.Module):
         return EncoderOutput(x, large, large.float().mean(), new_memory)
 
     def sentence_vector(self, output: EncoderOutput, attention_mask: torch.Tensor) -> torch.Tensor:
-        """[B, sentence_dim]: [CLS], or [CLS] ++ max-pool over real tokens (`cls_max`)."""
-        h = output.hidden
-        cls = h[:, 0]
-        if self.cfg.pooling == "cls":
-            return cls
-        real = attention_mask.bool().unsqueeze(-1)
-        pooled = h.masked_fill(~real, float("-inf")).amax(dim=1)
-        return torch.cat([cls, pooled], dim=-1)
+        """[B, sentence_dim]: the [CLS] state. A classifier pools in its head
+        (`finetune.pooling`), over the token states it is given."""
+        return output.hidden[:, 0]
 
 
 def _query_positions(want: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

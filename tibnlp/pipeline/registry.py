@@ -4,7 +4,8 @@ A stage function takes a `StageContext` and returns a `Path` inside `ctx.output`
 output), a dict of results (logged as metrics), both as `(path, dict)`, or None (the output
 is `ctx.output` itself).
 `sections` lists the config sections that define the stage's result: only they enter its
-content hash, so changing the fine-tuning settings does not re-prepare the corpus.
+content hash (less the settings that never change an output, `tibnlp.config.identity`), so
+changing the fine-tuning settings does not re-prepare the corpus.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from tibnlp.errors import ConfigError
 
-ALL_SECTIONS = ("corpus", "vocab", "model", "pretrain", "finetune")
+ALL_SECTIONS = ("corpus", "vocab", "model", "pretrain", "finetune", "engine")
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,8 @@ _REGISTRY: dict[str, StageDef] = {
     "slice": StageDef("tibnlp.pipeline.stages:slice_corpus", ()),
     "prepare": StageDef("tibnlp.pipeline.stages:prepare", ("corpus",)),
     "vocab": StageDef("tibnlp.pipeline.stages:vocab", ("vocab",)),
-    "pretrain": StageDef("tibnlp.pipeline.stages:pretrain", ("model", "pretrain")),
-    "finetune": StageDef("tibnlp.pipeline.stages:finetune", ("model", "finetune")),
+    "pretrain": StageDef("tibnlp.pipeline.stages:pretrain", ("model", "pretrain", "engine")),
+    "finetune": StageDef("tibnlp.pipeline.stages:finetune", ("model", "finetune", "engine")),
     "curve": StageDef("tibnlp.pipeline.stages:curve", ()),
 }
 

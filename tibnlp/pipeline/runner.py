@@ -12,8 +12,10 @@ from typing import Any, Literal
 
 from tibnlp.config import Config, from_dict, to_dict
 from tibnlp.config.core import deep_merge, flatten
+from tibnlp.config.identity import output_settings
 from tibnlp.data.datadir import require
 from tibnlp.errors import ConfigError, TibnlpError
+from tibnlp.folder_lock import hold_folder
 from tibnlp.pipeline.cache import Slot, explain_change, node_key, slot_for
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.grid import Node, expand
@@ -162,7 +164,7 @@ class Planner:
             sdef = stage_def(node.stage.kind)
             config = self.config_dict(node, real=False)
             inputs = self._inputs(node, real=False)
-            sections = {s: config[s] for s in sdef.sections}
+            sections = output_settings(config, sdef.sections)
             params = self.params(node, real=False)
             key = node_key(node.stage.kind, sections, params, inputs)
             described = {**sections, "params": params} if params else sections
@@ -214,9 +216,29 @@ def run_pipeline(
     tracking_uri: str = "",
     echo: Callable[[str], None] = print,
     workdir: Path | None = None,
+    wait: bool = False,
 ) -> PipelineRun:
-    """Run what is not cached, in order; print the plan first (only the plan with dry_run)."""
+    """Run what is not cached, in order; print the plan first (only the plan with dry_run).
+
+    A run holds its work dir (`tibnlp.folder_lock`) from planning to the end: a second run on
+    the same folder refuses at once, or with `wait` starts when the first is done (and then
+    plans against what the first published).
+    """
     planner = Planner(spec, workdir)
+    if dry_run:
+        return _plan_and_run(planner, spec, True, force, tracking_uri, echo)
+    with hold_folder(planner.workdir, wait=wait, notify=echo):
+        return _plan_and_run(planner, spec, False, force, tracking_uri, echo)
+
+
+def _plan_and_run(
+    planner: Planner,
+    spec: PipelineSpec,
+    dry_run: bool,
+    force: Iterable[str],
+    tracking_uri: str,
+    echo: Callable[[str], None],
+) -> PipelineRun:
     steps = planner.plan(force)
     result = PipelineRun(steps)
     width = max(len(s.node.name) for s in steps)

@@ -24,6 +24,7 @@ from tibnlp.data.collate import pad_batch
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.metrics import Metrics, compute_metrics
 from tibnlp.evaluation.predict import predict_proba
+from tibnlp.models.classifier import Classifier
 from tibnlp.training.batches import ShardedBatches
 
 if TYPE_CHECKING:  # the engine (deepspeed) loads when training starts, not with the CLI
@@ -33,19 +34,24 @@ SHUFFLE_SALT = 1_000_003  # epoch e of seed s is shuffled with s * SALT + e
 
 
 class ClassifierLoss(nn.Module):
-    """The classifier as the loop trains it: ids, mask and labels in, loss and accuracy out."""
+    """The classifier as the loop trains it: ids, mask and labels in, loss and accuracy out,
+    and the share of texts on the large head route (`train/route_large_fraction` per epoch,
+    as in pretraining; under the batch rule the share of batches) when the encoder routes."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: Classifier) -> None:
         super().__init__()
         self.model = model
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        logits = self.model(input_ids, attention_mask)
+        logits, large = self.model.classify(input_ids, attention_mask)
         loss = nn.functional.cross_entropy(logits.float(), labels)
         accuracy = (logits.argmax(-1) == labels).float().mean()
-        return {"loss": loss, "accuracy": accuracy}
+        out = {"loss": loss, "accuracy": accuracy}
+        if large is not None:
+            out["route_large_fraction"] = large.detach().float()
+        return out
 
 
 class SeedTraining(NamedTuple):
@@ -98,7 +104,7 @@ def _check_device(name: str) -> None:
 
 
 def train_one_seed(
-    model: nn.Module,
+    model: Classifier,
     x_train: Sequence[Sequence[int]],
     y_train: Sequence[int],
     x_val: Sequence[Sequence[int]],
@@ -142,7 +148,7 @@ def train_one_seed(
     scored: list[Metrics] = []  # one per evaluation, in order
 
     def evaluate() -> dict[str, float]:
-        probs = predict_proba(model, x_val, ft.eval_batch_size)
+        probs = predict_proba(model, x_val, ft.eval_batch_size, routing=ft.eval_routing)
         names = list(labels) or [str(i) for i in range(probs.shape[1])]  # every class counts
         scored.append(compute_metrics(y_val, probs.argmax(axis=1).tolist(), names))
         return {"macro_f1": scored[-1]["macro_f1"], "accuracy": scored[-1]["accuracy"]}

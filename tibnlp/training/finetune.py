@@ -23,6 +23,7 @@ import torch
 from tibnlp.config import Config, to_dict
 from tibnlp.config.core import atomic_write_text
 from tibnlp.config.finetune import FinetuneConfig
+from tibnlp.config.identity import output_settings
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.collate import encode_texts
 from tibnlp.data.tasks import (
@@ -40,7 +41,7 @@ from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
 from tibnlp.evaluation.robustness import suffix_flip_rates
-from tibnlp.models.classifier import HeadConfig
+from tibnlp.models.classifier import head_config
 from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
 from tibnlp.models.io import load_config_file, load_encoder
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
@@ -145,7 +146,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     max_len = ft.max_len or TASK_MAX_LEN.get(data.name) or data.max_len or 128
     if ft.encoder == "albert":
         max_len = min(max_len, model_cfg.max_len)
-    head = HeadConfig(ft.head, list(ft.cnn_kernels), ft.cnn_channels, ft.dropout, ft.pooling)
+    head = head_config(ft)
     meta = ClassifierMeta(
         encoder="embedding" if ft.encoder == "none" else "albert",
         labels=list(data.labels),
@@ -158,6 +159,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         text_form=ft.text_form,
         dataset=data.name,
         source_model="" if ft.random_init else str(ft.model),
+        eval_routing=ft.eval_routing,
     )
     read = read_length(ft, max_len)
     ids = {
@@ -181,9 +183,10 @@ def system_name(ft: FinetuneConfig) -> str:
         return "textcnn-pieces(scratch)"
     shape = f"({Path(ft.model_dir).name})" if ft.model_dir else ""
     base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
-    head = ft.head if ft.head == "cnn" else f"linear-{ft.pooling}"
+    head = ft.head if ft.head == "cnn" else f"{ft.head}-{ft.pooling}"
     long = "" if ft.long_document == "truncate" else f"+long-{ft.long_document}"
-    return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long
+    routing = "+eval-per-text" if ft.eval_routing == "per_text" else ""
+    return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long + routing
 
 
 def recipe(ft: FinetuneConfig) -> dict[str, Any]:
@@ -308,7 +311,7 @@ def _run_seed(
     run: Tracker,
 ) -> SeedResult:
     ft = cfg.finetune
-    fingerprint = _fingerprint(setup, ft, seed, advts is not None)
+    fingerprint = _fingerprint(setup, cfg, seed, advts is not None)
     done = _load_seed(directory, fingerprint)
     if done is not None:
         run.set_tags({"resumed": "true"})
@@ -338,7 +341,8 @@ def _run_seed(
     )
 
     def predict(x: Sequence[Sequence[int]]) -> list[int]:
-        return predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id).argmax(1).tolist()
+        probs = predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id, ft.eval_routing)
+        return probs.argmax(1).tolist()
 
     def evaluate(x: Sequence[Sequence[int]], y: Sequence[int]) -> Metrics:
         return compute_metrics(y, predict(x), labels)
@@ -395,11 +399,13 @@ def _log_seed(run: Tracker, metrics: dict[str, Metrics]) -> None:
         run.log_metrics(drop)
 
 
-def _fingerprint(setup: Setup, ft: FinetuneConfig, seed: int, advts: bool) -> str:
+def _fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
     """Everything that determines a seed's result (not where it is written)."""
-    settings = {k: v for k, v in to_dict(ft).items() if k not in ("seeds", "output")}
-    key = {
+    settings = {k: v for k, v in to_dict(cfg.finetune).items() if k not in ("seeds", "output")}
+    key: dict[str, Any] = {
         "finetune": settings,
+        # engine settings that change results (precision, ZeRO), only when not the defaults
+        **output_settings(to_dict(cfg), ("engine",)),
         "meta": to_dict(setup.meta),
         "sizes": {s: len(v) for s, v in setup.ids.items()},
         "seed": seed,

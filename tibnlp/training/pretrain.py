@@ -38,6 +38,7 @@ from tibnlp.data.pretraining import (
     load_pretraining_dataset,
 )
 from tibnlp.errors import ConfigError, DataError
+from tibnlp.folder_lock import hold_folder
 from tibnlp.models.io import save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.models.summary import training_flops_per_token
@@ -152,8 +153,13 @@ class LearningCheck:
                 self.tracker.set_tags({"warning": "not_learning", "warning.detail": message})
 
 
-def run_pretraining(cfg: Config, resume: bool = False) -> Path:
-    """Train (or continue) the run that `cfg.pretrain.output` names; returns OUTPUT/model."""
+def run_pretraining(cfg: Config, resume: bool = False, wait: bool = False) -> Path:
+    """Train (or continue) the run that `cfg.pretrain.output` names; returns OUTPUT/model.
+
+    The main process holds the output folder (`tibnlp.folder_lock`) for the whole run, so a
+    second run on it refuses at once (or with `wait`, starts when the first is done) instead
+    of interleaving checkpoints.
+    """
     p = cfg.pretrain
     if not p.corpus or not p.vocab:
         raise ConfigError(
@@ -161,8 +167,20 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
             "and a vocabulary directory",
             "e.g. --set pretrain.corpus=runs/corpus --set pretrain.vocab=runs/vocab",
         )
-    budget = parse_duration(p.time_budget)
     world = init_distributed(cfg.engine)
+    if not world.is_main:
+        return _pretrain(cfg, resume, world)
+    with hold_folder(Path(p.output), wait=wait, notify=_note):
+        return _pretrain(cfg, resume, world)
+
+
+def _note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
+    p = cfg.pretrain
+    budget = parse_duration(p.time_budget)
     output = Path(p.output)
     vocab_dir = Path(p.vocab)
     vocab = Vocabulary.load(vocab_dir)

@@ -10,7 +10,9 @@ fixed-head model: a single route, named the same way, so both load identically.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,6 +42,26 @@ def choose_large(lengths: torch.Tensor, heads: HeadsConfig) -> torch.Tensor:
         big = bool(int(lengths.sum()) > m * lengths.numel())
         return torch.full_like(lengths, big, dtype=torch.bool)
     return lengths > m
+
+
+@contextmanager
+def per_text_routing(module: nn.Module) -> Iterator[int]:
+    """Inside the block every batch-rule dynamic encoder in `module` routes each text by its
+    own length (the sentence rule): what scoring the texts one at a time gives, at batch speed
+    (each route runs on its own sub-batch; padding changes no row). Outside it, a text's
+    route depends on the batch it is scored in. Yields how many encoders were switched."""
+    switched: list[tuple[Any, HeadsConfig]] = []  # (encoder, its rule); Any: no import circle
+    for m in module.modules():
+        heads = getattr(m, "routing", None)
+        if isinstance(heads, HeadsConfig) and heads.dynamic and heads.rule == "batch":
+            switched.append((m, heads))
+    for m, heads in switched:
+        m.routing = dataclasses.replace(heads, rule="sentence")
+    try:
+        yield len(switched)
+    finally:
+        for m, heads in switched:
+            m.routing = heads
 
 
 def route_name(heads: int) -> str:

@@ -1,0 +1,49 @@
+"""Which settings define what a stage writes.
+
+The pipeline cache key (`tibnlp.pipeline.cache.node_key`) and the fine-tuning seed fingerprint
+both hash `output_settings`, so a cached output is reused only when rerunning would write the
+same thing: a precision switch reruns, a log-cadence or thread-count switch does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tibnlp.config import Config
+from tibnlp.config.core import to_dict
+
+# How fast or how loudly a stage runs, never what it writes: pinned to their defaults in the
+# hash (not removed, so keys made before they were singled out stay valid).
+OUTPUT_NEUTRAL = frozenset(
+    {
+        "pretrain.log_every",  # MLflow cadence of the training metrics
+        "pretrain.warn_after",  # when a "not learning" warning is logged
+        "corpus.num_proc",  # worker processes; the map is deterministic per batch
+        "engine.threads",
+        "engine.num_workers",  # tokenising processes; same examples
+        "engine.backend",
+        "engine.port",
+    }
+)
+
+# Sections that entered the hash later: present only with the settings that differ from their
+# defaults, so a stage run with the default engine keeps the key it had before.
+ADDED_WHEN_SET = frozenset({"engine"})
+
+
+def output_settings(config: dict[str, Any], sections: Iterable[str]) -> dict[str, Any]:
+    """`config` (a full `to_dict(Config)`) reduced to `sections`, as it enters a hash."""
+    defaults = to_dict(Config())
+    out: dict[str, Any] = {}
+    for section in sections:
+        values = dict(config[section])
+        for name in values:
+            if f"{section}.{name}" in OUTPUT_NEUTRAL:
+                values[name] = defaults[section][name]
+        if section in ADDED_WHEN_SET:
+            values = {k: v for k, v in values.items() if v != defaults[section][k]}
+            if not values:
+                continue
+        out[section] = values
+    return out

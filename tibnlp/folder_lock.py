@@ -1,0 +1,176 @@
+"""One process at a time in a working folder.
+
+`tibnlp pipeline run` (its work dir) and `tibnlp pretrain` (its output folder) hold
+`FOLDER/.tibnlp.lock` while they write: on a shared node two invocations on one folder would
+otherwise publish the same cache entry twice or interleave checkpoints. The lock file names its
+holder (pid, host, process start time, command). A second process refuses at once with
+`FolderBusy`, naming the folder and the holder, or with `wait=True` polls until it is free.
+
+A lock left by a process that is gone does not block: on the same host the holder's pid is
+checked (not running, a zombie, or running but started later than the lock: a reused pid), and
+a stale lock is moved aside and the folder taken. A holder on another host cannot be checked
+from here; the message names the file to delete once that process is known to be gone.
+
+The lock file appears whole (written beside it, then hard-linked into place, which fails if it
+exists), so a reader never sees a half-written holder. Only the narrow race of two processes
+breaking the same stale lock at the same moment is settled by putting back a lock moved by
+mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from tibnlp.errors import TibnlpError
+
+LOCK_NAME = ".tibnlp.lock"
+
+
+class FolderBusy(TibnlpError):
+    """Another process holds the folder."""
+
+    exit_code = 3
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux /proc), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return int(fields[19]) if fields[0] != "Z" else -1  # -1: a zombie has ended
+
+
+def _running(holder: dict[str, Any]) -> bool:
+    """Whether the holder (on this host) still runs: its pid exists, is no zombie, and is
+    the same process that took the lock (same start time)."""
+    pid = int(holder.get("pid", 0))
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by another user
+    start = _start_time(pid)
+    if start == -1:
+        return False
+    recorded = holder.get("start")
+    return start is None or recorded is None or start == recorded
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("since", 0)))
+    return (
+        f"process {holder.get('pid', '?')} on host {holder.get('host', '?')} "
+        f"(since {since}: {holder.get('command', '?')})"
+    )
+
+
+def _read(lock: Path) -> tuple[str, dict[str, Any]] | None:
+    try:
+        text = lock.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        holder = json.loads(text)
+    except ValueError:
+        holder = {}
+    return text, holder if isinstance(holder, dict) else {}
+
+
+def _take(lock: Path, text: str) -> bool:
+    """Create `lock` holding `text`, atomically; False when it exists."""
+    tmp = lock.with_name(f"{lock.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    try:
+        os.link(tmp, lock)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _break(lock: Path, seen: str) -> None:
+    """Move a stale lock aside; put back a live one moved by a concurrent breaker's mistake."""
+    aside = lock.with_name(f"{lock.name}.stale-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.replace(lock, aside)
+    except FileNotFoundError:
+        return
+    try:
+        if aside.read_text(encoding="utf-8") != seen:
+            with suppress(FileExistsError):
+                os.link(aside, lock)
+    finally:
+        aside.unlink(missing_ok=True)
+
+
+@contextmanager
+def hold_folder(
+    folder: Path,
+    wait: bool = False,
+    poll_s: float = 1.0,
+    notify: Callable[[str], None] | None = None,
+) -> Iterator[Path]:
+    """Hold `folder` (created if missing) for the block; yields the lock file.
+
+    Refuses with `FolderBusy` while another running process holds it, or with `wait` polls
+    every `poll_s` seconds (telling `notify` once whom it waits for).
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / LOCK_NAME
+    host = socket.gethostname()
+    mine = {
+        "pid": os.getpid(),
+        "host": host,
+        "start": _start_time(os.getpid()),
+        "since": time.time(),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300],
+        "token": uuid.uuid4().hex,
+    }
+    text = json.dumps(mine, indent=1)
+    told = False
+    while not _take(lock, text):
+        found = _read(lock)
+        if found is None:
+            continue  # released meanwhile
+        seen, holder = found
+        if holder.get("host") == host and not _running(holder):
+            _break(lock, seen)
+            continue
+        who = _describe(holder)
+        if not wait:
+            elsewhere = holder.get("host") != host
+            raise FolderBusy(
+                f"{folder} is in use by {who}",
+                "wait for it to finish, or rerun with --wait to start when the folder is free"
+                + (
+                    f"; if that process is gone from {holder.get('host')}, delete {lock}"
+                    if elsewhere
+                    else ""
+                ),
+            )
+        if notify is not None and not told:
+            notify(f"waiting for {folder}: in use by {who}")
+            told = True
+        time.sleep(poll_s)
+    try:
+        yield lock
+    finally:
+        found = _read(lock)
+        if found is not None and found[0] == text:
+            lock.unlink(missing_ok=True)
