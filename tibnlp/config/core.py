@@ -7,6 +7,8 @@ in `pipelines/*.yaml` fails at load, not an hour into a run.
 
 Supported field types: bool, int, float, str, `Literal[...]`, `X | None`, unions of scalars
 (e.g. `int | Literal["auto"]`), `list[X]`, `tuple[X, ...]`, `dict[str, X]` and nested dataclasses.
+A dataclass may define `MOVED = {"old_key": "section.new_key"}` (a ClassVar): a config that
+still uses an old key gets an error naming the new one.
 A dataclass may define `validate(self, prefix: str) -> None` for range checks; it is called
 after its fields are converted (see `check`).
 """
@@ -175,6 +177,13 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
+    moved: Mapping[str, str] = getattr(cls, "MOVED", {})
+    for name in unknown:
+        if name in moved:
+            raise ConfigError(
+                f"config key '{_join(prefix, str(name))}' has moved to '{moved[name]}'",
+                f"write it as {moved[name]} (the setting belongs to the stage that uses it)",
+            )
     if unknown:
         key = _join(prefix, str(unknown[0]))
         raise ConfigError(

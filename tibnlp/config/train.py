@@ -103,6 +103,8 @@ class PretrainConfig:
     mask_prob: float = 0.15
     max_ngram: int = 3
     sop_prob: float = 0.5
+    # model.recurrence.mem_len > 0: consecutive seq_len segments of one document per example
+    recurrence_segments: int = 4
     eval_every: int = 200
     eval_batches: int = 20
     log_every: int = 10
@@ -121,6 +123,7 @@ class PretrainConfig:
         check(0.0 < self.mask_prob < 1.0, f"{prefix}.mask_prob", "must be in (0, 1)")
         check(1 <= self.max_ngram <= 10, f"{prefix}.max_ngram", "must be in [1, 10]")
         check(self.max_steps >= 1, f"{prefix}.max_steps", "must be >= 1")
+        check(self.recurrence_segments >= 1, f"{prefix}.recurrence_segments", "must be >= 1")
         check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", "must be >= 0")
         for key in ("eval_every", "log_every", "checkpoint_every", "keep_checkpoints"):
             check(getattr(self, key) >= 1, f"{prefix}.{key}", "must be >= 1")

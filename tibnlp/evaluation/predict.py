@@ -22,7 +22,7 @@ from torch import nn
 from tibnlp.data.collate import encode_texts, pad_batch
 from tibnlp.data.tasks import model_text
 from tibnlp.errors import DataError
-from tibnlp.models.classifier_io import ClassifierMeta, load_classifier
+from tibnlp.models.classifier_io import ClassifierMeta, load_classifier, read_length
 from tibnlp.text.vocab import Vocabulary
 
 
@@ -55,7 +55,7 @@ class Predictor:
         check_vocab(self.vocab, self.meta, directory)
 
     def predict(self, texts: Sequence[str], batch_size: int = 128) -> list[dict[str, Any]]:
-        ids = encode_texts(self.vocab, [model_text(t) for t in texts], self.meta.max_len)
+        ids = encode_texts(self.vocab, [model_text(t) for t in texts], read_length(self.meta))
         probs = predict_proba(self.model, ids, batch_size, self.vocab.pad_id)
         labels = self.meta.labels
         return [

@@ -165,5 +165,9 @@ class Classifier(nn.Module):
         return self.head(hidden, attention_mask)
 
     def freeze_encoder(self, frozen: bool = True) -> None:
+        """Freeze or unfreeze the encoder; weights a reader never trains (its
+        `frozen_parameters`, e.g. GEMFormer's selector) stay frozen either way."""
         for p in self.encoder.parameters():
             p.requires_grad_(not frozen)
+        for p in getattr(self.encoder, "frozen_parameters", list)():
+            p.requires_grad_(False)

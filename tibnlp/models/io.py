@@ -19,7 +19,7 @@ from safetensors.torch import load_file, safe_open, save_file
 from torch import nn
 
 from tibnlp.config.core import atomic_write_text, from_dict, to_dict
-from tibnlp.config.model import ModelConfig
+from tibnlp.config.model import ModelConfig, drop_moved_keys
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.attention import numeric_threshold
 from tibnlp.models.encoder import Encoder
@@ -67,7 +67,7 @@ def load_config_file(model_dir: Path) -> ModelConfig:
         raise DataError(f"{path} does not exist", "point --model at a saved model directory")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return from_dict(ModelConfig, data, "model")
+        return from_dict(ModelConfig, drop_moved_keys(data), "model")
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise DataError(f"{path} is not a readable model config ({exc})") from exc
     except ConfigError as exc:

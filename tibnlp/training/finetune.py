@@ -33,12 +33,18 @@ from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
 from tibnlp.models.classifier import HeadConfig
-from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
+from tibnlp.models.classifier_io import (
+    ClassifierMeta,
+    build_classifier,
+    read_length,
+    save_classifier,
+)
 from tibnlp.models.io import load_config_file, load_encoder, read_extra
+from tibnlp.models.long_documents.reading import inner_encoder
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.classification import set_seed, train_one_seed
-from tibnlp.training.long_documents import LongDocuments, read_length, setup_long_documents
+from tibnlp.training.long_documents import prepare_reader, reading_of
 
 SEED_FILE = "seed_result.json"
 TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
@@ -76,7 +82,6 @@ class Setup:
     vocab_dir: Path
     pretrained: dict[str, torch.Tensor] | None
     system: str
-    long: LongDocuments | None = None  # finetune.long_document other than truncate
 
 
 def load_task_data(dataset: str, task: str) -> LabelledSet:
@@ -134,6 +139,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     if ft.encoder == "albert":
         max_len = min(max_len, model_cfg.max_len)
     head = HeadConfig(ft.head, list(ft.cnn_kernels), ft.cnn_channels, ft.dropout, ft.pooling)
+    reading = reading_of(ft, model_cfg, max_len)
     meta = ClassifierMeta(
         encoder="embedding" if ft.encoder == "none" else "albert",
         labels=list(data.labels),
@@ -146,13 +152,13 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         text_form=MODEL_TEXT_FORM,
         dataset=data.name,
         source_model="" if ft.random_init else str(ft.model),
+        reading=reading,
     )
-    read = read_length(ft, max_len)
+    read = reading.read_length(max_len)
     ids = {split: encode_texts(vocab, data.texts(split), read) for split in data.splits}
     if ft.limit_train:
         ids["train"] = ids["train"][: ft.limit_train]
-    long = setup_long_documents(ft, model_cfg, cfg.model.global_memory, max_len, ids)
-    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), long)
+    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft))
 
 
 def system_name(ft: FinetuneConfig) -> str:
@@ -162,6 +168,8 @@ def system_name(ft: FinetuneConfig) -> str:
     base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
     head = ft.head if ft.head == "cnn" else f"linear-{ft.pooling}"
     long = "" if ft.long_document == "truncate" else f"+long-{ft.long_document}"
+    if ft.long_document == "memory" and ft.memory_selection == "frozen":
+        long += "-frozen"
     return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long
 
 
@@ -269,12 +277,12 @@ def _run_seed(
         _log_seed(run, done.metrics)
         return done
     set_seed(seed)
-    model = build_classifier(setup.meta)
-    if setup.pretrained is not None:
-        model.encoder.load_state_dict(setup.pretrained)  # same keys: built from the same config
-    if setup.long is not None:  # after loading: the wrapper holds the encoder as a child
-        setup.long.attach(model)
-        run.log_metrics(setup.long.figures())
+    model = build_classifier(setup.meta)  # with the reader `meta.reading` names
+    if setup.pretrained is not None:  # same keys: built from the same config
+        inner_encoder(model.encoder).load_state_dict(setup.pretrained)
+    figures, on_epoch = prepare_reader(model.encoder, ft, setup.ids)
+    if setup.meta.reading.mode != "truncate":
+        run.log_metrics({"long_document_window": float(setup.meta.max_len), **figures})
     model.freeze_encoder(ft.freeze_encoder)
     data, ids, labels = setup.data, setup.ids, setup.data.labels
     y_train = data.targets("train")[: len(ids["train"])]
@@ -289,6 +297,7 @@ def _run_seed(
         run,
         cfg.engine,
         labels,
+        on_epoch,
     )
 
     def predict(x: Sequence[Sequence[int]]) -> list[int]:
@@ -308,9 +317,8 @@ def _run_seed(
     }
     if advts is not None:
         for part, key in (("original", "advts_original"), ("adversarial", "advts")):
-            x = encode_texts(setup.vocab, advts.texts(part), setup.meta.max_len)
+            x = encode_texts(setup.vocab, advts.texts(part), read_length(setup.meta))
             metrics[key] = evaluate(x, advts.targets(part))
-    LongDocuments.detach(model)
     save_classifier(directory, model, setup.meta, setup.vocab_dir)
     for part, m in metrics.items():
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
