@@ -51,6 +51,10 @@ def test_roundtrip(tmp_path: Path) -> None:
         ("nosuch.key=1", "'nosuch' is unknown"),
         ("model=3", "'model': expected a mapping"),
         ("model.hidden_size", "must look like section.key=value"),
+        ("model.norm=sandwich", "'model.norm'"),
+        ("pretrain.export_at_tokens=[0]", "'pretrain.export_at_tokens[0]'"),
+        ("pretrain.export_at_tokens=[5,5]", "must be distinct token counts"),
+        ("pretrain.warn_after=2", "'pretrain.warn_after'"),
     ],
 )
 def test_errors_name_the_key(override: str, needle: str) -> None:

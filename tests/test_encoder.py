@@ -19,6 +19,7 @@ from tibnlp.models import (
     read_extra,
     save_pretrained,
 )
+from tibnlp.models.attention import AttentionContext
 
 
 def tiny(**kw: object) -> ModelConfig:
@@ -51,8 +52,9 @@ def test_shapes_and_shared_weights() -> None:
     assert out.hidden[1, 7:].abs().max().item() == 0.0
 
 
-def test_padding_invariance() -> None:
-    enc = Encoder(tiny()).eval()
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_padding_invariance(norm: str) -> None:
+    enc = Encoder(tiny(norm=norm)).eval()
     ids, mask = batch([9, 5], 9)
     together = enc(ids, mask).hidden
     alone = enc(ids[1:, :5], mask[1:, :5]).hidden
@@ -112,9 +114,27 @@ def test_no_masked_token_gives_zero_mask_loss_and_gradients_flow() -> None:
     assert model.sop_classifier.weight.grad is not None
 
 
-def test_tiny_model_overfits_one_batch() -> None:
+def test_pre_norm_layer_is_x_plus_f_of_norm_x() -> None:
+    """pre-LN, one layer: out = final(x1 + ffn(norm2(x1))), x1 = x0 + attn(norm1(x0))."""
     torch.manual_seed(0)
-    model = AlbertForPretraining(tiny(dropout=0.0, attention_dropout=0.0))
+    enc = Encoder(tiny(norm="pre", num_layers=1)).eval()
+    ids, mask = batch([6, 6], 6)
+    with torch.no_grad():
+        got = enc(ids, mask).hidden
+        layer = enc.layer
+        x0 = enc.embeddings(ids, torch.zeros_like(ids))
+        ctx = AttentionContext(mask.bool(), mask.sum(1), 0, 1).at_layer(0)
+        x1 = x0 + layer.attention(layer.attention_norm(x0), ctx, torch.zeros(2, dtype=torch.bool))
+        x2 = x1 + layer.ffn_out(F.gelu(layer.ffn_in(layer.ffn_norm(x1))))
+        want = enc.final_norm(x2)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert Encoder(tiny()).final_norm is None
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_tiny_model_overfits_one_batch(norm: str) -> None:
+    torch.manual_seed(0)
+    model = AlbertForPretraining(tiny(dropout=0.0, attention_dropout=0.0, norm=norm))
     ids, mask = batch([8, 8, 6, 7], 8)
     labels = torch.full_like(ids, -100)
     labels[:, 2] = ids[:, 2]

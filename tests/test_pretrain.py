@@ -18,6 +18,7 @@ from tibetan_fixtures import write_prepared
 
 from tibnlp.config import VocabConfig, load_config
 from tibnlp.errors import ConfigError
+from tibnlp.models import read_extra
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training import checkpoint
 
@@ -91,6 +92,23 @@ def test_pretrain_end_to_end(inputs: Path, tmp_path: Path) -> None:
     assert {"config.yaml", "vocabulary", "model"} <= artifacts
 
 
+def test_mlm_only_run_exports_its_learning_curve(inputs: Path, tmp_path: Path) -> None:
+    from tibnlp.training.pretrain import run_pretraining
+
+    out = tmp_path / "mlm"
+    cfg = _config_file(inputs, out, sop=False, export_at_tokens=[500, 2000])
+    model_dir = run_pretraining(load_config(cfg))
+    final = read_extra(model_dir)
+    assert final["stopped_by"] == "max_steps" and final["tokens"] > 2000
+    assert {"hardware", "train_seconds", "flops_per_token", "processes"} <= final.keys()
+    steps = [read_extra(out / "exports" / n)["step"] for n in ("tokens-500", "tokens-2000")]
+    assert 0 < steps[0] < steps[1] <= 12
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
+    assert "train/mask_loss" in run.data.metrics
+    assert not any("sop" in k for k in run.data.metrics)  # no sentence-order head
+
+
 def test_missing_inputs_are_a_config_error() -> None:
     from tibnlp.training.pretrain import run_pretraining
 
@@ -107,7 +125,12 @@ def test_pretrain_sigkill_and_resume_match_an_uninterrupted_run(
     inputs: Path, tmp_path: Path
 ) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), *sys.path])}
-    steps = {"max_steps": 40, "checkpoint_every": 4, "eval_every": 10}
+    steps = {
+        "max_steps": 40,
+        "checkpoint_every": 4,
+        "eval_every": 10,
+        "export_at_tokens": [1000, 4000, 9000],  # before, around and after the kill
+    }
     killed_cfg = _config_file(inputs, tmp_path / "killed", **steps)
     log = (tmp_path / "killed.log").open("w")
     proc = subprocess.Popen(_cli(killed_cfg), env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -132,6 +155,12 @@ def test_pretrain_sigkill_and_resume_match_an_uninterrupted_run(
     assert a.keys() == b.keys()
     for key in a:
         assert (a[key] == b[key]).all(), key
+    for name in ("tokens-1000", "tokens-4000", "tokens-9000"):
+        ea = load_file(tmp_path / "killed" / "exports" / name / "model.safetensors")
+        eb = load_file(tmp_path / "straight" / "exports" / name / "model.safetensors")
+        assert all((ea[k] == eb[k]).all() for k in ea), name
+        facts = read_extra(tmp_path / "straight" / "exports" / name)
+        assert facts["tokens"] >= int(name.split("-")[1]) and facts["flops"] > 0
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
     assert len(runs) == 2  # the resumed process continued the killed one's run

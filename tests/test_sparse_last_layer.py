@@ -21,6 +21,8 @@ DESIGNS = {
         "heads": HeadsConfig(small=2, large=4, threshold=5, rule="sentence")
     },
     "memory tokens": {"memory_tokens": 2},
+    "pre-LN": {"norm": "pre"},
+    "pre-LN, dynamic heads": {"norm": "pre", "heads": HeadsConfig(small=2, large=4, threshold=5)},
 }
 
 
@@ -63,7 +65,9 @@ def _losses_and_grads(cfg: ModelConfig, sparse: bool) -> tuple[dict, dict]:
     return {k: v.detach() for k, v in out.items()}, grads
 
 
-@pytest.mark.parametrize("design", ["dense", "dynamic heads, sentence rule (mixed batch)"])
+@pytest.mark.parametrize(
+    "design", ["dense", "dynamic heads, sentence rule (mixed batch)", "pre-LN"]
+)
 def test_pretraining_losses_and_gradients_match(design: str) -> None:
     cfg = tiny(**DESIGNS[design])
     out_s, grads_s = _losses_and_grads(cfg, sparse=True)

@@ -97,6 +97,9 @@ class ModelConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     position: Literal["absolute", "relative"] = "absolute"
+    # post: ALBERT's post-LN layer (the published shape); pre: LayerNorm before attention and
+    # FFN plus a final LayerNorm, which tolerates a higher learning rate (cramming, 24h-BERT)
+    norm: Literal["post", "pre"] = "post"
     pooling: Literal["cls", "cls_max"] = "cls"  # cls_max: [CLS] ++ max-pool (multi-scale paper)
     heads: HeadsConfig = field(default_factory=HeadsConfig)
     scales: ScalesConfig = field(default_factory=ScalesConfig)

@@ -100,11 +100,21 @@ class PretrainConfig:
     micro_batch_size: int = 0  # per process; 0: batch_size / processes (no accumulation)
     max_steps: int = 1000
     time_budget: str = ""  # e.g. "2h", "30m"; empty: no limit
+    # stop after this many training tokens (non-padding, all processes); 0: no limit. With a
+    # time budget, whichever is reached first ends the run; either drives the lr schedule.
+    max_tokens: float = 0.0
     mask_prob: float = 0.15
     max_ngram: int = 3
-    sop_prob: float = 0.5
+    sop: bool = True  # sentence-order prediction; off: MLM only, segments kept in order
+    sop_prob: float = 0.5  # share of swapped pairs when sop is on
     # model.recurrence.mem_len > 0: consecutive seq_len segments of one document per example
     recurrence_segments: int = 4
+    # write OUTPUT/exports/tokens-<N>/ (a model directory) when the non-padding tokens trained
+    # on first reach each N: the points of a learning curve from one run
+    export_at_tokens: list[float] = field(default_factory=list)
+    # share of the run (steps or time budget) after which a held-out MLM accuracy still at the
+    # unigram level is reported as "not learning" (log line and MLflow tag); 0: never
+    warn_after: float = 0.25
     eval_every: int = 200
     eval_batches: int = 20
     log_every: int = 10
@@ -122,6 +132,16 @@ class PretrainConfig:
         check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")
         check(0.0 < self.mask_prob < 1.0, f"{prefix}.mask_prob", "must be in (0, 1)")
         check(1 <= self.max_ngram <= 10, f"{prefix}.max_ngram", "must be in [1, 10]")
+        check(0.0 <= self.sop_prob <= 1.0, f"{prefix}.sop_prob", "must be in [0, 1]")
+        check(self.max_tokens >= 0, f"{prefix}.max_tokens", "must be >= 0 (0: no limit)")
+        check(0.0 <= self.warn_after <= 1.0, f"{prefix}.warn_after", "must be in [0, 1]")
+        for i, n in enumerate(self.export_at_tokens):
+            check(n >= 1, f"{prefix}.export_at_tokens[{i}]", "must be a token count >= 1")
+        check(
+            len(set(self.export_at_tokens)) == len(self.export_at_tokens),
+            f"{prefix}.export_at_tokens",
+            "must be distinct token counts",
+        )
         check(self.max_steps >= 1, f"{prefix}.max_steps", "must be >= 1")
         check(self.recurrence_segments >= 1, f"{prefix}.recurrence_segments", "must be >= 1")
         check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", "must be >= 0")

@@ -79,8 +79,10 @@ def make_examples(
     seq_len: int,
     rng: random.Random,
     short_seq_prob: float,
+    sop_prob: float = 0.5,
 ) -> list[dict[str, Any]]:
-    """SOP examples of one document (see the module docstring for the policy)."""
+    """SOP examples of one document (see the module docstring for the policy); `sop_prob`:
+    the share of pairs whose segments are swapped (0: text in order, for MLM without SOP)."""
     budget = seq_len - 3
     parts = []
     for ids in sentences:
@@ -92,26 +94,30 @@ def make_examples(
     size = 0
     for i, part in enumerate(parts):
         if chunk and size + len(part[0]) > budget:  # would overflow: emit what we have
-            out.extend(_emit(doc_id, chunk, vocab, rng))
+            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob))
             chunk, size = [], 0
             target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
         chunk.append(part)
         size += len(part[0])
         if size >= target or i == len(parts) - 1:
-            out.extend(_emit(doc_id, chunk, vocab, rng))
+            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob))
             chunk, size = [], 0
             target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
     return out
 
 
 def _emit(
-    doc_id: int, chunk: list[tuple[list, list]], vocab: Vocabulary, rng: random.Random
+    doc_id: int,
+    chunk: list[tuple[list, list]],
+    vocab: Vocabulary,
+    rng: random.Random,
+    sop_prob: float,
 ) -> list[dict[str, Any]]:
     pair = _pair(chunk, rng)
     if pair is None:
         return []
     a, a_starts, b, b_starts = pair
-    swapped = rng.random() < 0.5
+    swapped = rng.random() < sop_prob
     if swapped:
         a, a_starts, b, b_starts = b, b_starts, a, a_starts
     ids = [vocab.cls_id, *a, vocab.sep_id, *b, vocab.sep_id]
@@ -150,6 +156,7 @@ def _examples_batch(
     split: str,
     short: float,
     segments: int = 0,
+    sop_prob: float = 0.5,
 ) -> dict[str, list]:
     out: dict[str, list] = {k: [] for k in _features()}
     for doc_id, sentences in zip(batch["doc_id"], batch["sentences"], strict=True):
@@ -158,7 +165,7 @@ def _examples_batch(
         examples = (
             make_chains(int(doc_id), ids, vocab, seq_len, segments)
             if segments
-            else make_examples(int(doc_id), ids, vocab, seq_len, rng, short)
+            else make_examples(int(doc_id), ids, vocab, seq_len, rng, short, sop_prob)
         )
         for ex in examples:
             for key, value in ex.items():
@@ -179,12 +186,14 @@ def build_pretraining_dataset(
     num_proc: int = 0,
     short_seq_prob: float = 0.1,
     segments: int = 0,
+    sop_prob: float = 0.5,
 ) -> Path:
     """Tokenise a prepared corpus into SOP examples under `out_dir` (cached by its inputs).
 
     `segments > 0`: chains of that many consecutive `seq_len` segments of one document instead
     (segment-recurrence pretraining, `tibnlp.data.segment_chains`); `median_length` is then
     the median segment length, the length the encoder (and DMA's threshold) sees.
+    `sop_prob`: share of swapped pairs (`pretrain.sop_prob`; 0 when `pretrain.sop` is off).
     """
     import datasets
 
@@ -207,6 +216,8 @@ def build_pretraining_dataset(
     }
     if segments:  # added only when set: the cache keys of SOP datasets stay as they were
         key["segments"] = segments
+    if sop_prob != 0.5:  # likewise
+        key["sop_prob"] = sop_prob
     cache_key = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     if (out_dir / META_FILE).is_file():
         meta = json.loads((out_dir / META_FILE).read_text(encoding="utf-8"))
@@ -238,6 +249,7 @@ def build_pretraining_dataset(
                 "split": split,
                 "short": short_seq_prob,
                 "segments": segments,
+                "sop_prob": sop_prob,
             },
             desc=f"tokenising {split}",
             load_from_cache_file=False,

@@ -62,11 +62,15 @@ class Embeddings(nn.Module):
 
 
 class SharedLayer(nn.Module):
-    """Post-LN transformer layer; with `scales.ffn: false` the paper's norm(H + ReLU(MSMSA(H)))."""
+    """Post-LN transformer layer; with `scales.ffn: false` the paper's norm(H + ReLU(MSMSA(H))).
+
+    With `norm: pre` the norms move in front of attention and FFN (x + f(norm(x))); the
+    encoder then applies `final_norm` after the last layer."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         d = cfg.hidden_size
+        self.pre_norm = cfg.norm == "pre"
         self.attention = build_attention(cfg)
         self.attention_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         self.use_ffn = cfg.scales.ffn or not cfg.scales.enabled
@@ -78,12 +82,27 @@ class SharedLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext, large: torch.Tensor) -> torch.Tensor:
         """[B, N, D] -> [B, N, D]; [B, Q, D] at `ctx.queries` when given (keys from all N)."""
+        if self.pre_norm:
+            return self._forward_pre(x, ctx, large)
         a = self.attention(x, ctx, large)
         x = ctx.gather_queries(x)
         if not self.use_ffn:
             return self.attention_norm(x + F.relu(a))
         x = self.attention_norm(x + a)
-        return self.ffn_norm(x + self.dropout(self.ffn_out(F.gelu(self.ffn_in(x)))))
+        return self.ffn_norm(x + self._ffn(x))
+
+    def _ffn(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.ffn_out(F.gelu(self.ffn_in(x))))
+
+    def _forward_pre(
+        self, x: torch.Tensor, ctx: AttentionContext, large: torch.Tensor
+    ) -> torch.Tensor:
+        a = self.attention(self.attention_norm(x), ctx, large)
+        x = ctx.gather_queries(x)
+        if not self.use_ffn:
+            return x + F.relu(a)
+        x = x + a
+        return x + self._ffn(self.ffn_norm(x))
 
 
 class Encoder(nn.Module):
@@ -98,6 +117,9 @@ class Encoder(nn.Module):
         self.cfg = cfg
         self.embeddings = Embeddings(cfg)
         self.layer = SharedLayer(cfg)
+        self.final_norm = (
+            nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
+        )
         self.memory_tokens = (
             MemoryTokens(cfg.memory_tokens, cfg.hidden_size, cfg.initializer_range)
             if cfg.memory_tokens
@@ -164,9 +186,11 @@ class Encoder(nn.Module):
                 )
             if want is not None and layer == last:
                 lctx = dataclasses.replace(lctx, queries=queries + k)
-            if recurrent:
-                states.append(x[:, k:])
+            if recurrent:  # the memory holds what this layer's attention reads
+                states.append((self.layer.attention_norm(x) if self.final_norm else x)[:, k:])
             x = self.layer(x, lctx, large)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
         if want is not None:  # [B, Q, D] at the wanted positions -> [B, keep, D], zero elsewhere
             sparse = x.new_zeros(x.shape[0], keep, x.shape[-1])
             sparse[want] = x[valid]

@@ -34,20 +34,28 @@ class AlbertForPretraining(nn.Module):
     """
 
     def __init__(
-        self, cfg: ModelConfig, sparse_last_layer: bool = True, segment_len: int = 0
+        self,
+        cfg: ModelConfig,
+        sparse_last_layer: bool = True,
+        segment_len: int = 0,
+        sop: bool = True,
     ) -> None:
         super().__init__()
         self.cfg = cfg
         self.sparse_last_layer = sparse_last_layer
         self.segment_len = segment_len
+        self.sop = sop
         self.encoder = Encoder(cfg)
         d, e = cfg.hidden_size, cfg.embedding_size
         self.mlm_dense = nn.Linear(d, e)
         self.mlm_norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
         self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
-        self.sop_pooler = nn.Linear(d, d)
-        self.sop_classifier = nn.Linear(d, 2)
-        for m in (self.mlm_dense, self.mlm_norm, self.sop_pooler, self.sop_classifier):
+        heads: list[nn.Module] = [self.mlm_dense, self.mlm_norm]
+        if sop:  # without SOP there is no pair head at all (no unused parameters)
+            self.sop_pooler = nn.Linear(d, d)
+            self.sop_classifier = nn.Linear(d, 2)
+            heads += [self.sop_pooler, self.sop_classifier]
+        for m in heads:
             init_weights(m, cfg.initializer_range)
 
     def forward(
@@ -60,13 +68,13 @@ class AlbertForPretraining(nn.Module):
     ) -> dict[str, torch.Tensor]:
         if self.segment_len:
             return self.mlm_over_segments(input_ids, attention_mask, mlm_labels)
-        if sop_labels is None:
+        if sop_labels is None and self.sop:
             raise ValueError("sop_labels are needed unless the model reads segments")
         sel = mlm_labels != IGNORE
         read = None
         if self.sparse_last_layer:  # the heads read the masked positions and [CLS] only
             read = sel.clone()
-            read[:, 0] = True
+            read[:, 0] = self.sop
         out = self.encoder(input_ids, attention_mask, token_type_ids, outputs_at=read)
         h = out.hidden
         targets = mlm_labels[sel]
@@ -77,17 +85,20 @@ class AlbertForPretraining(nn.Module):
         else:  # no masked token in the batch: a zero loss that still touches the graph
             mask_loss = h.sum() * 0.0
             mask_acc = h.new_zeros(())
-        sop_logits = self.sop_classifier(torch.tanh(self.sop_pooler(h[:, 0])))
-        sop_loss = F.cross_entropy(sop_logits, sop_labels)
-        sop_acc = (sop_logits.argmax(-1) == sop_labels).float().mean()
-        return {
-            "loss": mask_loss + sop_loss,
+        result = {
+            "loss": mask_loss,
             "mask_loss": mask_loss.detach(),
             "mask_accuracy": mask_acc.detach(),
-            "sop_loss": sop_loss.detach(),
-            "sop_accuracy": sop_acc.detach(),
             "route_large_fraction": out.route_large_fraction.detach(),
         }
+        if self.sop:
+            assert sop_labels is not None
+            sop_logits = self.sop_classifier(torch.tanh(self.sop_pooler(h[:, 0])))
+            sop_loss = F.cross_entropy(sop_logits, sop_labels)
+            result["loss"] = mask_loss + sop_loss
+            result["sop_loss"] = sop_loss.detach()
+            result["sop_accuracy"] = (sop_logits.argmax(-1) == sop_labels).float().mean().detach()
+        return result
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The MLM head (decoder tied to the word embedding) on hidden states [..., D]."""

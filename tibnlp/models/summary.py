@@ -45,3 +45,17 @@ def describe(cfg: ModelConfig) -> ModelSummary:
     params["pretraining heads (MLM + SOP)"] = count(model) - count(enc)
     params["total"] = count(model)
     return ModelSummary(core_name(cfg), scales, dists, params)
+
+
+def training_flops_per_token(cfg: ModelConfig, seq_len: int, mask_prob: float) -> float:
+    """Analytic training FLOPs per input token: 6 x the weights a token passes through, plus
+    attention scores and mixing (12 x layers x seq_len x hidden), the MLM head at the masked
+    share only. Dense upper bound: the sparse last layer and padding cuts are not counted.
+
+    Why analytic: on a shared or varying CPU, a budget in FLOPs and tokens compares runs
+    where wall-clock time cannot (issue 11's budget rule)."""
+    d, e, f, layers = cfg.hidden_size, cfg.embedding_size, cfg.ffn_size, cfg.num_layers
+    per_layer = 4 * d * d + 2 * d * f  # Q, K, V, O and the FFN
+    weights = e * d + layers * per_layer + mask_prob * (d * e + e * cfg.vocab_size)
+    attention = 12.0 * layers * seq_len * d
+    return 6.0 * weights + attention

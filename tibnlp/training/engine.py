@@ -83,6 +83,22 @@ def init_distributed(cfg: EngineConfig) -> World:
     return world
 
 
+def hardware_name() -> str:
+    """The GPU's name, or the CPU model: recorded beside every figure (they depend on it)."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 def cpu_has_bf16() -> bool:
     """Native bf16 matrix instructions (x86 AVX512-BF16/AMX-BF16, Arm BF16) behind oneDNN.
 

@@ -7,6 +7,13 @@ settings, all off for pretraining: an `evaluator` callback (e.g. validation macr
 whole split) in place of the held-out batches, keep-best selection on one of its metrics
 (`select`, restored into the module when the run ends) and early stopping (`patience`).
 
+Under `time_budget_s` the budget counts training wall time across resumes; `max_tokens` is a
+compute budget in training tokens. The share spent of either (whichever is further along)
+drives the lr schedule (`WarmupDecay.set_time_fraction`), so a budgeted run ends
+annealed. `export_at_tokens`: when the non-padding tokens trained on (all ranks) first reach
+each count, the `exporter` callback writes the weights as they are after that step (a
+resumed run replays the same steps and rewrites the same export).
+
 Per optimizer step, every rank runs its micro-batches, then one all-reduce carries the
 metrics, the token count and the "out of time" flag, so all ranks agree on when to stop and
 on whether the loss is finite before any rank applies the update.
@@ -50,12 +57,26 @@ class LoopSettings:
     # restored at the end; "" keeps the last weights
     select: str = ""
     patience: int = 0  # evaluations without a better `select` value before stopping; 0: never
+    export_at_tokens: list[float] = field(default_factory=list)
+    # stop once this many non-padding tokens (all ranks) are trained on; 0: no token budget.
+    # A compute budget that holds on a shared or a different machine, unlike wall time.
+    max_tokens: float = 0.0
+    clock: Callable[[], float] = time.monotonic  # tests drive a simulated clock
+
+
+@dataclass
+class Progress:
+    """Where training stands, as the exporter and the evaluation hooks see it."""
+
+    step: int
+    tokens: float  # non-padding tokens trained on, all ranks
+    train_seconds: float  # wall time of training, summed over resumed runs
 
 
 @dataclass
 class LoopResult:
     step: int
-    stopped_by: str  # "max_steps", "time_budget" or "early_stopping"
+    stopped_by: str  # "max_steps", "time_budget", "token_budget" or "early_stopping"
     train: dict[str, float] = field(default_factory=dict)
     eval: dict[str, float] = field(default_factory=dict)
     tracker: Any = None
@@ -65,6 +86,8 @@ class LoopResult:
 
 # Metrics of the whole held-out set, computed the same on every rank (it sees all of it).
 Evaluator = Callable[[], dict[str, float]]
+# Writes the weights as a model directory for the token count reached (rank 0 only).
+Exporter = Callable[[float, Progress], None]
 
 
 def _metric_keys(out: dict[str, Any]) -> list[str]:
@@ -90,10 +113,15 @@ class TrainLoop:
         eval_data: ShardedBatches | None,
         settings: LoopSettings,
         evaluator: Evaluator | None = None,
+        exporter: Exporter | None = None,
     ) -> None:
         self.engine, self.world, self.settings = engine, world, settings
         self.train_data, self.eval_data = train_data, eval_data
         self.evaluator = evaluator
+        self.exporter = exporter
+        self.tokens = 0.0
+        self.train_seconds = 0.0
+        self._targets = sorted(float(t) for t in settings.export_at_tokens)
         self._best_value: float | None = None
         self._stale = 0
         self._best_state: dict[str, torch.Tensor] | None = None
@@ -193,6 +221,8 @@ class TrainLoop:
             "rng": checkpoint.rng_state(),
             "mlflow_run_id": self.run_id or "",
             "window": dict(self.window),
+            "tokens": self.tokens,
+            "train_seconds": self.train_seconds,
         }
         checkpoint.save(
             self.engine,
@@ -213,8 +243,34 @@ class TrainLoop:
         self.train_data.load_state_dict(state["data"])
         self.window = {k: float(v) for k, v in state.get("window", {}).items()}
         self.run_id = state.get("mlflow_run_id") or None
+        self.tokens = float(state.get("tokens", 0.0))
+        self.train_seconds = float(state.get("train_seconds", 0.0))
         checkpoint.set_rng_state(state["rng"])
         return True
+
+    # ---- budget and exports ---------------------------------------------------------
+    @property
+    def progress(self) -> Progress:
+        return Progress(self.step, self.tokens, self.train_seconds)
+
+    def budget_fraction(self) -> float:
+        """Share of the time or token budget spent, whichever is further along (0: none)."""
+        s = self.settings
+        by_time = self.train_seconds / s.time_budget_s if s.time_budget_s else 0.0
+        by_tokens = self.tokens / s.max_tokens if s.max_tokens else 0.0
+        return max(by_time, by_tokens)
+
+    def _apply_time_fraction(self) -> None:
+        scheduler: Any = getattr(self.engine, "lr_scheduler", None)
+        budgeted = self.settings.time_budget_s or self.settings.max_tokens
+        if budgeted and hasattr(scheduler, "set_time_fraction"):
+            scheduler.set_time_fraction(self.budget_fraction())
+
+    def _export_reached(self) -> None:
+        while self._targets and self.tokens >= self._targets[0]:
+            target = self._targets.pop(0)
+            if self.exporter is not None and self.world.is_main:
+                self.exporter(target, self.progress)
 
     # ---- keep-best and early stopping ------------------------------------------------
     def _select(self, metrics: dict[str, float], result: LoopResult) -> bool:
@@ -239,24 +295,34 @@ class TrainLoop:
 
     # ---- the loop -------------------------------------------------------------------
     def run(
-        self, tracker: Any = None, on_log: Callable[[int, dict[str, float]], None] | None = None
+        self,
+        tracker: Any = None,
+        on_log: Callable[[int, dict[str, float]], None] | None = None,
+        on_eval: Callable[[Progress, dict[str, float]], None] | None = None,
     ) -> LoopResult:
         s = self.settings
-        start = time.monotonic()
-        last_log_t = start
+        start, seconds_before = s.clock(), self.train_seconds
+        last_log_t = time.monotonic()
         result = LoopResult(step=self.step, stopped_by="max_steps", tracker=tracker)
         self._stale = 0
+        self._targets = [t for t in self._targets if t > self.tokens]  # reached before resume
         show = s.progress and self.world.is_main
         with TrainProgress(s.max_steps, self.step, show, s.progress_label) as bar:
             while self.step < s.max_steps:
-                over = s.time_budget_s is not None and time.monotonic() - start > s.time_budget_s
+                self.train_seconds = seconds_before + s.clock() - start
+                over = s.time_budget_s is not None and self.train_seconds > s.time_budget_s
+                self._apply_time_fraction()
                 metrics, tokens, stop = self.train_step(over)
                 self.step += 1
+                self.tokens += tokens
+                self.train_seconds = seconds_before + s.clock() - start
+                self._export_reached()
+                out_of_tokens = bool(s.max_tokens) and self.tokens >= s.max_tokens
                 for k, v in metrics.items():
                     self.window[k] = self.window.get(k, 0.0) + v
                 self.window["_steps"] = self.window.get("_steps", 0.0) + 1
                 self.window["_tokens"] = self.window.get("_tokens", 0.0) + tokens
-                final = stop or self.step >= s.max_steps
+                final = stop or out_of_tokens or self.step >= s.max_steps
                 if self.step % s.log_every == 0 or final:
                     now = time.monotonic()
                     n = self.window.pop("_steps")
@@ -279,15 +345,21 @@ class TrainLoop:
                     result.eval = {f"eval/{k}": v for k, v in scores.items()}
                     if tracker is not None and result.eval:
                         tracker.log_metrics(result.eval, step=self.step)
+                    if on_eval is not None and scores:
+                        on_eval(self.progress, scores)
                     if s.select:
                         early = self._select(scores, result)
                         shown = ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
                         bar.log(f"{s.progress_label} step {self.step}: {shown}")
                 if s.checkpoint_every and (self.step % s.checkpoint_every == 0 or final):
                     self.save()
-                if stop or early:
-                    result.stopped_by = "time_budget" if stop else "early_stopping"
-                    why = "time budget reached" if stop else f"no {s.select} gain, stopped"
+                if stop or out_of_tokens or early:
+                    if stop:
+                        result.stopped_by, why = "time_budget", "time budget reached"
+                    elif out_of_tokens:
+                        result.stopped_by, why = "token_budget", "token budget reached"
+                    else:
+                        result.stopped_by, why = "early_stopping", f"no {s.select} gain, stopped"
                     bar.log(f"{why} at step {self.step}")
                     break
         if s.select:
@@ -301,6 +373,7 @@ def fit(
     resume: bool,
     open_tracker: Callable[[str | None], Any],
     on_log: Callable[[int, dict[str, float]], None] | None = None,
+    on_eval: Callable[[Progress, dict[str, float]], None] | None = None,
 ) -> LoopResult:
     """Restore (if resuming), open the MLflow run on rank 0 (the same run when resuming), train.
 
@@ -323,7 +396,7 @@ def fit(
     if tracker is not None:
         loop.run_id = tracker.run_id
     try:
-        result = loop.run(tracker, on_log)
+        result = loop.run(tracker, on_log, on_eval)
     except BaseException:
         if tracker is not None:
             tracker.end("FAILED")

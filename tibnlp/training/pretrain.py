@@ -7,6 +7,12 @@ checkpoint and stop logic is `loop.TrainLoop`. Output layout:
     OUTPUT/data/              tokenised SOP examples (built once by rank 0, then cached)
     OUTPUT/checkpoints/       DeepSpeed checkpoints + `latest` marker (resume point)
     OUTPUT/model/             model.safetensors + model.yaml + vocabulary: `finetune --model`
+    OUTPUT/exports/tokens-N/  the same, as it was when N training tokens were reached
+                              (`pretrain.export_at_tokens`): the points of a learning curve
+
+Every model directory records in its metadata (`read_extra`) the step, the tokens trained on,
+the training seconds, the analytic FLOPs and the hardware, so a curve can be drawn against
+tokens, FLOPs or CPU-hours.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ import dataclasses
 import os
 import random
 import shutil
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,7 @@ from tibnlp.data.pretraining import (
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.io import save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
+from tibnlp.models.summary import training_flops_per_token
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.batches import ShardedBatches
@@ -40,11 +48,12 @@ from tibnlp.training.engine import (
     World,
     accumulation_steps,
     barrier,
+    hardware_name,
     init_distributed,
     initialize,
     shutdown,
 )
-from tibnlp.training.loop import LoopSettings, TrainLoop, fit
+from tibnlp.training.loop import LoopSettings, Progress, TrainLoop, fit
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out masks differ from any training batch's
 
@@ -99,6 +108,50 @@ def _export(module: torch.nn.Module, cfg: ModelConfig, vocab_dir: Path, out: Pat
     return out
 
 
+def export_name(tokens: float) -> str:
+    """The folder of the export at a token count: `tokens-1000000`."""
+    return f"tokens-{int(tokens)}"
+
+
+def unigram_accuracy(dataset: Any, special_ids: set[int]) -> float:
+    """MLM accuracy of always guessing the most frequent regular token: the level a model that
+    has learnt only token frequencies reaches (the plateau a failing run never leaves)."""
+    counts = np.bincount(
+        np.fromiter((t for ids in dataset["input_ids"] for t in ids), dtype=np.int64)
+    )
+    for i in special_ids:
+        if i < len(counts):
+            counts[i] = 0
+    total = counts.sum()
+    return float(counts.max() / total) if total else 0.0
+
+
+class LearningCheck:
+    """Warns once when, past `warn_after` of the run, held-out MLM accuracy is still within
+    1.5x of the unigram level: the run is not learning, whatever its loss curve suggests."""
+
+    def __init__(self, unigram: float, warn_after: float, share: Callable[[Progress], float]):
+        self.unigram, self.warn_after, self.share = unigram, warn_after, share
+        self.tracker: Tracker | None = None
+        self.warned = False
+
+    def __call__(self, at: Progress, scores: dict[str, float]) -> None:
+        share = self.share(at)
+        acc = scores.get("mask_accuracy")
+        if self.warned or not self.warn_after or share < self.warn_after or acc is None:
+            return
+        if acc < 1.5 * self.unigram:
+            self.warned = True
+            message = (
+                f"held-out MLM accuracy {acc:.2%} after {share:.0%} of the run (step {at.step}) "
+                f"is still at the unigram level ({self.unigram:.2%}): this run is not learning; "
+                "lower pretrain.optimizer.lr, use model.norm=pre, or check the data"
+            )
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+            if self.tracker is not None:
+                self.tracker.set_tags({"warning": "not_learning", "warning.detail": message})
+
+
 def run_pretraining(cfg: Config, resume: bool = False) -> Path:
     """Train (or continue) the run that `cfg.pretrain.output` names; returns OUTPUT/model."""
     p = cfg.pretrain
@@ -119,7 +172,14 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
         output.mkdir(parents=True, exist_ok=True)
         num_proc = cfg.engine.num_workers or (os.cpu_count() or 1)
         build_pretraining_dataset(
-            Path(p.corpus), vocab, p.seq_len, output / "data", p.seed, num_proc, segments=chain
+            Path(p.corpus),
+            vocab,
+            p.seq_len,
+            output / "data",
+            p.seed,
+            num_proc,
+            segments=chain,
+            sop_prob=p.sop_prob if p.sop else 0.0,
         )
         dump_yaml(cfg, output / "config.yaml")
     barrier()
@@ -134,7 +194,7 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
 
     _seed_everything(p.seed)  # identical initial weights on every rank
     model = AlbertForPretraining(
-        model_cfg, p.sparse_last_layer, segment_len=p.seq_len if chain else 0
+        model_cfg, p.sparse_last_layer, segment_len=p.seq_len if chain else 0, sop=p.sop
     )
     accum = accumulation_steps(p.batch_size, p.micro_batch_size, world.size)
     engine = initialize(
@@ -169,8 +229,38 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
         keep_checkpoints=p.keep_checkpoints,
         checkpoint_dir=output / "checkpoints",
         time_budget_s=budget,
+        max_tokens=p.max_tokens,
+        export_at_tokens=list(p.export_at_tokens),
     )
-    loop = TrainLoop(engine, world, train, heldout, settings)
+    flops_per_token = training_flops_per_token(model_cfg, p.seq_len, p.mask_prob)
+    run_facts = {
+        "vocab_sha256": vocab.sha256,
+        "processes": world.size,
+        "threads": torch.get_num_threads(),
+        "hardware": hardware_name(),
+        "flops_per_token": flops_per_token,
+    }
+
+    def facts(at: Progress) -> dict[str, Any]:
+        return {
+            "step": at.step,
+            "tokens": at.tokens,
+            "train_seconds": round(at.train_seconds, 3),
+            "flops": at.tokens * flops_per_token,
+            **run_facts,
+        }
+
+    def export(target: float, at: Progress) -> None:
+        name = export_name(target)
+        _export(engine.module, model_cfg, vocab_dir, output / "exports" / name, facts(at))
+        print(f"exported {output / 'exports' / name} (step {at.step})", file=sys.stderr)
+
+    loop = TrainLoop(engine, world, train, heldout, settings, exporter=export)
+    check = LearningCheck(
+        unigram_accuracy(splits["heldout"], set(vocab.special_ids)) if heldout else 0.0,
+        p.warn_after if heldout else 0.0,
+        lambda at: max(at.step / p.max_steps, loop.budget_fraction()),
+    )
 
     def open_tracker(run_id: str | None) -> Tracker:
         """The run to log into: the checkpoint's (resume), the pipeline stage's
@@ -191,6 +281,8 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
                 "resolved.accumulation_steps": accum,
                 "resolved.pretrain.corpus": p.corpus,
                 "resolved.pretrain.vocab": p.vocab,
+                "resolved.flops_per_token": round(flops_per_token),
+                "resolved.hardware": run_facts["hardware"],
             }
         )
         tracker.set_tags(
@@ -211,13 +303,16 @@ def run_pretraining(cfg: Config, resume: bool = False) -> Path:
         tracker.log_artifact(vocab_dir, "vocabulary")
         return tracker
 
-    result = fit(loop, resume, open_tracker)
+    def open_and_watch(run_id: str | None) -> Tracker:
+        check.tracker = open_tracker(run_id)
+        return check.tracker
+
+    result = fit(loop, resume, open_and_watch, on_eval=check)
     model_dir = output / "model"
     if world.is_main:
         extra = {
-            "step": result.step,
+            **facts(loop.progress),
             "stopped_by": result.stopped_by,
-            "vocab_sha256": vocab.sha256,
             "mlflow_run_id": result.tracker.run_id or "",
         }
         _export(engine.module, model_cfg, vocab_dir, model_dir, extra)

@@ -1,6 +1,11 @@
 """Learning-rate schedules: linear warmup, then linear or cosine decay to `min_lr_ratio`.
 
 A plain `LambdaLR` so DeepSpeed checkpoints it with the engine (its state is just the step).
+
+Budget-aware (as in cramming): under a wall-clock budget the training loop tells the
+schedule the fraction of the budget spent (`set_time_fraction`), and warmup and decay follow
+whichever is further along, steps or time. A run stopped by its budget therefore ends at the
+final learning rate instead of being cut mid-schedule with the rate still high.
 """
 
 from __future__ import annotations
@@ -16,15 +21,28 @@ __all__ = ["LrFactor", "WarmupDecay", "build_scheduler", "lr_factor", "parse_dur
 
 
 def lr_factor(
-    step: int, warmup: int, total: int, kind: str = "linear", min_ratio: float = 0.0
+    step: int,
+    warmup: int,
+    total: int,
+    kind: str = "linear",
+    min_ratio: float = 0.0,
+    time_fraction: float = 0.0,
 ) -> float:
-    """Multiplier of the peak lr before optimizer step `step` (0-based)."""
-    if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
+    """Multiplier of the peak lr before optimizer step `step` (0-based).
+
+    `time_fraction`: the share of a wall-clock budget already spent (0 without one). Warmup
+    covers the first `warmup / total` of the run and decay the rest, measured in steps or in
+    time, whichever is further along."""
+    total = max(1, total)
+    warm_share = warmup / total
+    time_fraction = min(1.0, max(0.0, time_fraction))
+    if warmup > 0 and step < warmup and time_fraction < warm_share:
+        return max((step + 1) / warmup, time_fraction / warm_share)
     if kind == "constant":
         return 1.0
-    span = max(1, total - warmup)
-    progress = min(1.0, (step - warmup) / span)
+    by_steps = (step - warmup) / max(1, total - warmup)
+    by_time = (time_fraction - warm_share) / max(1e-12, 1.0 - warm_share)
+    progress = min(1.0, max(0.0, by_steps, by_time))
     if kind == "cosine":
         decay = 0.5 * (1.0 + math.cos(math.pi * progress))
     elif kind == "linear":
@@ -39,9 +57,12 @@ class LrFactor:
 
     def __init__(self, warmup: int, total: int, kind: str, min_ratio: float) -> None:
         self.warmup, self.total, self.kind, self.min_ratio = warmup, total, kind, min_ratio
+        self.time_fraction = 0.0
 
     def __call__(self, step: int) -> float:
-        return lr_factor(step, self.warmup, self.total, self.kind, self.min_ratio)
+        return lr_factor(
+            step, self.warmup, self.total, self.kind, self.min_ratio, self.time_fraction
+        )
 
 
 class WarmupDecay(LambdaLR):
@@ -56,6 +77,16 @@ class WarmupDecay(LambdaLR):
     def load_state_dict(self, state_dict: dict) -> None:
         state = {k: v for k, v in state_dict.items() if k != "lr_lambdas"}
         self.__dict__.update(state)
+
+    def set_time_fraction(self, fraction: float) -> None:
+        """Share of the wall-clock budget spent; re-applies the lr of the coming update."""
+        for factor in self.lr_lambdas:
+            if isinstance(factor, LrFactor):
+                factor.time_fraction = fraction
+        for group, base, factor in zip(
+            self.optimizer.param_groups, self.base_lrs, self.lr_lambdas, strict=True
+        ):
+            group["lr"] = base * factor(self.last_epoch)
 
 
 def build_scheduler(optimizer: Optimizer, cfg: OptimizerConfig, total_steps: int) -> LambdaLR:

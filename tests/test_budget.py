@@ -1,0 +1,141 @@
+"""Wall-clock budgets and the learning curve: the lr schedule follows the share of the budget
+spent (a budgeted run ends annealed), and `export_at_tokens` hooks fire once per count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import engine_harness as h
+import pytest
+import torch
+
+from tibnlp.config import EngineConfig, OptimizerConfig
+from tibnlp.training.batches import ShardedBatches
+from tibnlp.training.engine import init_distributed, initialize
+from tibnlp.training.loop import LoopSettings, Progress, TrainLoop
+from tibnlp.training.pretrain import LearningCheck, export_name
+from tibnlp.training.schedule import lr_factor
+
+
+def test_time_share_drives_warmup_and_decay() -> None:
+    # 10 % warmup; 1000 planned steps but the budget is what ends the run.
+    assert lr_factor(0, 100, 1000, "linear", time_fraction=0.05) == pytest.approx(0.5)
+    assert lr_factor(0, 100, 1000, "linear", time_fraction=0.55) == pytest.approx(0.5)
+    assert lr_factor(0, 100, 1000, "linear", time_fraction=1.0) == 0.0
+    assert lr_factor(0, 100, 1000, "cosine", 0.1, time_fraction=1.0) == pytest.approx(0.1)
+    # Steps further along than time: steps win.
+    assert lr_factor(550, 100, 1000, "linear", time_fraction=0.2) == pytest.approx(0.5)
+
+
+def _loop(tmp: Path, settings: LoopSettings, exports: list) -> TrainLoop:
+    world = init_distributed(EngineConfig(threads=1))
+    torch.manual_seed(0)
+    cfg = OptimizerConfig(lr=1e-2, warmup_steps=100, schedule="linear")
+    engine = initialize(h.TinyPretrainer(), EngineConfig(threads=1), cfg, 8, 0, 1000, world)
+    ids, lengths = h.examples(0)
+    train = ShardedBatches(
+        h.make_plan(8, 0), h.make_collate(ids, lengths, 0), 8, world.rank, world.size, 1
+    )
+    return TrainLoop(
+        engine, world, train, None, settings, exporter=lambda t, at: exports.append((t, at))
+    )
+
+
+def test_budgeted_run_ends_at_the_final_lr(tmp_path: Path) -> None:
+    lrs: list[float] = []
+    now = [0.0]
+    loop: TrainLoop
+
+    def clock() -> float:  # one simulated second per training step (two reads per step)
+        now[0] += 0.5
+        return now[0]
+
+    settings = LoopSettings(
+        max_steps=1000,
+        log_every=1000,
+        eval_every=1000,
+        eval_batches=0,
+        checkpoint_every=0,
+        keep_checkpoints=0,
+        checkpoint_dir=tmp_path / "ck",
+        progress=False,
+        time_budget_s=20.0,
+        clock=clock,
+    )
+    exports: list[tuple[float, Progress]] = []
+    loop = _loop(tmp_path, settings, exports)
+    real_step = loop.train_step
+
+    def step(over: bool):  # type: ignore[no-untyped-def]
+        lrs.append(loop.engine.optimizer.param_groups[0]["lr"])
+        return real_step(over)
+
+    loop.train_step = step  # type: ignore[method-assign]
+    result = loop.run()
+    assert result.stopped_by == "time_budget" and 19 <= result.step <= 22
+    assert lrs[0] == pytest.approx(1e-2 * 0.25, rel=0.3)  # warmup: 10 % of the budget
+    assert max(lrs) == pytest.approx(1e-2, rel=0.2)
+    assert lrs[-2] < 1e-2 * 0.1  # annealed, although 2 % of the planned steps ran
+    assert loop.train_seconds == pytest.approx(result.step * 1.0, abs=1.5)
+
+
+def test_exports_fire_once_per_token_count(tmp_path: Path) -> None:
+    settings = LoopSettings(
+        max_steps=6,
+        log_every=10,
+        eval_every=1000,
+        eval_batches=0,
+        checkpoint_every=0,
+        keep_checkpoints=0,
+        checkpoint_dir=tmp_path / "ck",
+        progress=False,
+        export_at_tokens=[1.0, 2.0, 1e12],
+    )
+    exports: list[tuple[float, Progress]] = []
+    loop = _loop(tmp_path, settings, exports)
+    loop.run()
+    assert [t for t, _ in exports] == [1.0, 2.0]  # both reached at step 1; 1e12 never
+    assert exports[0][1].step == 1 and 0 < exports[0][1].tokens < loop.tokens
+    assert export_name(2_000_000.0) == "tokens-2000000"
+
+
+class _Tags:
+    def __init__(self) -> None:
+        self.tags: dict[str, str] = {}
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self.tags.update(tags)
+
+
+def test_learning_check_warns_once_at_the_unigram_plateau(capsys) -> None:  # type: ignore[no-untyped-def]
+    check = LearningCheck(unigram=0.10, warn_after=0.25, share=lambda at: at.step / 100)
+    check.tracker = _Tags()  # type: ignore[assignment]
+    check(Progress(10, 0, 0), {"mask_accuracy": 0.11})  # too early to judge
+    assert not check.warned
+    check(Progress(30, 0, 0), {"mask_accuracy": 0.30})  # learning
+    assert not check.warned
+    check(Progress(40, 0, 0), {"mask_accuracy": 0.12})
+    assert check.warned and check.tracker.tags["warning"] == "not_learning"  # type: ignore[attr-defined]
+    assert "unigram level" in capsys.readouterr().err
+    check(Progress(50, 0, 0), {"mask_accuracy": 0.12})
+    assert capsys.readouterr().err == ""  # once
+
+
+def test_token_budget_stops_the_run_annealed(tmp_path: Path) -> None:
+    settings = LoopSettings(
+        max_steps=1000,
+        log_every=1000,
+        eval_every=1000,
+        eval_batches=0,
+        checkpoint_every=0,
+        keep_checkpoints=0,
+        checkpoint_dir=tmp_path / "ck",
+        progress=False,
+        max_tokens=2000.0,
+    )
+    loop = _loop(tmp_path, settings, [])
+    result = loop.run()
+    assert result.stopped_by == "token_budget" and loop.tokens >= 2000
+    assert loop.tokens - 2000 < loop.tokens / result.step + 1  # stopped at the first step past
+    assert loop.budget_fraction() >= 1.0
+    assert loop.engine.optimizer.param_groups[0]["lr"] < 1e-2 * 0.15  # decayed with the tokens
