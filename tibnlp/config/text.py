@@ -52,9 +52,7 @@ class VocabConfig:
     input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) for training
     max_sentence_length: int = 8192  # bytes; longer sentences are skipped by SentencePiece
     num_threads: int = 0  # 0: one per CPU core
-    special_tokens: list[str] = field(
-        default_factory=lambda: list(SPECIAL_PIECES)
-    )
+    special_tokens: list[str] = field(default_factory=lambda: list(SPECIAL_PIECES))
     seed: int = 42
 
     def validate(self, prefix: str) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
+from tibnlp.config.finetune import GlobalMemoryConfig
 from tibnlp.errors import DataError
 from tibnlp.models.io import WEIGHTS, load_pretrained
-from tibnlp.config.finetune import GlobalMemoryConfig
 from tibnlp.models.long_documents.gemformer import keep_low_entropy, token_entropy
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.special import CLS_ID, SPECIAL_PIECES

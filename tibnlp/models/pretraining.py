@@ -102,7 +102,8 @@ class AlbertForPretraining(nn.Module):
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The MLM head (decoder tied to the word embedding) on hidden states [..., D]."""
-        return mlm_head_logits(self, self.encoder, hidden)
+        word = self.encoder.embeddings.word.weight
+        return mlm_head_logits(self.mlm_dense, self.mlm_norm, self.mlm_bias, word, hidden)
 
     def mlm_over_segments(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mlm_labels: torch.Tensor
@@ -140,9 +141,14 @@ class AlbertForPretraining(nn.Module):
         }
 
 
-def mlm_head_logits(head: nn.Module, encoder: Encoder, hidden: torch.Tensor) -> torch.Tensor:
-    """The MLM head formula: `head`'s dense + GELU + norm, then the decoder tied to `encoder`'s
-    word embedding, plus `head`'s bias. `head` is the pretraining model, or the MLM head a
+def mlm_head_logits(
+    dense: nn.Linear,
+    norm: nn.LayerNorm,
+    bias: torch.Tensor,
+    decoder: torch.Tensor,
+    hidden: torch.Tensor,
+) -> torch.Tensor:
+    """The MLM head formula: dense + GELU + norm, then the decoder tied to the word embedding
+    (`decoder` [V, E]), plus `bias`. Used by the pretraining model and by the MLM head a
     GEMFormer classifier keeps beside the encoder being fine-tuned."""
-    z = head.mlm_norm(F.gelu(head.mlm_dense(hidden)))
-    return F.linear(z, encoder.embeddings.word.weight, head.mlm_bias)
+    return F.linear(norm(F.gelu(dense(hidden))), decoder, bias)

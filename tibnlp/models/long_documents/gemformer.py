@@ -13,7 +13,7 @@ segment.
 
 The masked LM is anything with `.encoder` and `.mlm_logits(hidden)`: the pretrained model
 (`AlbertForPretraining`), or the encoder being fine-tuned with the MLM head kept beside it
-(`memory_reader.FinetunedSelector`).
+(`memory_reader.Selector`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ Prefixes = Sequence[Sequence[int]] | None  # per document: the prefix ids, witho
 class MaskedLM(Protocol):
     """What the first pass reads: an encoder and the MLM head over its states."""
 
-    encoder: Encoder
+    @property
+    def encoder(self) -> Encoder: ...
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
@@ -64,9 +65,10 @@ def read_with_heads(
     head_of: Callable[[int], list[int]],
     recurrent: bool,
 ) -> Iterator[tuple[Segment, EncoderOutput, list[int], torch.Tensor]]:
-    """Encode every segment as `head_of(document) + segment content` (head type 0, content
-    type 1), in order; with `recurrent` (and a recurrence model) each segment gets the memory
-    of the ones before. Yields the segment, its output, where each row's content starts, and
+    """Encode every segment as `head_of(document) + segment content` (head type 0; content
+    type 1 after a head `[CLS] ... [SEP]`, type 0 after a lone `[CLS]` as in pretraining), in
+    order; with `recurrent` (and a recurrence model) each segment gets the memory of the ones
+    before. Yields the segment, its output, where each row's content starts, and
     the attention mask of the packed rows.
     Raises ValueError when a row would exceed `model.max_len`."""
     memory: SegmentMemory | None = None
@@ -77,7 +79,7 @@ def read_with_heads(
         for r, row in enumerate(seg.rows.tolist()):
             head = head_of(row)
             body = seg.input_ids[r, 1:][seg.attention_mask[r, 1:].bool()].tolist()
-            parts.append([(head, 0), (body, 1)])
+            parts.append([(head, 0), (body, 1 if len(head) > 1 else 0)])
             starts.append(len(head))
         ids, mask, types = _pack(parts, input_ids.device)
         if ids.shape[1] > encoder.cfg.max_len:

@@ -1,14 +1,14 @@
 """GEMFormer as a drop-in encoder for any classification head (`MemoryReader`).
 
-The first pass needs a masked LM. Two choices (`finetune.memory_selection`):
+The first pass needs a masked LM (`Selector`). Two choices (`finetune.memory_selection`):
 
 - `finetuned` (the paper's GEMFormer): the encoder being fine-tuned with the pretrained MLM
-  head kept beside it (`FinetunedSelector`, its weights frozen), so the memory follows the
+  head kept beside it (its weights frozen), so the memory follows the
   model as it learns the task. In training the selection is a snapshot refreshed at each
   epoch start (`refresh`, then `fill` over the training documents, as the paper does); in
   evaluation it is computed with the current weights, batch by batch.
-- `frozen` (the paper's "no fine-tune" ablation): the pretrained model, frozen (a full
-  `AlbertForPretraining` copy), selecting once per document (cached).
+- `frozen` (the paper's "no fine-tune" ablation): the pretrained encoder and MLM head, a
+  frozen copy, selecting once per document (cached).
 
 Either way the selector is a submodule, saved with the classifier, so `tibnlp predict`
 rebuilds the same reading from the classifier directory alone. `frozen_parameters` lists the
@@ -46,31 +46,40 @@ Selection = Literal["finetuned", "frozen"]
 Key = tuple[int, ...]
 
 
-class FinetunedSelector(nn.Module):
-    """The pretrained MLM head (dense, norm, bias) over the states of the encoder being
-    fine-tuned; its decoder is that encoder's (tied) word embedding. The encoder is held
-    outside this module (it is the reader's)."""
+class Selector(nn.Module):
+    """The first pass's masked LM: the pretrained MLM head (dense, norm, bias) over the states
+    of an encoder, its decoder tied to that encoder's word embedding.
 
-    def __init__(self, encoder: Encoder) -> None:
+    `finetuned`: the encoder is the reader's, the one being fine-tuned (held outside this
+    module, so it is saved once). `frozen`: a copy of the pretrained encoder of its own.
+    Either way the selector's own weights are never trained."""
+
+    def __init__(self, encoder: Encoder, selection: Selection) -> None:
         super().__init__()
         cfg = encoder.cfg
-        self._encoder = (encoder,)
+        self.selection = selection
+        self._reader_encoder = (encoder,)
+        self.frozen_encoder = Encoder(cfg) if selection == "frozen" else None
         self.mlm_dense = nn.Linear(cfg.hidden_size, cfg.embedding_size)
         self.mlm_norm = nn.LayerNorm(cfg.embedding_size, eps=cfg.layer_norm_eps)
         self.mlm_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
     @property
     def encoder(self) -> Encoder:
-        return self._encoder[0]
+        return self.frozen_encoder or self._reader_encoder[0]
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return mlm_head_logits(self, self.encoder, hidden)
+        word = self.encoder.embeddings.word.weight
+        return mlm_head_logits(self.mlm_dense, self.mlm_norm, self.mlm_bias, word, hidden)
 
     def load_from(self, mlm: AlbertForPretraining) -> None:
-        for name in ("mlm_dense", "mlm_norm"):
-            getattr(self, name).load_state_dict(getattr(mlm, name).state_dict())
+        """The pretrained model's MLM head (and, `frozen`, its encoder)."""
+        self.mlm_dense.load_state_dict(mlm.mlm_dense.state_dict())
+        self.mlm_norm.load_state_dict(mlm.mlm_norm.state_dict())
         with torch.no_grad():
             self.mlm_bias.copy_(mlm.mlm_bias)
+        if self.frozen_encoder is not None:
+            self.frozen_encoder.load_state_dict(mlm.encoder.state_dict())
 
 
 @dataclass
@@ -95,11 +104,7 @@ class MemoryReader(WindowReader):
         super().__init__(encoder)
         self.segment_len, self.threshold, self.budget = segment_len, threshold, budget
         self.selection, self.prefix = selection, prefix
-        self.selector: nn.Module = (
-            FinetunedSelector(encoder)
-            if selection == "finetuned"
-            else AlbertForPretraining(encoder.cfg, sparse_last_layer=False)
-        )
+        self.selector = Selector(encoder, selection)
         for p in self.selector.parameters():
             p.requires_grad_(False)
         self.kept: dict[Key, _Kept] = {}
@@ -111,10 +116,7 @@ class MemoryReader(WindowReader):
 
     def load_mlm(self, mlm: AlbertForPretraining) -> None:
         """Take the selector's weights from the pretrained model (before fine-tuning)."""
-        if isinstance(self.selector, FinetunedSelector):
-            self.selector.load_from(mlm)
-        else:
-            self.selector.load_state_dict(mlm.state_dict())
+        self.selector.load_from(mlm)
         self.kept.clear()
 
     def train(self, mode: bool = True) -> MemoryReader:
@@ -130,7 +132,7 @@ class MemoryReader(WindowReader):
     @contextlib.contextmanager
     def _selecting(self) -> Iterator[MaskedLM]:
         """The masked LM of the first pass, in eval mode (no dropout) while it selects."""
-        lm: MaskedLM = self.selector  # type: ignore[assignment]
+        lm = self.selector
         was = lm.encoder.training
         lm.encoder.eval()
         try:
@@ -162,8 +164,11 @@ class MemoryReader(WindowReader):
                 prefixes,
             )
         return [
-            _Kept(mem.ids[b, mem.mask[b]].tolist(), mem.positions[b, mem.mask[b]].tolist(),
-                  float(mem.share[b]))
+            _Kept(
+                mem.ids[b, mem.mask[b]].tolist(),
+                mem.positions[b, mem.mask[b]].tolist(),
+                float(mem.share[b]),
+            )
             for b in range(len(rows))
         ]
 
@@ -181,12 +186,21 @@ class MemoryReader(WindowReader):
         return memory_stats(sizes, torch.tensor([r.share for r in rows]))
 
     def memory(self, docs: Sequence[Sequence[int]], device: torch.device) -> GlobalMemory:
-        """The memory of each document (real ids), from the snapshot or selected now."""
-        if self.selection == "finetuned" and not self.training:
-            rows = self._select(docs, device)  # evaluation: the current weights
-        else:
+        """The memory of each document (real ids). Training: the epoch's snapshot (filled
+        as needed). Evaluation: `finetuned` selects with the current weights; `frozen` uses
+        the snapshot where it has the document (the same selection), else selects without
+        storing (a long `predict` does not grow the snapshot)."""
+        if self.training:
             self.fill(docs, len(docs))
             rows = [self.kept[tuple(d)] for d in docs]
+        elif self.selection == "finetuned":
+            rows = self._select(docs, device)
+        else:
+            todo = [d for d in docs if tuple(d) not in self.kept]
+            fresh = dict(
+                zip(map(tuple, todo), self._select(todo, device) if todo else [], strict=True)
+            )
+            rows = [self.kept.get(tuple(d)) or fresh[tuple(d)] for d in docs]
         width = max(1, max(len(r.ids) for r in rows))
         ids = torch.zeros(len(rows), width, dtype=torch.long)
         positions = torch.full((len(rows), width), -1, dtype=torch.long)
