@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
-import tempfile
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -28,6 +26,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 
 from tibnlp.errors import ConfigError
+from tibnlp.fsutil import atomic_write_text
 
 T = TypeVar("T")
 
@@ -287,20 +286,6 @@ def load(cls: type[T], path: Path | None = None, overrides: Iterable[str] = ()) 
     except ConfigError as exc:
         if path is not None and "config key" in exc.message:
             raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file so readers see either the old or the whole new content, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
         raise
 
 

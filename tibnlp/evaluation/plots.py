@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+
+from tibnlp.fsutil import atomic_file
 
 
 def confusion_png(
@@ -37,13 +37,9 @@ def confusion_png(
                 ax.text(j, i, str(int(cm[i, j])), ha="center", va="center", fontsize=7, color=color)
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        with atomic_file(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=120)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
     return path

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 from rich.table import Table
 
-from tibnlp.config.core import atomic_write_text
 from tibnlp.errors import DataError
+from tibnlp.fsutil import atomic_write_text
 
 RESULTS_JSON = "results.json"
 

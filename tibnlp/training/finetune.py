@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from tibnlp.config import Config, to_dict
-from tibnlp.config.core import atomic_write_text
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.collate import encode_texts
@@ -32,6 +31,7 @@ from tibnlp.evaluation.metrics import Metrics, aggregate, compute_metrics
 from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.classifier import HeadConfig
 from tibnlp.models.classifier_io import (
     ClassifierMeta,
