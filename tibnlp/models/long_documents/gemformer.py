@@ -27,9 +27,8 @@ import torch
 from tibnlp.models.encoder import Encoder, EncoderOutput
 from tibnlp.models.long_documents.windows import LongOutput, Segment, segments
 from tibnlp.models.segment_memory import SegmentMemory
-from tibnlp.text.special import CLS_ID, MASK_ID, PAD_ID, SEP_ID
+from tibnlp.text.special import CLS_ID, CONTROL_IDS, PAD_ID, SEP_ID
 
-SPECIAL_IDS = (PAD_ID, CLS_ID, SEP_ID, MASK_ID)
 Prefixes = Sequence[Sequence[int]] | None  # per document: the prefix ids, without [CLS]/[SEP]
 
 
@@ -160,11 +159,11 @@ def keep_low_entropy(
     entropy: torch.Tensor,
     threshold: float,
     budget: int,
-    special_ids: tuple[int, ...] = SPECIAL_IDS,
+    special_ids: frozenset[int] = CONTROL_IDS,
 ) -> GlobalMemory:
     """Tokens with entropy < threshold, first `budget` in document order, specials excluded."""
     dev = input_ids.device
-    special = torch.isin(input_ids, torch.tensor(special_ids, device=dev))
+    special = torch.isin(input_ids, torch.tensor(sorted(special_ids), device=dev))
     content = torch.isfinite(entropy) & ~special
     keep = content & (entropy < threshold)
     keep = keep & (keep.long().cumsum(1) <= budget)
