@@ -139,3 +139,12 @@ def test_token_budget_stops_the_run_annealed(tmp_path: Path) -> None:
     assert loop.tokens - 2000 < loop.tokens / result.step + 1  # stopped at the first step past
     assert loop.budget_fraction() >= 1.0
     assert loop.engine.optimizer.param_groups[0]["lr"] < 1e-2 * 0.15  # decayed with the tokens
+
+
+def test_progress_counts_the_budget_not_the_planned_steps(capsys) -> None:  # type: ignore[no-untyped-def]
+    from tibnlp.training.progress import TrainProgress
+
+    with TrainProgress(100_000, 0, True, "pretrain", budget_share=0.0) as bar:
+        bar.update(10, 5.0, 1000.0, budget_share=0.25)
+    err = capsys.readouterr().err
+    assert "step 10, 25.0% of budget" in err and "/100000" not in err

@@ -55,8 +55,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _skip_shared_memory_op() -> None:
+    """DeepSpeed's CPU backend JIT-compiles a shared-memory all-reduce op on first use (90 s
+    idle, minutes under load), used only by its inference all-reduce; training all-reduces go
+    through torch.distributed (gloo). Its compile flags depend on how CPU flags were probed
+    (py-cpuinfo or lscpu), so processes on one machine rebuilt it in turn. Not building it:
+    DeepSpeed falls back to torch.distributed when the op is unavailable."""
+    compatible = getattr(deepspeed.ops, "__compatible_ops__", None)
+    if isinstance(compatible, dict):
+        compatible["deepspeed_shm_comm"] = False
+
+
 def init_distributed(cfg: EngineConfig) -> World:
     """Join (or create) the process group; idempotent within a process."""
+    if not torch.cuda.is_available():
+        _skip_shared_memory_op()
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     cuda = torch.cuda.is_available()
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if cuda else "gloo")

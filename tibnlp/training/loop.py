@@ -307,7 +307,9 @@ class TrainLoop:
         self._stale = 0
         self._targets = [t for t in self._targets if t > self.tokens]  # reached before resume
         show = s.progress and self.world.is_main
-        with TrainProgress(s.max_steps, self.step, show, s.progress_label) as bar:
+        budgeted = bool(s.time_budget_s or s.max_tokens)
+        share = self.budget_fraction if budgeted else lambda: None
+        with TrainProgress(s.max_steps, self.step, show, s.progress_label, share()) as bar:
             while self.step < s.max_steps:
                 self.train_seconds = seconds_before + s.clock() - start
                 over = s.time_budget_s is not None and self.train_seconds > s.time_budget_s
@@ -336,9 +338,9 @@ class TrainLoop:
                         tracker.log_metrics(train, step=self.step)
                     if on_log is not None:
                         on_log(self.step, train)
-                    bar.update(self.step, train["train/loss"], tps)
+                    bar.update(self.step, train["train/loss"], tps, budget_share=share())
                 else:
-                    bar.update(self.step)
+                    bar.update(self.step, budget_share=share())
                 early = False
                 if self.step % s.eval_every == 0 or final:
                     scores = self.evaluate()

@@ -1,4 +1,7 @@
-"""A rich progress bar for training: step, loss, tokens/s, ETA (rank 0 only)."""
+"""A rich progress bar for training: step, loss, tokens/s, ETA (rank 0 only).
+
+Under a time or token budget the bar counts per mille of the budget, not steps: a budgeted
+run plans far more steps than it takes, and an ETA from steps would be meaningless."""
 
 from __future__ import annotations
 
@@ -20,8 +23,22 @@ from rich.progress import (
 class TrainProgress:
     """No-op when disabled, so the loop calls it the same way on every rank."""
 
-    def __init__(self, total: int, start: int, enabled: bool, description: str = "pretrain"):
+    BUDGET_UNITS = 1000
+
+    def __init__(
+        self,
+        total: int,
+        start: int,
+        enabled: bool,
+        description: str = "pretrain",
+        budget_share: float | None = None,
+    ):
+        """`budget_share`: the share of the budget already spent, or None without a budget."""
         self.enabled = enabled
+        self.budgeted = budget_share is not None
+        self._step = start
+        if budget_share is not None:
+            total, start = self.BUDGET_UNITS, self._units(budget_share)
         self._progress: Progress | None = None
         if not enabled:
             return
@@ -57,9 +74,21 @@ class TrainProgress:
         if self._progress is not None:
             self._progress.stop()
 
-    def update(self, step: int, loss: float | None = None, tokens_per_s: float | None = None):
+    def _units(self, share: float) -> int:
+        return int(self.BUDGET_UNITS * min(1.0, max(0.0, share)))
+
+    def update(
+        self,
+        step: int,
+        loss: float | None = None,
+        tokens_per_s: float | None = None,
+        budget_share: float | None = None,
+    ):
         if self._progress is None:
             return
+        self._step = step
+        if self.budgeted and budget_share is not None:
+            step = self._units(budget_share)
         fields: dict[str, Any] = {}
         if loss is not None:
             fields["loss"] = f"{loss:.4f}"
@@ -78,8 +107,13 @@ class TrainProgress:
         self._last_line = now
         task = self._progress.tasks[0]
         eta = task.time_remaining
+        where = (
+            f"step {self._step}, {step / self.BUDGET_UNITS:.1%} of budget"
+            if self.budgeted
+            else f"step {step}/{self._total}"
+        )
         self._progress.console.print(
-            f"{task.description} step {step}/{self._total} loss {task.fields['loss']} "
+            f"{task.description} {where} loss {task.fields['loss']} "
             f"{task.fields['tps']} tok/s ETA {'-' if eta is None else f'{eta / 60:.1f} min'}"
         )
 
