@@ -91,3 +91,42 @@ def test_partial_nested_section_keeps_the_fields_own_default() -> None:
     assert cfg.finetune.optimizer.lr == 0.001
     assert cfg.finetune.optimizer.warmup_steps == FinetuneConfig().optimizer.warmup_steps == 0
     assert cfg.pretrain.optimizer.warmup_steps == OptimizerConfig().warmup_steps
+
+
+@pytest.mark.parametrize(
+    ("old", "moved", "new"),
+    [
+        ("model.global_memory.budget=8", "model.global_memory", "finetune.global_memory"),
+        (
+            "model.recurrence.segments=3",
+            "model.recurrence.segments",
+            "pretrain.recurrence_segments",
+        ),
+    ],
+)
+def test_a_moved_key_names_its_new_home(tmp_path: Path, old: str, moved: str, new: str) -> None:
+    """Settings live in the section of the stage that uses them; an old config is told where."""
+    with pytest.raises(ConfigError, match=f"has moved to '{new}'"):
+        load_config(None, [old])
+    key, value = old.split("=")
+    *parents, leaf = key.split(".")
+    text = "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parents))
+    path = tmp_path / "old.yaml"
+    path.write_text(text + f"{'  ' * len(parents)}{leaf}: {value}\n")
+    with pytest.raises(ConfigError, match=f"old.yaml: config key '{moved}' has moved to '{new}'"):
+        load_config(path)
+    cfg = load_config(None, [f"{new}{'.budget' if 'memory' in new else ''}={value}"])
+    assert cfg.pretrain.recurrence_segments == 3 or cfg.finetune.global_memory.budget == 8
+
+
+def test_a_saved_model_config_with_moved_keys_still_loads(tmp_path: Path) -> None:
+    """model.yaml files written before the move carry the old keys; they never shaped the
+    network, so the model loads."""
+    from tibnlp.config.model import ModelConfig
+    from tibnlp.models.io import load_config_file
+
+    data = to_dict(ModelConfig())
+    data["global_memory"] = {"enabled": True, "threshold": 0.3, "budget": 128}
+    data["recurrence"]["segments"] = 4
+    dump_yaml(data, tmp_path / "model.yaml")
+    assert load_config_file(tmp_path) == ModelConfig()

@@ -35,7 +35,7 @@ def test_designs_pipeline_expands_to_every_design_and_reading(
     assert rec["model"]["recurrence"]["mem_len"] > 0 and rec["model"]["position"] == "relative"
     # equal tokens per step: chains of `segments` windows, batch divided by as much
     tokens = {
-        n: c["pretrain"]["batch_size"] * c["model"]["recurrence"]["segments"]
+        n: c["pretrain"]["batch_size"] * c["pretrain"]["recurrence_segments"]
         if c["model"]["recurrence"]["mem_len"]
         else c["pretrain"]["batch_size"]
         for n, c in pre.items()
@@ -53,7 +53,7 @@ def test_designs_pipeline_expands_to_every_design_and_reading(
     ft = planner.config_dict(wcm[0], real=False)
     assert ft["finetune"]["dataset"] == "wcm_bo"
     assert ft["finetune"]["max_len"] < ft["finetune"]["document_max_len"]  # a real window
-    assert ft["model"]["global_memory"]["threshold"] == 2.0
+    assert ft["finetune"]["global_memory"]["threshold"] == 2.0
     tncc = [planner.config_dict(n, real=False) for n in nodes if n.stage.name == "tncc"]
     assert len(tncc) == len(pre) and {c["finetune"]["task"] for c in tncc} == {"title"}
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import _require_data
+from tibnlp.models.recurrence import mlm_logits
 
 from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
 from tibnlp.config.text import CorpusConfig, VocabConfig
@@ -24,7 +25,6 @@ from tibnlp.data.tasks import model_text
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.io import save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
-from tibnlp.models.recurrence import mlm_logits
 from tibnlp.text.normalize import NBSP_TSHEG, TSHEG
 from tibnlp.text.vocab import Vocabulary
 

@@ -1,12 +1,14 @@
 """`finetune.long_document`: texts longer than the window read segment by segment (with
 recurrence) or with GEMFormer's global memory, on a tiny synthetic task whose texts are longer
-than a 6-token window; memory figures reach MLflow."""
+than a 4-token window. The classifier records its reading, and `tibnlp predict` rebuilds it:
+predictions after save and load equal those scored at evaluation, for every reading."""
 
 from __future__ import annotations
 
 import shutil
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -14,18 +16,24 @@ from mlflow.tracking import MlflowClient
 from tests.ft_fixtures import make_data_dir, make_vocab
 from tests.test_finetune import TINY_MODEL
 from tibnlp.config import load_config
+from tibnlp.data.collate import encode_texts
 from tibnlp.data.tasks import load_tncc
 from tibnlp.errors import ConfigError
-from tibnlp.models.classifier_io import load_classifier
-from tibnlp.models.memory import GlobalMemory
+from tibnlp.evaluation.predict import Predictor, predict_proba
+from tibnlp.models.classifier_io import build_classifier, load_classifier, read_length
+from tibnlp.models.long_documents.gemformer import select_memory, token_entropy
+from tibnlp.models.long_documents.memory_reader import MemoryReader
+from tibnlp.models.long_documents.windows import SegmentReader
+from tibnlp.models.memory_report import load_mlm
 from tibnlp.models.pretraining import AlbertForPretraining
-from tibnlp.models.recurrence import LongDocumentEncoder
 from tibnlp.text.vocab import Vocabulary
-from tibnlp.training import long_documents
+from tibnlp.training import finetune
 from tibnlp.training.finetune import prepare, run_finetune
 
 WINDOW = 4
 MODEL = [*TINY_MODEL, "model.position=relative", "model.recurrence.mem_len=8"]
+# a random MLM is never confident; a threshold above log(V) keeps tokens up to the budget
+MEMORY = ["finetune.global_memory.threshold=100", "finetune.global_memory.budget=4"]
 
 
 @pytest.fixture
@@ -49,7 +57,7 @@ def _cfg(env, mode: str, *extra: str):
         None,
         [
             f"finetune.model={env.model}",
-            f"finetune.output={env.tmp / 'runs'}",
+            f"finetune.output={env.tmp / 'runs' / mode}",
             f"finetune.max_len={WINDOW}",
             f"finetune.long_document={mode}",
             "finetune.epochs=1",
@@ -63,59 +71,153 @@ def _cfg(env, mode: str, *extra: str):
     )
 
 
+def _seed_run(env):
+    client = MlflowClient(f"sqlite:///{env.tmp / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("long-docs").experiment_id])
+    return next(r for r in runs if r.data.tags.get("seed") == "1")
+
+
 def test_documents_are_read_past_the_window(env) -> None:
     setup = prepare(_cfg(env, "segments"), load_tncc("title"))
-    assert setup.meta.max_len == WINDOW
+    assert setup.meta.max_len == WINDOW and setup.meta.reading.mode == "segments"
     assert max(len(x) for x in setup.ids["train"]) > 2 * WINDOW  # longer than two windows
     truncated = prepare(_cfg(env, "truncate"), setup.data)
     assert max(len(x) for x in truncated.ids["train"]) == WINDOW
-    assert truncated.long is None
+    assert truncated.meta.reading.mode == "truncate"
+    model = build_classifier(setup.meta)
+    assert isinstance(model.encoder, SegmentReader) and model.encoder.segment_len == WINDOW
 
 
-def test_segments_mode_trains_with_recurrence(env) -> None:
-    result = run_finetune(_cfg(env, "segments"), "tncc")
-    assert result.system.endswith("+cnn+long-segments")
-    assert result.seeds[0].metrics["test"].count == 12
-    client = MlflowClient(f"sqlite:///{env.tmp / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("long-docs").experiment_id])
-    seed = next(r for r in runs if r.data.tags.get("seed") == "1")
+@pytest.mark.parametrize(
+    ("mode", "extra", "system", "reader"),
+    [
+        ("truncate", [], "+cnn", None),
+        ("segments", [], "+cnn+long-segments", SegmentReader),
+        ("memory", MEMORY, "+cnn+long-memory", MemoryReader),
+        (
+            "memory",
+            [*MEMORY, "finetune.memory_selection=frozen"],
+            "+long-memory-frozen",
+            MemoryReader,
+        ),
+    ],
+    ids=["truncate", "segments", "memory", "memory-frozen"],
+)
+def test_predict_reads_as_evaluation_did(env, monkeypatch, mode, extra, system, reader) -> None:
+    """The classifier directory alone rebuilds the reading: the saved-and-loaded classifier
+    gives the test split exactly the probabilities it was scored with after training."""
+    scored: list[tuple[list[list[int]], np.ndarray]] = []
+
+    def recording(model, ids, *args, **kwargs):
+        probs = predict_proba(model, ids, *args, **kwargs)
+        scored.append(([list(x) for x in ids], probs))
+        return probs
+
+    monkeypatch.setattr(finetune, "predict_proba", recording)
+    cfg = _cfg(env, mode, *extra)
+    result = run_finetune(cfg, "tncc")
+    assert result.system.endswith(system)
+    directory = result.seeds[0].directory
+    predictor = Predictor(directory)
+    assert predictor.meta.reading.mode == mode
+    if reader is None:
+        assert not isinstance(predictor.model.encoder, (SegmentReader, MemoryReader))
+    else:
+        assert isinstance(predictor.model.encoder, reader)
+    data = load_tncc("title")
+    ids = encode_texts(predictor.vocab, data.texts("test"), read_length(predictor.meta))
+    at_evaluation = next(p for x, p in scored if x == ids)  # the test split's one scoring
+    again = predict_proba(predictor.model, ids, 5, predictor.vocab.pad_id)  # other batching
+    np.testing.assert_allclose(again, at_evaluation, rtol=1e-5, atol=1e-6)
+    labels = [r["label"] for r in predictor.predict(data.texts("test"))]
+    assert labels == [predictor.meta.labels[i] for i in at_evaluation.argmax(1)]
+    if mode != "truncate":
+        assert max(len(x) for x in ids) > WINDOW  # prediction read past the window too
+
+
+def test_segments_mode_logs_its_window(env) -> None:
+    run_finetune(_cfg(env, "segments"), "tncc")
+    seed = _seed_run(env)
     assert seed.data.params["finetune.long_document"] == "segments"
     assert seed.data.metrics["long_document_window"] == WINDOW
-    # saved as a plain classifier (the reading wrapper is not part of the weights' keys)
-    classifier, _ = load_classifier(result.seeds[0].directory)
-    assert not isinstance(classifier.encoder, LongDocumentEncoder)
 
 
 def test_memory_mode_logs_memory_size_and_share(env) -> None:
-    # a random MLM is never confident; a threshold above log(V) keeps tokens up to the budget
-    gm = ["model.global_memory.threshold=100", "model.global_memory.budget=4"]
-    result = run_finetune(_cfg(env, "memory", *gm), "tncc")
-    assert result.system.endswith("+long-memory")
-    client = MlflowClient(f"sqlite:///{env.tmp / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("long-docs").experiment_id])
-    seed = next(r for r in runs if r.data.tags.get("seed") == "1")
+    result = run_finetune(_cfg(env, "memory", *MEMORY), "tncc")
+    seed = _seed_run(env)
     for split in ("train", "validation", "test"):
         assert 3.0 < seed.data.metrics[f"{split}_memory_size_mean"] <= 4.0
         assert seed.data.metrics[f"{split}_memory_size_max"] == 4.0  # the budget binds
         assert 0.0 < seed.data.metrics[f"{split}_memory_share_mean"] < 1.0
-    saved = (result.seeds[0].directory / "classifier.yaml").read_text()
-    assert "threshold: 100" in saved  # the memory setting is part of the saved model config
+    meta = load_classifier(result.seeds[0].directory)[1]
+    assert meta.reading.memory.threshold == 100 and meta.reading.selection == "finetuned"
 
 
-def test_memory_cache_matches_the_first_pass(env) -> None:
-    from tibnlp.models.memory import select_memory
-    from tibnlp.models.memory_report import load_mlm
-
+def _memory_reader(env, selection: str) -> tuple[MemoryReader, AlbertForPretraining]:
+    setup = prepare(
+        _cfg(env, "memory", *MEMORY, f"finetune.memory_selection={selection}"), load_tncc("title")
+    )
+    model = build_classifier(setup.meta)
     mlm, _ = load_mlm(env.model)
-    gm = load_config(None, ["model.global_memory.threshold=100", "model.global_memory.budget=3"])
-    cache = long_documents.MemoryCache(mlm, WINDOW, gm.model.global_memory)
-    docs = [[2, 10, 11, 12, 13, 14, 15, 16, 3], [2, 20, 21, 3]]
-    ids = torch.tensor([docs[0], docs[1] + [0] * 5])
-    mask = (ids != 0).long()
-    got: GlobalMemory = cache.memory(ids, mask)
-    want = select_memory(mlm, ids, mask, WINDOW, 100, 3)
-    assert torch.equal(got.ids, want.ids) and torch.equal(got.size, want.size)
-    assert torch.allclose(got.share, want.share)
+    model.encoder.encoder.load_state_dict(mlm.encoder.state_dict())
+    model.encoder.load_mlm(mlm)
+    return model.encoder, mlm
+
+
+DOCS = [[2, 10, 11, 12, 13, 14, 15, 16, 3], [2, 20, 21, 3]]
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.tensor([DOCS[0], DOCS[1] + [0] * 5])
+    return ids, (ids != 0).long()
+
+
+@pytest.mark.parametrize("selection", ["finetuned", "frozen"])
+def test_before_fine_tuning_both_selections_are_the_pretrained_first_pass(env, selection) -> None:
+    reader, mlm = _memory_reader(env, selection)
+    ids, mask = _batch()
+    want = select_memory(mlm, ids, mask, WINDOW, 100, 4)
+    for training in (True, False):
+        reader.train(training)
+        got = reader.memory(DOCS, torch.device("cpu"))
+        assert torch.equal(got.ids, want.ids) and torch.equal(got.size, want.size)
+        assert torch.allclose(got.share, want.share)
+
+
+def test_the_finetuned_selection_follows_the_weights_each_epoch(env) -> None:
+    """`finetuned`: the selector is the encoder being trained; the training snapshot is kept
+    within an epoch and refreshed at the next; evaluation always uses the current weights.
+    `frozen`: the pretrained model's choice stays whatever the encoder learns."""
+    cpu = torch.device("cpu")
+    ids, mask = _batch()
+    readers = {s: _memory_reader(env, s)[0] for s in ("finetuned", "frozen")}
+    mlm = _memory_reader(env, "frozen")[1]
+    # a threshold inside the entropies, so which tokens are kept depends on the weights
+    ent = token_entropy(mlm, ids, mask, WINDOW)
+    threshold = float(ent[torch.isfinite(ent)].median())
+    first = {}
+    for name, reader in readers.items():
+        reader.threshold, reader.budget = threshold, 8
+        reader.train()
+        first[name] = reader.memory(DOCS, cpu).ids.clone()
+        with torch.no_grad():  # "training": the encoder's weights move
+            for p in reader.encoder.parameters():
+                p.add_(torch.randn_like(p) * 0.5)
+    tuned, frozen = readers["finetuned"], readers["frozen"]
+    assert torch.equal(tuned.memory(DOCS, cpu).ids, first["finetuned"])  # the epoch's snapshot
+    tuned.eval()
+    now = select_memory(tuned.selector, ids, mask, WINDOW, threshold, 8).ids
+    assert torch.equal(tuned.memory(DOCS, cpu).ids, now)  # evaluation: the current weights
+    assert not torch.equal(now, first["finetuned"])
+    tuned.train()
+    tuned.refresh()
+    assert torch.equal(tuned.memory(DOCS, cpu).ids, now)  # next epoch: refreshed
+    frozen.refresh()
+    for training in (True, False):
+        frozen.train(training)
+        assert torch.equal(frozen.memory(DOCS, cpu).ids, first["frozen"])
+    assert all(not p.requires_grad for p in tuned.frozen_parameters())
+    assert all(p.requires_grad for p in tuned.encoder.parameters())
 
 
 def test_long_document_errors(env) -> None:
@@ -129,17 +231,6 @@ def test_long_document_errors(env) -> None:
     save_pretrained(AlbertForPretraining(cfg), cfg, env.tmp / "abs")
     for f in env.vocab.iterdir():
         shutil.copy2(f, env.tmp / "abs" / f.name)
-    too_big = ["model.global_memory.budget=100", f"finetune.model={env.tmp / 'abs'}"]
-    with pytest.raises(ConfigError, match="max_len"):
+    too_big = ["finetune.global_memory.budget=100", f"finetune.model={env.tmp / 'abs'}"]
+    with pytest.raises(ConfigError, match=r"finetune\.global_memory\.budget"):
         run_finetune(_cfg(env, "memory", *too_big), "tncc")
-
-
-def test_segments_wrapper_is_the_recurrence_encoder(env) -> None:
-    setup = prepare(_cfg(env, "segments"), load_tncc("title"))
-    from tibnlp.models.classifier_io import build_classifier
-
-    model = build_classifier(setup.meta)
-    assert setup.long is not None
-    setup.long.attach(model)
-    assert isinstance(model.encoder, LongDocumentEncoder)
-    assert model.encoder.segment_len == WINDOW

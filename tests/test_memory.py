@@ -14,15 +14,14 @@ from design_models import tiny
 from tibnlp.config.model import ScalesConfig
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.models import AlbertForPretraining, Encoder, save_pretrained
-from tibnlp.models.memory import (
-    GlobalMemoryEncoder,
+from tibnlp.models.long_documents.gemformer import (
     encode_with_memory,
     keep_low_entropy,
     select_memory,
     token_entropy,
 )
+from tibnlp.models.long_documents.memory_reader import MemoryReader
 from tibnlp.models.memory_report import inspect_memory
-from tibnlp.models.recurrence import mlm_logits
 
 LINES = [
     "བོད་ཀྱི་སྐད་ཡིག་ནི་རིག་གནས་ཀྱི་གཞི་རྩ་ཡིན།",
@@ -91,7 +90,7 @@ def test_token_entropy_is_the_mlm_distribution_entropy() -> None:
     mask = torch.tensor([[1] * 8, [1] * 5 + [0] * 3])
     ent = token_entropy(model, ids, mask, segment_len=16)  # one segment: the plain encoder
     with torch.no_grad():
-        p = torch.softmax(mlm_logits(model, model.encoder(ids, mask).hidden), -1)
+        p = torch.softmax(model.mlm_logits(model.encoder(ids, mask).hidden), -1)
     ref = -(p * p.log()).sum(-1)
     torch.testing.assert_close(ent[0, 1:], ref[0, 1:])
     torch.testing.assert_close(ent[1, 1:5], ref[1, 1:5])
@@ -113,22 +112,23 @@ def test_select_memory_keeps_confident_tokens_and_classifies() -> None:
     assert mem.size.tolist() == [4, 4]
     assert mem.positions.tolist() == [[1, 2, 3, 4], [1, 2, 3, 4]]
     enc = model.encoder
-    vec = encode_with_memory(enc, ids, mask, mem, 6, prefix_ids=[[11, 12], [13]]).sentence
+    vec = encode_with_memory(enc, ids, mask, mem, 6, prefixes=[[11, 12], [13]]).sentence
     assert vec.shape == (2, enc.sentence_dim) and torch.isfinite(vec).all()
     # Pooling is over the document's own segments: row 1 alone gives the same vector.
     sub = keep_low_entropy(ids[1:, :7], torch.zeros(1, 7), 0.3, 4)
-    alone = encode_with_memory(enc, ids[1:, :7], mask[1:, :7], sub, 6, prefix_ids=[[13]])
+    alone = encode_with_memory(enc, ids[1:, :7], mask[1:, :7], sub, 6, prefixes=[[13]])
     torch.testing.assert_close(vec[1], alone.sentence[0], atol=1e-5, rtol=1e-5)
     # The encoder module: document states for any head, stats to log, the MLM not trained.
-    gm = GlobalMemoryEncoder(enc, model, segment_len=6, threshold=0.3, budget=4)
+    gm = MemoryReader(enc, segment_len=6, threshold=0.3, budget=4, selection="frozen")
+    gm.load_mlm(model)
     out = gm(ids, mask)
     assert out.hidden.shape == (2, 12, 32) and out.hidden[1, 7:].abs().max() == 0
     torch.testing.assert_close(out.sentence, encode_with_memory(enc, ids, mask, mem, 6).sentence)
     assert gm.last_stats["memory_size_mean"] == 4.0
-    assert all(not n.startswith("_mlm") for n, _ in gm.named_parameters())
-    assert sum(1 for _ in gm.parameters()) == sum(1 for _ in enc.parameters())
+    trained = [p for p in gm.parameters() if p.requires_grad]
+    assert len(trained) == sum(1 for _ in enc.parameters())  # the selector is frozen
     with pytest.raises(ValueError, match="max_len"):
-        encode_with_memory(enc, ids, mask, mem, 6, prefix_ids=[[5] * 25, [5]])
+        encode_with_memory(enc, ids, mask, mem, 6, prefixes=[[5] * 25, [5]])
 
 
 def _model_dir(tmp_path: Path) -> tuple[Path, Path]:

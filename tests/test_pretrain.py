@@ -14,9 +14,9 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
-from tibetan_fixtures import write_prepared
+from tibetan_fixtures import prepared_inputs
 
-from tibnlp.config import VocabConfig, load_config
+from tibnlp.config import load_config
 from tibnlp.errors import ConfigError
 from tibnlp.models import read_extra
 from tibnlp.text.vocab import Vocabulary
@@ -46,12 +46,7 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tibnlp.text.vocab_build import build_vocabulary
-
-    root = tmp_path_factory.mktemp("pretrain_inputs")
-    corpus = write_prepared(root / "corpus", n_docs=200, heldout=30)
-    build_vocabulary(corpus, root / "vocab", VocabConfig(vocab_size=200, num_threads=1))
-    return root
+    return prepared_inputs(tmp_path_factory.mktemp("pretrain_inputs"), n_docs=200, heldout=30)
 
 
 def _config_file(inputs: Path, out: Path, **pretrain: object) -> Path:

@@ -7,9 +7,8 @@ import statistics
 from pathlib import Path
 
 import pytest
-from tibetan_fixtures import write_prepared
+from tibetan_fixtures import prepared_inputs
 
-from tibnlp.config import VocabConfig
 from tibnlp.data.masking import MlmCollator
 from tibnlp.data.pretraining import (
     build_pretraining_dataset,
@@ -18,16 +17,15 @@ from tibnlp.data.pretraining import (
 )
 from tibnlp.errors import DataError
 from tibnlp.text.vocab import Vocabulary
-from tibnlp.text.vocab_build import build_vocabulary, load_corpus
+from tibnlp.text.vocab_build import load_corpus
 
 SEQ_LEN = 48
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Vocabulary, Path, Path]:
-    root = tmp_path_factory.mktemp("pretrain")
-    corpus = write_prepared(root / "corpus", n_docs=200, heldout=20)
-    build_vocabulary(corpus, root / "vocab", VocabConfig(vocab_size=200, num_threads=1))
+    root = prepared_inputs(tmp_path_factory.mktemp("pretrain"), n_docs=200, heldout=20)
+    corpus = root / "corpus"
     vocab = Vocabulary.load(root / "vocab")
     out = build_pretraining_dataset(corpus, vocab, SEQ_LEN, root / "data", num_proc=1)
     return corpus, vocab, out, root

@@ -9,11 +9,9 @@ from design_models import tiny as base_tiny
 
 from tibnlp.config.model import HeadsConfig, ModelConfig, RecurrenceConfig
 from tibnlp.models import AlbertForPretraining, Encoder
-from tibnlp.models.recurrence import (
-    LongDocumentEncoder,
+from tibnlp.models.long_documents.windows import (
+    SegmentReader,
     encode_long,
-    mlm_logits,
-    mlm_over_segments,
     run_segments,
     segments,
 )
@@ -90,7 +88,7 @@ def test_encode_long_of_a_short_document_is_the_encoder() -> None:
 def test_long_document_encoder_gives_document_states_to_a_head() -> None:
     enc = Encoder(tiny()).eval()
     ids, mask = doc([13, 6], 13)
-    out = LongDocumentEncoder(enc, segment_len=5)(ids, mask)
+    out = SegmentReader(enc, segment_len=5)(ids, mask)
     assert out.hidden.shape == (2, 13, 32) and out.hidden[1, 6:].abs().max() == 0
     # Position 0 is the [CLS] of the last segment; content tokens come from their segment.
     segs = list(run_segments(enc, ids, mask, 5))
@@ -124,11 +122,11 @@ def test_segments_repeat_cls_and_cover_every_token() -> None:
 
 def test_mlm_over_segments_matches_segmentwise_loss_and_trains() -> None:
     torch.manual_seed(0)
-    model = AlbertForPretraining(tiny())
+    model = AlbertForPretraining(tiny(), segment_len=5)
     ids, mask = doc([9, 5], 9)
     labels = torch.full_like(ids, -100)
     labels[0, 2], labels[0, 7], labels[1, 3] = 12, 15, 30
-    out = mlm_over_segments(model, ids, mask, labels, segment_len=5)
+    out = model(ids, mask, None, labels)
     assert out["segments"].item() == 2
     # By hand: segment 1 = positions 0..4 of both, segment 2 = [CLS] + 5..8 of document 0.
     first = model.encoder(ids[:, :5], mask[:, :5])
@@ -137,12 +135,12 @@ def test_mlm_over_segments_matches_segmentwise_loss_and_trains() -> None:
         torch.ones(1, 5, dtype=torch.long),
         memory=first.memory.select(torch.tensor([0])) if first.memory else None,
     ).hidden
-    logits = mlm_logits(model, torch.stack([first.hidden[0, 2], first.hidden[1, 3], h2[0, 3]]))
+    logits = model.mlm_logits(torch.stack([first.hidden[0, 2], first.hidden[1, 3], h2[0, 3]]))
     ref = F.cross_entropy(logits, torch.tensor([12, 30, 15]))
     torch.testing.assert_close(out["loss"], ref)
     out["loss"].backward()
     assert model.mlm_bias.grad is not None
-    none = mlm_over_segments(model, ids, mask, torch.full_like(ids, -100), segment_len=5)
+    none = model(ids, mask, None, torch.full_like(ids, -100))
     assert none["loss"].item() == 0.0 and none["loss"].requires_grad
 
 

@@ -10,9 +10,9 @@ import torch
 import yaml
 from design_models import tiny
 from mlflow.tracking import MlflowClient
-from tibetan_fixtures import write_prepared
+from tibetan_fixtures import prepared_inputs
 
-from tibnlp.config import VocabConfig, load_config
+from tibnlp.config import load_config
 from tibnlp.config.model import RecurrenceConfig
 from tibnlp.data.masking import MlmCollator
 from tibnlp.data.pretraining import build_pretraining_dataset, load_pretraining_dataset
@@ -25,12 +25,7 @@ SEQ = 16
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tibnlp.text.vocab_build import build_vocabulary
-
-    root = tmp_path_factory.mktemp("rec_inputs")
-    corpus = write_prepared(root / "corpus", n_docs=80, heldout=20)
-    build_vocabulary(corpus, root / "vocab", VocabConfig(vocab_size=200, num_threads=1))
-    return root
+    return prepared_inputs(tmp_path_factory.mktemp("rec_inputs"), n_docs=80, heldout=20)
 
 
 def test_chains_cover_a_document_in_order(inputs: Path) -> None:
@@ -91,13 +86,14 @@ def test_recurrence_pretrain_runs_through_the_engine(inputs: Path, tmp_path: Pat
             "max_len": 64,
             "heads": {"small": 2, "large": 2},
             "position": "relative",
-            "recurrence": {"mem_len": SEQ, "segments": 3},
+            "recurrence": {"mem_len": SEQ},
         },
         "pretrain": {
             "corpus": str(inputs / "corpus"),
             "vocab": str(inputs / "vocab"),
             "output": str(out),
             "seq_len": SEQ,
+            "recurrence_segments": 3,
             "batch_size": 4,
             "max_steps": 6,
             "eval_every": 3,

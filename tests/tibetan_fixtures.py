@@ -57,3 +57,16 @@ def write_prepared(
     (path / "tibnlp-corpus.json").write_text(json.dumps({"kind": "prepared_corpus", "version": 1}))
     (path / "report.json").write_text(json.dumps({"documents": n_docs, "seed": seed}))
     return path
+
+
+def prepared_inputs(
+    root: Path, n_docs: int = 200, heldout: int = 20, vocab_size: int = 200
+) -> Path:
+    """`root/corpus` (a prepared corpus, as `tibnlp corpus prepare` writes it) and `root/vocab`
+    (its vocabulary, built as `tibnlp vocab build` builds it): the inputs of pretraining."""
+    from tibnlp.config import VocabConfig
+    from tibnlp.text.vocab_build import build_vocabulary
+
+    corpus = write_prepared(root / "corpus", n_docs=n_docs, heldout=heldout)
+    build_vocabulary(corpus, root / "vocab", VocabConfig(vocab_size=vocab_size, num_threads=1))
+    return root

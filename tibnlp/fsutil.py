@@ -1,11 +1,14 @@
-"""Publishing output folders whole: readers see the old folder or the complete new one."""
+"""Publishing outputs whole: readers see the old file or folder, or the complete new one.
+
+`atomic_file` (any writer: text, safetensors, a figure) and `atomic_write_text` for files,
+`staged_dir` for folders. Every stage writes through these, never a copy of them."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,3 +43,30 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def atomic_file(final: Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary path beside `final` to write to, renamed to `final` only if the block
+    succeeds; on any error it is removed and `final` keeps its old content (or stays absent).
+    `suffix` keeps the extension writers that choose the format by name look at (".png")."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str | Iterable[str]) -> None:
+    """Write a UTF-8 file (a string, or lines given one by one) so readers see either the
+    old or the whole new content, never half."""
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        if isinstance(text, str):
+            fh.write(text)
+        else:
+            fh.writelines(text)

@@ -53,10 +53,10 @@ def memory(
     model: Annotated[Path, typer.Option("--model", help="Pretraining model directory.")],
     text: Annotated[Path, typer.Option("--text", help="UTF-8 text file: one document.")],
     threshold: Annotated[
-        float | None, typer.Option(help="Entropy bound in nats (model.global_memory.threshold).")
+        float | None, typer.Option(help="Entropy bound in nats (finetune.global_memory.threshold).")
     ] = None,
     budget: Annotated[
-        int | None, typer.Option(help="Most tokens kept (model.global_memory.budget).")
+        int | None, typer.Option(help="Most tokens kept (finetune.global_memory.budget).")
     ] = None,
     segment_len: Annotated[
         int | None, typer.Option(help="Tokens per segment of the first pass (model.max_len).")

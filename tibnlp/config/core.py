@@ -7,6 +7,8 @@ in `pipelines/*.yaml` fails at load, not an hour into a run.
 
 Supported field types: bool, int, float, str, `Literal[...]`, `X | None`, unions of scalars
 (e.g. `int | Literal["auto"]`), `list[X]`, `tuple[X, ...]`, `dict[str, X]` and nested dataclasses.
+A dataclass may define `MOVED = {"old_key": "section.new_key"}` (a ClassVar): a config that
+still uses an old key gets an error naming the new one.
 A dataclass may define `validate(self, prefix: str) -> None` for range checks; it is called
 after its fields are converted (see `check`), and a class attribute `MOVED` (key -> where it
 went) for keys that left it, so an old config gets a pointer instead of "unknown key".
@@ -16,8 +18,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
-import tempfile
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -27,6 +27,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 
 from tibnlp.errors import ConfigError
+from tibnlp.fsutil import atomic_write_text
 
 T = TypeVar("T")
 
@@ -176,12 +177,12 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
-    moved: dict[str, str] = getattr(cls, "MOVED", {})
+    moved: Mapping[str, str] = getattr(cls, "MOVED", {})
     for name in unknown:
         if name in moved:
             raise ConfigError(
-                f"config key '{_join(prefix, str(name))}' has moved to {moved[name]}",
-                "set it there instead",
+                f"config key '{_join(prefix, str(name))}' has moved to '{moved[name]}'",
+                f"write it as {moved[name]} (the setting belongs to the stage that uses it)",
             )
     if unknown:
         key = _join(prefix, str(unknown[0]))
@@ -286,20 +287,6 @@ def load(cls: type[T], path: Path | None = None, overrides: Iterable[str] = ()) 
     except ConfigError as exc:
         if path is not None and "config key" in exc.message:
             raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file so readers see either the old or the whole new content, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
         raise
 
 

@@ -10,6 +10,19 @@ from tibnlp.config.train import OptimizerConfig
 
 
 @dataclass
+class GlobalMemoryConfig:
+    """GEMFormer: tokens whose MLM entropy (nats) is below `threshold` form a global memory
+    of at most `budget` tokens, prepended to every segment when classifying a long document."""
+
+    threshold: float = 0.3
+    budget: int = 128
+
+    def validate(self, prefix: str) -> None:
+        check(self.threshold > 0, f"{prefix}.threshold", "must be > 0 (nats)")
+        check(self.budget >= 1, f"{prefix}.budget", "must be >= 1")
+
+
+@dataclass
 class FinetuneConfig:
     # pretrained model directory; "" or "none": the `model` section's encoder, randomly
     # initialised (the no-pretraining baseline)
@@ -45,6 +58,11 @@ class FinetuneConfig:
     # recorded for `predict`: "tsheg-trimmed" drops closing shads/tshegs, so a title typed
     # with a final shad gets the prediction it gets without; "tsheg" keeps them (as before)
     text_form: Literal["tsheg", "tsheg-trimmed"] = "tsheg-trimmed"
+    global_memory: GlobalMemoryConfig = field(default_factory=GlobalMemoryConfig)
+    # long_document=memory: which model selects the memory. "finetuned" (GEMFormer as
+    # published): the model being fine-tuned with the pretrained MLM head, refreshed each
+    # epoch; "frozen": the pretrained MLM, once (the paper's no-fine-tune ablation)
+    memory_selection: Literal["finetuned", "frozen"] = "finetuned"
     embedding_size: int = 128  # encoder "none" only
     batch_size: int = 32
     eval_batch_size: int = 128

@@ -57,11 +57,13 @@ class RecurrenceConfig:
     """Transformer-XL segment recurrence: each layer also attends to the previous segment's
     `mem_len` (gradient-stopped) states. 0 = off. Needs `position: relative`.
 
-    With recurrence on, `tibnlp pretrain` trains MLM over chains of `segments` consecutive
-    `pretrain.seq_len` segments of one document (no SOP; see tibnlp.data.segment_chains)."""
+    With recurrence on, `tibnlp pretrain` trains MLM over chains of
+    `pretrain.recurrence_segments` consecutive `pretrain.seq_len` segments of one document
+    (no SOP; see tibnlp.data.segment_chains)."""
+
+    MOVED: ClassVar[dict[str, str]] = {"segments": "pretrain.recurrence_segments"}
 
     mem_len: int = 0
-    segments: int = 4  # consecutive segments per pretraining example
 
     @property
     def enabled(self) -> bool:
@@ -78,22 +80,14 @@ class FusionConfig:
 
 
 @dataclass
-class GlobalMemoryConfig:
-    """GEMFormer: tokens whose MLM entropy (nats) is below `threshold` form a global memory
-    of at most `budget` tokens, prepended to every segment when classifying a long document."""
-
-    enabled: bool = False
-    threshold: float = 0.3
-    budget: int = 128
-
-
-@dataclass
 class ModelConfig:
-    """ALBERT-tiny defaults (MODELS.md section 1)."""
+    """ALBERT-tiny defaults (MODELS.md section 1). Only what shapes the network: how a
+    stage uses it (pretraining data, long-document reading) is that stage's setting."""
 
     # keys that left this section: a config naming one is told where it went; a saved model
-    # directory holding one still loads (`drop_moved`)
+    # directory holding one still loads (`drop_moved_keys`)
     MOVED: ClassVar[dict[str, str]] = {
+        "global_memory": "finetune.global_memory",
         "pooling": "finetune.pooling (the classifier head's sentence vector)",
     }
 
@@ -116,7 +110,6 @@ class ModelConfig:
     recurrence: RecurrenceConfig = field(default_factory=RecurrenceConfig)
     fusion: FusionConfig = field(default_factory=FusionConfig)
     memory_tokens: int = 0  # learned [MEM] embeddings prepended to every input
-    global_memory: GlobalMemoryConfig = field(default_factory=GlobalMemoryConfig)
 
     def validate(self, prefix: str) -> None:
         for key in ("embedding_size", "hidden_size", "num_layers", "ffn_size", "max_len"):
@@ -135,12 +128,8 @@ class ModelConfig:
         """Which of the section 4-6 designs compose (MODELS.md)."""
         rec, fus = self.recurrence, self.fusion
         check(rec.mem_len >= 0, f"{prefix}.recurrence.mem_len", "must be >= 0 (0 = off)")
-        check(rec.segments >= 1, f"{prefix}.recurrence.segments", "must be >= 1")
         check(self.memory_tokens >= 0, f"{prefix}.memory_tokens", "must be >= 0 (0 = off)")
         check(fus.radius >= 1, f"{prefix}.fusion.radius", "must be >= 1")
-        gm = self.global_memory
-        check(gm.threshold > 0, f"{prefix}.global_memory.threshold", "must be > 0 (nats)")
-        check(gm.budget >= 1, f"{prefix}.global_memory.budget", "must be >= 1")
         if rec.enabled:
             check(
                 self.position == "relative",
@@ -169,9 +158,12 @@ class ModelConfig:
             )
 
 
-def drop_moved(data: Any) -> Any:
-    """A saved `ModelConfig` mapping without the keys that moved out of the section (they
-    never shaped the saved weights: e.g. `pooling` reached no classifier)."""
+def drop_moved_keys(data: Any) -> Any:
+    """A model config as saved (model.yaml, classifier.yaml) before `MOVED` keys left the
+    model section: those keys never shaped the network, so a saved model still loads."""
     if isinstance(data, dict):
-        return {k: v for k, v in data.items() if k not in ModelConfig.MOVED}
+        data = {k: v for k, v in data.items() if k not in ModelConfig.MOVED}
+        rec = data.get("recurrence")
+        if isinstance(rec, dict):
+            data["recurrence"] = {k: v for k, v in rec.items() if k not in RecurrenceConfig.MOVED}
     return data

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tibnlp.config.core import check
+from tibnlp.text.special import SPECIAL_PIECES
 
 
 @dataclass
@@ -55,9 +56,7 @@ class VocabConfig:
     input_sentence_size: int = 2_000_000  # sentences sampled (shuffled) for training
     max_sentence_length: int = 8192  # bytes; longer sentences are skipped by SentencePiece
     num_threads: int = 0  # 0: one per CPU core
-    special_tokens: list[str] = field(
-        default_factory=lambda: ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    )
+    special_tokens: list[str] = field(default_factory=lambda: list(SPECIAL_PIECES))
     seed: int = 42
 
     def validate(self, prefix: str) -> None:
@@ -70,7 +69,7 @@ class VocabConfig:
         check(self.input_sentence_size > 0, f"{prefix}.input_sentence_size", "must be > 0")
         check(self.num_threads >= 0, f"{prefix}.num_threads", "must be >= 0 (0 = all cores)")
         check(
-            self.special_tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+            tuple(self.special_tokens[:5]) == SPECIAL_PIECES,
             f"{prefix}.special_tokens",
             "must start with [PAD], [UNK], [CLS], [SEP], [MASK] (fixed ids 0-4)",
         )

@@ -110,6 +110,8 @@ class PretrainConfig:
     masking: Literal["span", "whole_word"] = "span"
     sop: bool = True  # sentence-order prediction; off: MLM only, segments kept in order
     sop_prob: float = 0.5  # share of swapped pairs when sop is on
+    # model.recurrence.mem_len > 0: consecutive seq_len segments of one document per example
+    recurrence_segments: int = 4
     # write OUTPUT/exports/tokens-<N>/ (a model directory) when the non-padding tokens trained
     # on first reach each N: the points of a learning curve from one run
     export_at_tokens: list[float] = field(default_factory=list)
@@ -144,6 +146,7 @@ class PretrainConfig:
             "must be distinct token counts",
         )
         check(self.max_steps >= 1, f"{prefix}.max_steps", "must be >= 1")
+        check(self.recurrence_segments >= 1, f"{prefix}.recurrence_segments", "must be >= 1")
         check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", "must be >= 0")
         for key in ("eval_every", "log_every", "checkpoint_every", "keep_checkpoints"):
             check(getattr(self, key) >= 1, f"{prefix}.{key}", "must be >= 1")

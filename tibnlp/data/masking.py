@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import torch
 
 from tibnlp.errors import DataError
+from tibnlp.text.special import CONTROL_IDS, MASK_ID, PAD_ID, UNK_ID
 
 IGNORE_INDEX = -100
 
@@ -46,10 +47,10 @@ class MaskingIds:
     """What masking needs from a vocabulary (a `Vocabulary` works as well)."""
 
     size: int
-    pad_id: int = 0
-    unk_id: int = 1
-    mask_id: int = 4
-    special_ids: frozenset[int] = frozenset({0, 2, 3, 4})  # [PAD] [CLS] [SEP] [MASK]
+    pad_id: int = PAD_ID
+    unk_id: int = UNK_ID
+    mask_id: int = MASK_ID
+    special_ids: frozenset[int] = CONTROL_IDS
 
 
 def ngram_probs(max_ngram: int) -> torch.Tensor:

@@ -1,11 +1,13 @@
 """Pretraining examples for segment recurrence: chains of consecutive segments of one document.
 
 With `model.recurrence.mem_len > 0`, `tibnlp pretrain` reads each example as a stream
-(`tibnlp.models.recurrence.mlm_over_segments`): an example is `[CLS]` followed by up to
-`segments x (seq_len - 1)` consecutive content tokens of ONE document, so that cut into
-windows of `seq_len` positions (the [CLS] repeated at the head of each, the segmenting rule
-of recurrence.py) it gives `segments` consecutive segments, each reading the previous ones
-through the gradient-stopped memory. Sentences are concatenated in document order without
+(`AlbertForPretraining.mlm_over_segments`, on the segments of
+`tibnlp.models.long_documents.windows`): an example is `[CLS]` followed by up to
+`segments x (seq_len - 1)` consecutive content tokens of ONE document
+(`pretrain.recurrence_segments`), so that cut into windows of `seq_len` positions (the [CLS]
+repeated at the head of each, the segmenting rule of `windows.segments`) it gives `segments`
+consecutive segments, each reading the previous ones through the gradient-stopped memory.
+Sentences are concatenated in document order without
 [SEP]; a chain ends at a syllable boundary where one lies within the limit; a document longer
 than one chain gives several chains, its tail a shorter one (kept if it has >= 2 tokens).
 

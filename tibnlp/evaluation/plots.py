@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+
+from tibnlp.fsutil import atomic_file
 
 
 def confusion_png(
@@ -43,13 +43,9 @@ def confusion_png(
 def save_png(fig: Any, path: Path, dpi: int = 120) -> Path:
     """Write a figure atomically (temporary file, then rename) and close it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=dpi)
-        os.replace(tmp, path)
+        with atomic_file(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=dpi)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
     return path

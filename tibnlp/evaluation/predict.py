@@ -9,10 +9,8 @@ same ids and gets the same prediction.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Literal
@@ -24,8 +22,9 @@ from torch import nn
 from tibnlp.data.collate import encode_texts, pad_batch
 from tibnlp.data.tasks import model_text
 from tibnlp.errors import DataError
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.attention.dynamic import per_text_routing
-from tibnlp.models.classifier_io import ClassifierMeta, load_classifier
+from tibnlp.models.classifier_io import ClassifierMeta, load_classifier, read_length
 from tibnlp.text.vocab import Vocabulary
 
 
@@ -65,7 +64,7 @@ class Predictor:
 
     def predict(self, texts: Sequence[str], batch_size: int = 128) -> list[dict[str, Any]]:
         form = self.meta.text_form
-        ids = encode_texts(self.vocab, [model_text(t, form) for t in texts], self.meta.max_len)
+        ids = encode_texts(self.vocab, [model_text(t, form) for t in texts], read_length(self.meta))
         probs = predict_proba(
             self.model, ids, batch_size, self.vocab.pad_id, self.meta.eval_routing
         )
@@ -136,18 +135,5 @@ def predict_file(
         for line in lines:
             sys.stdout.write(line + "\n")
     else:
-        _write_lines(Path(output), lines)
+        atomic_write_text(Path(output), (line + "\n" for line in lines))
     return len(records), predictor.meta
-
-
-def _write_lines(path: Path, lines: Iterator[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for line in lines:
-                fh.write(line + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -15,10 +15,10 @@ from typing import Any, Protocol
 
 from rich.table import Table
 
-from tibnlp.config.core import atomic_write_text
 from tibnlp.errors import DataError
 from tibnlp.evaluation.anchors import TNCC_TITLE_MACRO_F1
 from tibnlp.evaluation.metrics import not_learning
+from tibnlp.fsutil import atomic_write_text
 
 RESULTS_JSON = "results.json"
 
@@ -209,13 +209,6 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     title = "Fine-tuning results (%, mean ± std over seeds; selection on validation only)"
     return "\n".join([title, "", *lines, *_anchor_lines(rows)]) + "\n"
-
-
-def _mean(row: dict[str, Any], part: str, key: str) -> float:
-    value = row["aggregate"].get(part, {}).get(key)
-    if value is None:
-        return math.nan
-    return float(value["mean"] if isinstance(value, dict) else value[0])
 
 
 def rich_table(rows: Sequence[dict[str, Any]]) -> Table:

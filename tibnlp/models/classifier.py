@@ -199,5 +199,9 @@ class Classifier(nn.Module):
         return self.head(out.hidden, attention_mask), getattr(out, "route_large_fraction", None)
 
     def freeze_encoder(self, frozen: bool = True) -> None:
+        """Freeze or unfreeze the encoder; weights a reader never trains (its
+        `frozen_parameters`, e.g. GEMFormer's selector) stay frozen either way."""
         for p in self.encoder.parameters():
             p.requires_grad_(not frozen)
+        for p in getattr(self.encoder, "frozen_parameters", list)():
+            p.requires_grad_(False)

@@ -21,11 +21,12 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from tibnlp.config.core import from_dict, to_dict
-from tibnlp.config.model import ModelConfig, drop_moved
+from tibnlp.config.model import ModelConfig, drop_moved_keys
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.models.classifier import Classifier, EmbeddingEncoder, HeadConfig
 from tibnlp.models.encoder import Encoder
+from tibnlp.models.long_documents.reading import Reading, build_reader
 
 META_FILE = "classifier.yaml"
 WEIGHTS_FILE = "model.safetensors"
@@ -47,13 +48,20 @@ class ClassifierMeta:
     dataset: str = ""
     source_model: str = ""  # pretrained model dir, or "" for random initialisation
     eval_routing: Literal["batch", "per_text"] = "batch"  # see FinetuneConfig.eval_routing
+    reading: Reading = field(default_factory=Reading)  # how documents beyond max_len are read
     format: str = FORMAT
 
 
 def build_encoder(meta: ClassifierMeta) -> nn.Module:
+    """The encoder, wrapped in the long-document reader `meta.reading` names."""
     if meta.encoder == "embedding":
         return EmbeddingEncoder(meta.vocab_size, meta.embedding_size, meta.head.dropout)
-    return Encoder(meta.model)
+    return build_reader(Encoder(meta.model), meta.reading, meta.max_len)
+
+
+def read_length(meta: ClassifierMeta) -> int:
+    """Tokens of each text the classifier reads ([CLS] and [SEP] included)."""
+    return meta.reading.read_length(meta.max_len)
 
 
 def build_classifier(meta: ClassifierMeta, encoder: nn.Module | None = None) -> Classifier:
@@ -88,7 +96,7 @@ def read_meta(directory: Path) -> ClassifierMeta:
         )
     data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
     if isinstance(data, dict) and "model" in data:
-        data["model"] = drop_moved(data["model"])
+        data["model"] = drop_moved_keys(data["model"])
     meta = from_dict(ClassifierMeta, data, "classifier")
     if meta.format != FORMAT:
         raise DataError(f"{path}: format {meta.format!r}, expected {FORMAT!r}")

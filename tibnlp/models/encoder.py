@@ -6,7 +6,10 @@ padded batch costs what its real tokens cost; padding outputs are zero.
 
 Designs of MODELS.md sections 4 and 6 enter here: `position: relative` drops the absolute
 position embedding, `memory_tokens: k` prepends k learned [MEM] states (dropped from the
-output), and `recurrence.mem_len` makes `forward` take and return a `SegmentMemory`.
+output), and `recurrence.mem_len` makes `forward` take and return a `SegmentMemory`. Readers of
+documents longer than one window are built on top of this module, in
+`tibnlp.models.long_documents`; the pieces it needs below it are `memory_tokens` and
+`segment_memory`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from torch import nn
 
 from tibnlp.config.model import ModelConfig
 from tibnlp.models.attention import AttentionContext, build_attention, choose_large
-from tibnlp.models.memory import MemoryTokens
-from tibnlp.models.recurrence import SegmentMemory, next_memory
+from tibnlp.models.memory_tokens import MemoryTokens
+from tibnlp.models.segment_memory import SegmentMemory, next_memory
 
 
 @dataclass

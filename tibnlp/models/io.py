@@ -7,8 +7,6 @@ Weights are stored with safetensors only, so loading never unpickles. `model.yam
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +16,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 from torch import nn
 
-from tibnlp.config.core import atomic_write_text, from_dict, to_dict
-from tibnlp.config.model import ModelConfig, drop_moved
+from tibnlp.config.core import from_dict, to_dict
+from tibnlp.config.model import ModelConfig, drop_moved_keys
 from tibnlp.errors import ConfigError, DataError
+from tibnlp.fsutil import atomic_file, atomic_write_text
 from tibnlp.models.attention import numeric_threshold
 from tibnlp.models.encoder import Encoder
 
@@ -48,14 +47,8 @@ def save_pretrained(
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     meta = {"format": "pt", "tibnlp_extra": json.dumps(extra or {})}
-    fd, tmp = tempfile.mkstemp(prefix=f".{WEIGHTS}.", suffix=".tmp", dir=out_dir)
-    os.close(fd)
-    try:
-        save_file(state, tmp, metadata=meta)
-        os.replace(tmp, out_dir / WEIGHTS)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(out_dir / WEIGHTS) as tmp:
+        save_file(state, str(tmp), metadata=meta)
     text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
     atomic_write_text(out_dir / CONFIG, text)
     return out_dir
@@ -67,7 +60,7 @@ def load_config_file(model_dir: Path) -> ModelConfig:
         raise DataError(f"{path} does not exist", "point --model at a saved model directory")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return from_dict(ModelConfig, drop_moved(data), "model")
+        return from_dict(ModelConfig, drop_moved_keys(data), "model")
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise DataError(f"{path} is not a readable model config ({exc})") from exc
     except ConfigError as exc:

@@ -14,13 +14,14 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
+from tibnlp.config.finetune import GlobalMemoryConfig
 from tibnlp.errors import DataError
 from tibnlp.models.io import WEIGHTS, load_pretrained
-from tibnlp.models.memory import CLS_ID, keep_low_entropy, token_entropy
+from tibnlp.models.long_documents.gemformer import keep_low_entropy, token_entropy
 from tibnlp.models.pretraining import AlbertForPretraining
+from tibnlp.text.special import CLS_ID, SPECIAL_PIECES
 
 SPM_FILE = "spm.model"
-SPECIAL_PIECES = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 @dataclass
@@ -64,7 +65,7 @@ def load_mlm(model_dir: Path) -> tuple[AlbertForPretraining, spm.SentencePiecePr
         raise DataError(f"{path} does not exist", "copy the vocabulary's spm.model beside it")
     sp = spm.SentencePieceProcessor(model_file=str(path))
     got = [sp.id_to_piece(i) for i in range(min(5, sp.get_piece_size()))]
-    if got != SPECIAL_PIECES:
+    if got != list(SPECIAL_PIECES):
         raise DataError(f"{path}: ids 0-4 are {got}, expected {SPECIAL_PIECES}")
     if sp.get_piece_size() != cfg.vocab_size:
         raise DataError(
@@ -96,9 +97,10 @@ def inspect_memory(
     budget: int | None = None,
     segment_len: int | None = None,
 ) -> MemoryReport:
-    """Run GEMFormer's first pass over one document; defaults from `model.global_memory`."""
+    """Run GEMFormer's first pass over one document (the pretrained MLM's selection, as
+    `finetune.memory_selection=frozen` makes it); defaults of `finetune.global_memory`."""
     model, sp = load_mlm(model_dir)
-    gm = model.cfg.global_memory
+    gm = GlobalMemoryConfig()
     threshold = gm.threshold if threshold is None else threshold
     budget = gm.budget if budget is None else budget
     segment_len = segment_len or model.cfg.max_len

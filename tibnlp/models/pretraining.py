@@ -1,8 +1,10 @@
 """ALBERT pretraining heads: MLM (decoder tied to the input embedding) and sentence order.
 
 With `segment_len > 0` (segment recurrence, `model.recurrence.mem_len > 0`) each input is one
-stream of a document read window by window with memory (`mlm_over_segments`): MLM only, the
-SOP labels of the batch are ignored (tibnlp.data.segment_chains says why).
+stream of a document read window by window with memory (`mlm_over_segments`, on the segments
+of `tibnlp.models.long_documents.windows`): MLM only, the SOP labels of the batch are ignored
+(tibnlp.data.segment_chains says why). `mlm_logits` is the one MLM head formula (GEMFormer's
+memory selection reads it too).
 
 The vocabulary projection runs only at masked positions (`mlm_labels != -100`): with a 30k
 vocabulary it is most of a tiny model's compute, and the other 85% of its outputs would be
@@ -19,6 +21,7 @@ from torch import nn
 
 from tibnlp.config.model import ModelConfig
 from tibnlp.models.encoder import Encoder, init_weights
+from tibnlp.models.long_documents.windows import run_segments
 
 IGNORE = -100
 
@@ -64,9 +67,7 @@ class AlbertForPretraining(nn.Module):
         sop_labels: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         if self.segment_len:
-            from tibnlp.models.recurrence import mlm_over_segments  # imports this module
-
-            return mlm_over_segments(self, input_ids, attention_mask, mlm_labels, self.segment_len)
+            return self.mlm_over_segments(input_ids, attention_mask, mlm_labels)
         if sop_labels is None and self.sop:
             raise ValueError("sop_labels are needed unless the model reads segments")
         sel = mlm_labels != IGNORE
@@ -78,8 +79,7 @@ class AlbertForPretraining(nn.Module):
         h = out.hidden
         targets = mlm_labels[sel]
         if targets.numel():
-            z = self.mlm_norm(F.gelu(self.mlm_dense(h[sel])))
-            logits = F.linear(z, self.encoder.embeddings.word.weight, self.mlm_bias)
+            logits = self.mlm_logits(h[sel])
             mask_loss = F.cross_entropy(logits, targets)
             mask_acc = (logits.argmax(-1) == targets).float().mean()
         else:  # no masked token in the batch: a zero loss that still touches the graph
@@ -99,3 +99,56 @@ class AlbertForPretraining(nn.Module):
             result["sop_loss"] = sop_loss.detach()
             result["sop_accuracy"] = (sop_logits.argmax(-1) == sop_labels).float().mean().detach()
         return result
+
+    def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The MLM head (decoder tied to the word embedding) on hidden states [..., D]."""
+        word = self.encoder.embeddings.word.weight
+        return mlm_head_logits(self.mlm_dense, self.mlm_norm, self.mlm_bias, word, hidden)
+
+    def mlm_over_segments(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mlm_labels: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """MLM loss over all segments of a batch of documents, memory carried between segments.
+
+        Same masking as ordinary pretraining (`mlm_labels` [B, T], -100 where not predicted;
+        the [CLS] at position 0 must be -100). Returns `loss` (= `mask_loss`, mean over every
+        masked token of every segment; backward once), `mask_loss`, `mask_accuracy`
+        (detached), `segments`. Memory is gradient-stopped, so the graph of segment k never
+        reaches back to segment k - 1; the graphs of all segments are held until backward.
+        """
+        total = input_ids.new_zeros((), dtype=torch.float)
+        correct = input_ids.new_zeros((), dtype=torch.float)
+        count, n_seg = 0, 0
+        anchor = None  # keeps a graph when no token of the batch is masked
+        for seg, out in run_segments(self.encoder, input_ids, attention_mask, self.segment_len):
+            cols = seg.positions.clamp(min=0)
+            labels = mlm_labels[seg.rows][:, cols].masked_fill(seg.positions[None, :] < 0, IGNORE)
+            sel = labels != IGNORE
+            anchor = out.hidden.sum() * 0.0 if anchor is None else anchor
+            if bool(sel.any()):
+                logits = self.mlm_logits(out.hidden[sel])
+                targets = labels[sel]
+                total = total + F.cross_entropy(logits, targets, reduction="sum")
+                correct = correct + (logits.argmax(-1) == targets).sum()
+                count += int(targets.numel())
+            n_seg += 1
+        loss = total / count if count else anchor if anchor is not None else total
+        return {
+            "loss": loss,
+            "mask_loss": loss.detach(),
+            "mask_accuracy": (correct / max(count, 1)).detach(),
+            "segments": torch.tensor(n_seg),
+        }
+
+
+def mlm_head_logits(
+    dense: nn.Linear,
+    norm: nn.LayerNorm,
+    bias: torch.Tensor,
+    decoder: torch.Tensor,
+    hidden: torch.Tensor,
+) -> torch.Tensor:
+    """The MLM head formula: dense + GELU + norm, then the decoder tied to the word embedding
+    (`decoder` [V, E]), plus `bias`. Used by the pretraining model and by the MLM head a
+    GEMFormer classifier keeps beside the encoder being fine-tuned."""
+    return F.linear(norm(F.gelu(dense(hidden))), decoder, bias)

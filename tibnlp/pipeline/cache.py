@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tibnlp.config.core import atomic_write_text, flatten
+from tibnlp.config.core import flatten
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.tracking.conventions import config_hash
 
 MANIFEST = ".tibnlp-stage.json"

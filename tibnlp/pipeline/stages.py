@@ -1,12 +1,12 @@
 """The built-in stage kinds: thin adapters from a `StageContext` to the toolkit's stage functions.
 
-Each adapter imports its function only when it runs, so a pipeline can be planned (and tested)
-without the heavy layers. Where a function writes is decided here: always inside `ctx.output`.
+Each adapter imports its function (by name, checked like any import) only when it runs, so a
+pipeline can be planned (and tested) without the heavy layers. Where a function writes is
+decided here: always inside `ctx.output`.
 """
 
 from __future__ import annotations
 
-import importlib
 import lzma
 import shutil
 from collections.abc import Iterator
@@ -15,19 +15,6 @@ from typing import Any
 
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.pipeline.context import StageContext
-
-
-def _load(*targets: str) -> Any:
-    """The first of `targets` ("module:function") that exists: names may move between
-    releases of a stage; the adapter follows without a hard import."""
-    errors = []
-    for target in targets:
-        module, _, name = target.partition(":")
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as exc:
-            errors.append(f"{target}: {exc}")
-    raise ConfigError("stage function not found: " + "; ".join(errors))
 
 
 def _fresh(path: Path) -> Path:
@@ -60,14 +47,19 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return out
 
 
-def _named(ctx: StageContext, key: str, required: bool = True) -> Path | None:
+def _optional(ctx: StageContext, key: str) -> Path | None:
     if isinstance(ctx.inputs, dict) and key in ctx.inputs:
         return ctx.inputs[key]
-    if required:
+    return None
+
+
+def _named(ctx: StageContext, key: str) -> Path:
+    path = _optional(ctx, key)
+    if path is None:
         raise ConfigError(
             f"stage {ctx.name}: needs an input named '{key}' (inputs: {{{key}: ...}})"
         )
-    return None
+    return path
 
 
 def _documents(path: Path) -> Iterator[str]:
@@ -110,15 +102,18 @@ def slice_corpus(ctx: StageContext) -> Path:
 def prepare(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
     files = list(ctx.inputs.values()) if isinstance(ctx.inputs, dict) else list(ctx.inputs)
     out = _fresh(ctx.output / "corpus")
-    report = _load("tibnlp.text.prepare:prepare_corpus")(files, out, ctx.config.corpus)
+    from tibnlp.text.prepare import prepare_corpus
+
+    report = prepare_corpus(files, out, ctx.config.corpus)
     return out, _as_dict(report)
 
 
 def vocab(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
     corpus = _named(ctx, "corpus")
     out = _fresh(ctx.output / "vocab")
-    build = _load("tibnlp.text.vocab_build:build_vocabulary", "tibnlp.text.vocab:build_vocab")
-    report = build(corpus, out, ctx.config.vocab)
+    from tibnlp.text.vocab_build import build_vocabulary
+
+    report = build_vocabulary(corpus, out, ctx.config.vocab)
     return out, _as_dict(report)
 
 
@@ -128,25 +123,29 @@ def pretrain(ctx: StageContext) -> Path:
     cfg.pretrain.vocab = str(_named(ctx, "vocab"))
     output = ctx.output / "model"
     cfg.pretrain.output = str(output)
-    run = _load("tibnlp.training.pretrain:run_pretraining")
-    latest_tag = _load("tibnlp.training.checkpoint:latest_tag")
+    from tibnlp.training.checkpoint import latest_tag
+    from tibnlp.training.pretrain import run_pretraining
+
     # An interrupted stage continues from its last complete checkpoint; one stopped before the
     # first checkpoint starts again (run_pretraining refuses both "resume from nothing" and
     # "start over existing checkpoints").
     resume = ctx.resume and latest_tag(output / "checkpoints") is not None
     if ctx.resume and not resume:
         _fresh(output)
-    return Path(run(cfg, resume=resume))
+    return Path(run_pretraining(cfg, resume=resume))
 
 
 def _export(model: Path, tokens: Any, stage: str) -> Path:
     """The export of pretraining output `model` (OUTPUT/model) at `tokens` (param
     `export_tokens`: a point of a learning curve)."""
-    name = _load("tibnlp.training.pretrain:export_name")(float(tokens))
+    from tibnlp.models.io import read_extra
+    from tibnlp.training.pretrain import export_name
+
+    name = export_name(float(tokens))
     path = model.parent / "exports" / name
     if not path.is_dir():
         exports = sorted((model.parent / "exports").glob("tokens-*"))
-        reached = _load("tibnlp.models.io:read_extra")(model).get("tokens", "?")
+        reached = read_extra(model).get("tokens", "?")
         raise DataError(
             f"stage {stage}: pretraining in {model.parent} has no export {name} (it stopped "
             f"at {reached} tokens; exports: {', '.join(e.name for e in exports) or 'none'})",
@@ -158,19 +157,20 @@ def _export(model: Path, tokens: Any, stage: str) -> Path:
 
 def finetune(ctx: StageContext) -> dict[str, Any]:
     cfg = ctx.config
-    model = _named(ctx, "model", required=False)
+    model = _optional(ctx, "model")
     if model is not None and "export_tokens" in ctx.params:
         model = _export(model, ctx.params["export_tokens"], ctx.name)
     if model is not None:
         cfg.finetune.model = str(model)
-    vocab = _named(ctx, "vocab", required=False)  # e.g. a vocab stage's output (TextCNN)
+    vocab = _optional(ctx, "vocab")  # e.g. a vocab stage's output (TextCNN)
     if vocab is not None:
         cfg.finetune.vocab = str(vocab)
     # Not cleared on resume: run_finetune reports seeds that finished (same fingerprint) as
     # they are and trains only the rest.
     cfg.finetune.output = str(ctx.output / "finetune")
-    run = _load("tibnlp.training.finetune:run_finetune")
-    value = run(cfg, cfg.finetune.dataset, cfg.finetune.task)
+    from tibnlp.training.finetune import run_finetune
+
+    value = run_finetune(cfg, cfg.finetune.dataset, cfg.finetune.task)
     result = _as_dict(value)
     register_finetuned(ctx, result)
     return result
@@ -187,10 +187,13 @@ def curve(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
             "set tracking.enabled=true",
         )
     dirs = list(ctx.inputs.values()) if isinstance(ctx.inputs, dict) else list(ctx.inputs)
-    rows = _load("tibnlp.evaluation.report:load_results")(dirs)
+    from tibnlp.evaluation.report import load_results, summary_table
+    from tibnlp.tracking.curve import plot_curve as plot
+
+    rows = load_results(dirs)
     run_ids = [s["run_id"] for r in rows for s in r["seeds"] if s.get("run_id")]
     out = ctx.output / "curve.png"
-    plot = _load("tibnlp.tracking.curve:plot_curve")
+
     metric = str(ctx.params.get("metric", "macro_f1"))
     curve, skipped = plot(
         [tracking.experiment],
@@ -203,7 +206,7 @@ def curve(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
         title=str(ctx.params.get("title", "")),
     )
     ctx.tracker.log_artifact(out)
-    table = _load("tibnlp.evaluation.report:summary_table")(rows)
+    table = summary_table(rows)
     left_out = "".join(f"\nleft out of the plot: {line}" for line in skipped)
     return out, {"summary": table + left_out, "points": len(curve.points), "runs": len(run_ids)}
 

@@ -31,6 +31,7 @@ import sentencepiece as spm
 
 from tibnlp.errors import DataError
 from tibnlp.text.normalize import normalize
+from tibnlp.text.special import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_PIECES, UNK_ID
 from tibnlp.text.syllables import SYLLABLE_RE, TSHEG
 
 MARKER = "tibnlp-vocab.json"
@@ -56,9 +57,10 @@ class Vocabulary:
         self._proto = model_proto
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
         self.size: int = self.sp.get_piece_size()
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = range(5)
-        expected = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        got = [self.sp.id_to_piece(i) for i in range(5)]
+        self.pad_id, self.unk_id, self.cls_id = PAD_ID, UNK_ID, CLS_ID
+        self.sep_id, self.mask_id = SEP_ID, MASK_ID
+        expected = list(SPECIAL_PIECES)
+        got = [self.sp.id_to_piece(i) for i in range(len(expected))]
         if got != expected:
             raise DataError(
                 f"vocabulary {path or '(in memory)'}: ids 0-4 are {got}, expected {expected}",

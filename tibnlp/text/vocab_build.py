@@ -27,6 +27,7 @@ from tibnlp.config.core import dump_yaml, to_dict
 from tibnlp.config.text import VocabConfig
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
+from tibnlp.text.special import PAD_ID, UNK_ID
 from tibnlp.text.syllables import count_syllables, syllables
 from tibnlp.text.vocab import MARKER, MODEL_FILE, WORD_START, Vocabulary
 
@@ -78,9 +79,9 @@ def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> byte
             max_sentence_length=config.max_sentence_length,
             num_threads=config.num_threads or os.cpu_count() or 1,
             seed_sentencepiece_size=max(1_000_000, config.vocab_size * 10),
-            pad_id=0,
+            pad_id=PAD_ID,
             pad_piece=specials[0],
-            unk_id=1,
+            unk_id=UNK_ID,
             unk_piece=specials[1],
             bos_id=-1,
             eos_id=-1,

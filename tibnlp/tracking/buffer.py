@@ -27,7 +27,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from tibnlp.config.core import atomic_write_text
+from tibnlp.fsutil import atomic_write_text
 
 OFFLINE_PREFIX = "offline-"
 IDS_FILE = "ids.json"

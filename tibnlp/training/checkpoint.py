@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tibnlp.config.core import atomic_write_text
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.training.engine import barrier
 
 MARKER = "latest"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -73,12 +73,16 @@ def epoch_batches(
     seed: int,
     world: World,
     accumulation: int = 1,
+    on_epoch: Callable[[int], None] | None = None,
 ) -> ShardedBatches:
     """Every example once per epoch in a seed- and epoch-determined order. Only full batches
     are served (as in pretraining): the few examples of the last partial batch fall to another
-    place in the next epoch's order, so none is left out for long."""
+    place in the next epoch's order, so none is left out for long. `on_epoch(epoch)` runs as
+    each epoch starts (e.g. GEMFormer refreshing its memory with the current weights)."""
 
     def plan(epoch: int) -> list[list[int]]:
+        if on_epoch is not None:
+            on_epoch(epoch)
         order = list(range(len(ids)))
         random.Random(seed * SHUFFLE_SALT + epoch).shuffle(order)
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -114,6 +118,7 @@ def train_one_seed(
     run: Any,
     engine_cfg: EngineConfig | None = None,
     labels: Sequence[str] = (),
+    on_epoch: Callable[[int], None] | None = None,
 ) -> SeedTraining:
     """Train on the one loop until validation macro-F1 stops improving (`ft.patience`
     epochs) or `ft.epochs` end; the best epoch's weights are restored into `model`.
@@ -165,7 +170,7 @@ def train_one_seed(
         select="macro_f1",
         patience=ft.patience,
     )
-    batches = epoch_batches(x_train, y_train, ft.batch_size, seed, world)
+    batches = epoch_batches(x_train, y_train, ft.batch_size, seed, world, on_epoch=on_epoch)
     result = TrainLoop(engine, world, batches, None, settings, evaluate).run(run)
     best_epoch = result.best_step // per_epoch
     return SeedTraining(best_epoch, math.ceil(result.step / per_epoch), scored[best_epoch - 1])

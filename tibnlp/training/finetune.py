@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from tibnlp.config import Config, to_dict
-from tibnlp.config.core import atomic_write_text
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.identity import output_settings
 from tibnlp.config.model import ModelConfig
@@ -41,15 +40,22 @@ from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import write_results
 from tibnlp.evaluation.robustness import suffix_flip_rates
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.classifier import head_config
-from tibnlp.models.classifier_io import ClassifierMeta, build_classifier, save_classifier
+from tibnlp.models.classifier_io import (
+    ClassifierMeta,
+    build_classifier,
+    read_length,
+    save_classifier,
+)
 from tibnlp.models.io import load_config_file, load_encoder
+from tibnlp.models.long_documents.reading import inner_encoder
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, pretrain_params
 from tibnlp.training.classification import set_seed, train_one_seed
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
-from tibnlp.training.long_documents import LongDocuments, read_length, setup_long_documents
+from tibnlp.training.long_documents import prepare_reader, reading_of
 
 SEED_FILE = "seed_result.json"
 TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
@@ -87,7 +93,6 @@ class Setup:
     vocab_dir: Path
     pretrained: dict[str, torch.Tensor] | None
     system: str
-    long: LongDocuments | None = None  # finetune.long_document other than truncate
 
 
 def load_task_data(dataset: str, task: str) -> LabelledSet:
@@ -147,6 +152,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     if ft.encoder == "albert":
         max_len = min(max_len, model_cfg.max_len)
     head = head_config(ft)
+    reading = reading_of(ft, model_cfg, max_len)
     meta = ClassifierMeta(
         encoder="embedding" if ft.encoder == "none" else "albert",
         labels=list(data.labels),
@@ -160,15 +166,15 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         dataset=data.name,
         source_model="" if ft.random_init else str(ft.model),
         eval_routing=ft.eval_routing,
+        reading=reading,
     )
-    read = read_length(ft, max_len)
+    read = reading.read_length(max_len)
     ids = {
         split: encode_texts(vocab, texts(data, split, ft.text_form), read) for split in data.splits
     }
     if ft.limit_train:
         ids["train"] = ids["train"][: ft.limit_train]
-    long = setup_long_documents(ft, model_cfg, cfg.model.global_memory, max_len, ids)
-    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), long)
+    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft))
 
 
 def texts(data: LabelledSet, split: str, form: str) -> list[str]:
@@ -185,6 +191,8 @@ def system_name(ft: FinetuneConfig) -> str:
     base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
     head = ft.head if ft.head == "cnn" else f"{ft.head}-{ft.pooling}"
     long = "" if ft.long_document == "truncate" else f"+long-{ft.long_document}"
+    if ft.long_document == "memory" and ft.memory_selection == "frozen":
+        long += "-frozen"
     routing = "+eval-per-text" if ft.eval_routing == "per_text" else ""
     return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long + routing
 
@@ -318,12 +326,12 @@ def _run_seed(
         _log_seed(run, done.metrics)
         return done
     set_seed(seed)
-    model = build_classifier(setup.meta)
-    if setup.pretrained is not None:
-        model.encoder.load_state_dict(setup.pretrained)  # same keys: built from the same config
-    if setup.long is not None:  # after loading: the wrapper holds the encoder as a child
-        setup.long.attach(model)
-        run.log_metrics(setup.long.figures())
+    model = build_classifier(setup.meta)  # with the reader `meta.reading` names
+    if setup.pretrained is not None:  # same keys: built from the same config
+        inner_encoder(model.encoder).load_state_dict(setup.pretrained)
+    figures, on_epoch = prepare_reader(model.encoder, ft, setup.ids)
+    if setup.meta.reading.mode != "truncate":
+        run.log_metrics({"long_document_window": float(setup.meta.max_len), **figures})
     model.freeze_encoder(ft.freeze_encoder)
     data, ids, labels = setup.data, setup.ids, setup.data.labels
     y_train = data.targets("train")[: len(ids["train"])]
@@ -338,6 +346,7 @@ def _run_seed(
         run,
         cfg.engine,
         labels,
+        on_epoch,
     )
 
     def predict(x: Sequence[Sequence[int]]) -> list[int]:
@@ -348,7 +357,7 @@ def _run_seed(
         return compute_metrics(y, predict(x), labels)
 
     def predict_raw(texts: list[str]) -> list[int]:  # as `tibnlp predict` receives them
-        read = read_length(ft, setup.meta.max_len)
+        read = read_length(setup.meta)
         return predict(
             encode_texts(setup.vocab, [model_text(t, ft.text_form) for t in texts], read)
         )
@@ -366,9 +375,8 @@ def _run_seed(
     }
     if advts is not None:
         for part, key in (("original", "advts_original"), ("adversarial", "advts")):
-            x = encode_texts(setup.vocab, texts(advts, part, ft.text_form), setup.meta.max_len)
+            x = encode_texts(setup.vocab, texts(advts, part, ft.text_form), read_length(setup.meta))
             metrics[key] = evaluate(x, advts.targets(part))
-    LongDocuments.detach(model)
     save_classifier(directory, model, setup.meta, setup.vocab_dir)
     for part, m in metrics.items():
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)

@@ -185,7 +185,7 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
     vocab_dir = Path(p.vocab)
     vocab = Vocabulary.load(vocab_dir)
     # segment recurrence: MLM over chains of consecutive segments (tibnlp.data.segment_chains)
-    chain = cfg.model.recurrence.segments if cfg.model.recurrence.enabled else 0
+    chain = cfg.pretrain.recurrence_segments if cfg.model.recurrence.enabled else 0
     if world.is_main:
         output.mkdir(parents=True, exist_ok=True)
         num_proc = cfg.engine.num_workers or (os.cpu_count() or 1)
