@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import _require_data
-from tibnlp.models.recurrence import mlm_logits
 
 from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
 from tibnlp.config.text import CorpusConfig, VocabConfig
@@ -180,7 +179,7 @@ def test_round_trip_hidden_states_and_mlm_logits(exported, titles, heldout) -> N
     real = mask.bool()
     with torch.no_grad():
         ours_h = model.encoder(ids, mask).hidden
-        ours_logits = mlm_logits(model, ours_h)
+        ours_logits = model.mlm_logits(ours_h)
         base = transformers.AutoModel.from_pretrained(out).eval()
         theirs_h = base(**batch).last_hidden_state
         mlm = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
@@ -201,7 +200,7 @@ def test_fill_mask_pipeline_on_tibetan(exported) -> None:
     pos = int((ids["input_ids"][0] == tokenizer.mask_token_id).nonzero())
     with torch.no_grad():
         h = model.encoder(ids["input_ids"], ids["attention_mask"]).hidden
-        best = mlm_logits(model, h)[0, pos].topk(3).indices.tolist()
+        best = model.mlm_logits(h)[0, pos].topk(3).indices.tolist()
     assert [r["token"] for r in results] == best
 
 
