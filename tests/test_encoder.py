@@ -83,13 +83,13 @@ def test_model_pooling_moved_to_finetune() -> None:
     """The old key names where it went; a saved model.yaml that holds it still loads."""
     from tibnlp.config import load_config
     from tibnlp.config.core import from_dict, to_dict
-    from tibnlp.config.model import ModelConfig, drop_moved
+    from tibnlp.config.model import ModelConfig, drop_moved_keys
     from tibnlp.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"model.pooling' has moved to finetune.pooling"):
+    with pytest.raises(ConfigError, match=r"model.pooling' has moved to 'finetune.pooling'"):
         load_config(overrides=["model.pooling=cls_max"])
     saved = {**to_dict(tiny()), "pooling": "cls_max"}
-    assert from_dict(ModelConfig, drop_moved(saved), "model") == tiny()
+    assert from_dict(ModelConfig, drop_moved_keys(saved), "model") == tiny()
 
 
 def test_pretraining_metrics_and_sparse_mlm_equals_dense() -> None:

@@ -89,7 +89,7 @@ def test_majority_level_is_the_one_class_predictor() -> None:
 
 
 def test_a_seed_at_the_majority_class_warns_tags_and_is_marked(env, monkeypatch, capsys) -> None:
-    def collapsed(model, x_train, y_train, x_val, y_val, ft, seed, run, engine, labels):
+    def collapsed(model, x_train, y_train, x_val, y_val, ft, seed, run, engine, labels, *_):
         # seed 1 predicts one class on validation; seed 2 learns
         pred = [0] * len(y_val) if seed == 1 else list(y_val)
         return SeedTraining(1, 1, compute_metrics(y_val, pred, labels))

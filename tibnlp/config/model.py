@@ -88,7 +88,7 @@ class ModelConfig:
     # directory holding one still loads (`drop_moved_keys`)
     MOVED: ClassVar[dict[str, str]] = {
         "global_memory": "finetune.global_memory",
-        "pooling": "finetune.pooling (the classifier head's sentence vector)",
+        "pooling": "finetune.pooling",
     }
 
     vocab_size: int = 30000  # replaced by the vocabulary's real size at pretraining start
