@@ -107,7 +107,7 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(corpus_dir: str, pack: str, cache: str) -> None:
-    from tibnlp.text.prepare import load_prepared
+    from tibnlp.text.prepared import load_prepared
 
     _WORKER["corpus"] = load_prepared(Path(corpus_dir))
     _WORKER["segmenter"] = WordSegmenter(Path(pack), Path(cache))
@@ -192,7 +192,7 @@ def segment_corpus(
     """Find the botok words of a prepared corpus and store them in CORPUS/words/ (module
     docstring); returns their meta. Words already there for the same corpus, pack and botok
     are kept; an interrupted run resumes from its finished shards."""
-    from tibnlp.text.prepare import load_prepared
+    from tibnlp.text.prepared import load_prepared
 
     corpus_dir = Path(corpus_dir)
     corpus = load_prepared(corpus_dir)

@@ -57,10 +57,10 @@ from tibnlp.config.text import CorpusConfig
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.filtering import LINE_REASONS, choose_heldout, dedup_mask, process_documents
+from tibnlp.text.prepared import MARKER, MARKER_CONTENT, load_prepared
 from tibnlp.text.readers import InputInfo, expand_inputs, read_documents
 
-MARKER = "tibnlp-corpus.json"
-MARKER_CONTENT = {"kind": "prepared_corpus", "version": 1}
+__all__ = ["MARKER", "MARKER_CONTENT", "load_prepared", "prepare_corpus"]
 SPLITS = ("train", "heldout")
 FEATURES = datasets.Features(
     {
@@ -77,29 +77,6 @@ _RAW_FEATURES = datasets.Features(
         "lines": datasets.Sequence(datasets.Value("string")),
     }
 )
-
-
-def load_prepared(path: Path) -> datasets.DatasetDict:
-    """The `train`/`heldout` DatasetDict of a prepared corpus directory."""
-    path = Path(path)
-    marker = path / MARKER
-    if not marker.is_file():
-        raise DataError(
-            f"{path} is not a prepared corpus (no {MARKER} in it)",
-            "run `tibnlp corpus prepare --input FILE... --output DIR` and pass DIR",
-        )
-    try:
-        meta = json.loads(marker.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{marker}: not valid JSON ({exc})", "run tibnlp corpus prepare") from exc
-    if meta.get("kind") != "prepared_corpus" or meta.get("version") != 1:
-        raise DataError(
-            f"{marker}: unsupported prepared corpus {meta!r} (expected {MARKER_CONTENT})",
-            "re-run tibnlp corpus prepare with this version of tibnlp",
-        )
-    dataset = datasets.load_from_disk(str(path / "dataset"))
-    assert isinstance(dataset, datasets.DatasetDict)
-    return dataset
 
 
 def _check_output(output: Path, force: bool) -> None:
