@@ -14,8 +14,6 @@ cannot be made much faster at the same shape and precision; what is left over is
 from __future__ import annotations
 
 import argparse
-import platform
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from tibnlp.config.model import HeadsConfig, ModelConfig
 from tibnlp.data.masking import IGNORE_INDEX as IGNORE
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.models.summary import training_flops_per_token
+from tibnlp.training.engine import hardware_name
 
 GROUPS = {
     "matrix": ("mm", "addmm", "bmm", "linear", "matmul", "scaled_dot_product", "_flash", "baddbmm"),
@@ -42,17 +41,6 @@ def group_of(name: str) -> str:
         if any(k in low for k in keys):
             return group
     return "other (copies, adds, casts, autograd glue)"
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main() -> None:
@@ -114,7 +102,7 @@ def main() -> None:
     lines = [
         "# One pretraining step, profiled",
         "",
-        f"CPU: {cpu_name()}, {args.threads} threads, torch {torch.__version__}, fp32.",
+        f"CPU: {hardware_name()}, {args.threads} threads, torch {torch.__version__}, fp32.",
         f"Shape: vocab {args.vocab}, E={args.emb}, D={args.hidden}, {args.layers} layers, "
         f"{args.heads} heads, FFN {args.ffn}, pre-LN, sparse MLM (mask {args.mask_prob}), "
         f"seq {args.seq}, batch {args.batch}, AdamW; {args.steps} profiled steps.",

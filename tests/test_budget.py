@@ -4,6 +4,7 @@ spent (a budgeted run ends annealed), and `export_at_tokens` hooks fire once per
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import engine_harness as h
 import pytest
@@ -41,6 +42,21 @@ def _loop(tmp: Path, settings: LoopSettings, exports: list) -> TrainLoop:
     )
 
 
+def _settings(tmp: Path, max_steps: int = 1000, **budget: Any) -> LoopSettings:
+    """Checkpoints, evaluation and logging out of the way: only the budget under test."""
+    return LoopSettings(
+        max_steps=max_steps,
+        log_every=1000,
+        eval_every=1000,
+        eval_batches=0,
+        checkpoint_every=0,
+        keep_checkpoints=0,
+        checkpoint_dir=tmp / "ck",
+        progress=False,
+        **budget,
+    )
+
+
 def test_budgeted_run_ends_at_the_final_lr(tmp_path: Path) -> None:
     lrs: list[float] = []
     now = [0.0]
@@ -50,18 +66,7 @@ def test_budgeted_run_ends_at_the_final_lr(tmp_path: Path) -> None:
         now[0] += 0.5
         return now[0]
 
-    settings = LoopSettings(
-        max_steps=1000,
-        log_every=1000,
-        eval_every=1000,
-        eval_batches=0,
-        checkpoint_every=0,
-        keep_checkpoints=0,
-        checkpoint_dir=tmp_path / "ck",
-        progress=False,
-        time_budget_s=20.0,
-        clock=clock,
-    )
+    settings = _settings(tmp_path, time_budget_s=20.0, clock=clock)
     exports: list[tuple[float, Progress]] = []
     loop = _loop(tmp_path, settings, exports)
     real_step = loop.train_step
@@ -80,17 +85,7 @@ def test_budgeted_run_ends_at_the_final_lr(tmp_path: Path) -> None:
 
 
 def test_exports_fire_once_per_token_count(tmp_path: Path) -> None:
-    settings = LoopSettings(
-        max_steps=6,
-        log_every=10,
-        eval_every=1000,
-        eval_batches=0,
-        checkpoint_every=0,
-        keep_checkpoints=0,
-        checkpoint_dir=tmp_path / "ck",
-        progress=False,
-        export_at_tokens=[1.0, 2.0, 1e12],
-    )
+    settings = _settings(tmp_path, max_steps=6, export_at_tokens=[1.0, 2.0, 1e12])
     exports: list[tuple[float, Progress]] = []
     loop = _loop(tmp_path, settings, exports)
     loop.run()
@@ -122,17 +117,7 @@ def test_learning_check_warns_once_at_the_unigram_plateau(capsys) -> None:  # ty
 
 
 def test_token_budget_stops_the_run_annealed(tmp_path: Path) -> None:
-    settings = LoopSettings(
-        max_steps=1000,
-        log_every=1000,
-        eval_every=1000,
-        eval_batches=0,
-        checkpoint_every=0,
-        keep_checkpoints=0,
-        checkpoint_dir=tmp_path / "ck",
-        progress=False,
-        max_tokens=2000.0,
-    )
+    settings = _settings(tmp_path, max_tokens=2000.0)
     loop = _loop(tmp_path, settings, [])
     result = loop.run()
     assert result.stopped_by == "token_budget" and loop.tokens >= 2000

@@ -266,7 +266,7 @@ class TrainLoop:
         by_tokens = self.tokens / s.max_tokens if s.max_tokens else 0.0
         return max(by_time, by_tokens)
 
-    def _apply_time_fraction(self) -> None:
+    def _apply_budget_share(self) -> None:
         scheduler: Any = getattr(self.engine, "lr_scheduler", None)
         budgeted = self.settings.time_budget_s or self.settings.max_tokens
         if budgeted and hasattr(scheduler, "set_time_fraction"):
@@ -319,7 +319,7 @@ class TrainLoop:
             while self.step < s.max_steps:
                 self.train_seconds = seconds_before + s.clock() - start
                 over = s.time_budget_s is not None and self.train_seconds > s.time_budget_s
-                self._apply_time_fraction()
+                self._apply_budget_share()
                 metrics, tokens, stop = self.train_step(over)
                 self.step += 1
                 self.tokens += tokens

@@ -79,7 +79,8 @@ class WarmupDecay(LambdaLR):
         self.__dict__.update(state)
 
     def set_time_fraction(self, fraction: float) -> None:
-        """Share of the wall-clock budget spent; re-applies the lr of the coming update."""
+        """Share of the budget spent (time or tokens, whichever is further along: the loop
+        decides); re-applies the lr of the coming update."""
         for factor in self.lr_lambdas:
             if isinstance(factor, LrFactor):
                 factor.time_fraction = fraction
