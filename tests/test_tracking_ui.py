@@ -27,7 +27,10 @@ def _children(pid: int) -> list[int]:
 
 
 def _port_free(port: int) -> bool:
+    """Whether a new server could listen there: servers set SO_REUSEADDR, so connections
+    the old one left in TIME_WAIT do not count."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

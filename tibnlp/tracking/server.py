@@ -25,7 +25,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 def server_command(
     store_uri: str, host: str, port: int, artifacts: Path | None = None, workers: int = 1
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store_uri]
+    cmd = [sys.executable, "-m", "tibnlp.tracking.supervise"]  # stops the group it leads
+    cmd += [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store_uri]
     cmd += ["--host", host, "--port", str(port), "--workers", str(workers)]
     if artifacts is not None:
         cmd += ["--artifacts-destination", str(artifacts)]
