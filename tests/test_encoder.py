@@ -53,6 +53,39 @@ def test_shapes_and_shared_weights() -> None:
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
+def test_unshared_layers_run_the_same_loop_with_their_own_weights(norm: str) -> None:
+    """share_layers=false: num_layers x the layer parameters at the same analytic FLOPs; with
+    every later layer a copy of the first it computes exactly what the shared model does."""
+    from tibnlp.models.summary import training_flops_per_token
+
+    shared_cfg, own_cfg = tiny(num_layers=3, norm=norm), tiny(num_layers=3, norm=norm)
+    own_cfg.share_layers = False
+    shared, own = Encoder(shared_cfg).eval(), Encoder(own_cfg).eval()
+    layer = sum(p.numel() for p in shared.layer.parameters())
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(own) - count(shared) == 2 * layer
+    flops = [training_flops_per_token(c, 64, 0.15) for c in (shared_cfg, own_cfg)]
+    assert flops[0] == flops[1]
+    assert own.layer_at(2) is not own.layer_at(1) and shared.layer_at(2) is shared.layer
+    ids, mask = batch([10, 6], 12)
+    own.load_state_dict(shared.state_dict(), strict=False)  # embeddings, layer 1, final norm
+    assert not torch.allclose(own(ids, mask).hidden, shared(ids, mask).hidden)
+    for later in own.later_layers:
+        later.load_state_dict(shared.layer.state_dict())
+    torch.testing.assert_close(own(ids, mask).hidden, shared(ids, mask).hidden)
+
+
+def test_unshared_layers_save_and_load(tmp_path: Path) -> None:
+    cfg = tiny(num_layers=3, share_layers=False)
+    model = AlbertForPretraining(cfg).eval()
+    save_pretrained(model, cfg, tmp_path / "m")
+    cfg2, enc = load_encoder(tmp_path / "m")
+    assert cfg2.share_layers is False and len(enc.later_layers) == 2
+    ids, mask = batch([7, 3], 7)
+    torch.testing.assert_close(enc.eval()(ids, mask).hidden, model.encoder(ids, mask).hidden)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
 def test_padding_invariance(norm: str) -> None:
     enc = Encoder(tiny(norm=norm)).eval()
     ids, mask = batch([9, 5], 9)

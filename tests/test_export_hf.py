@@ -212,6 +212,7 @@ def test_fill_mask_pipeline_on_tibetan(exported) -> None:
         ({"position": "relative"}, "model.position"),
         ({"memory_tokens": 2}, "model.memory_tokens"),
         ({"norm": "pre"}, "model.norm"),
+        ({"share_layers": False}, "model.share_layers"),
     ],
 )
 def test_designs_stock_albert_cannot_express_are_refused(

@@ -105,6 +105,10 @@ class ModelConfig:
     # post: ALBERT's post-LN layer (the published shape); pre: LayerNorm before attention and
     # FFN plus a final LayerNorm, which tolerates a higher learning rate (cramming, 24h-BERT)
     norm: Literal["post", "pre"] = "post"
+    # true: ALBERT's cross-layer sharing (one layer's weights run num_layers times). false:
+    # num_layers own layers, BERT-style: the same FLOPs per token with num_layers x the layer
+    # parameters, which is what a compute budget (not a memory one) can afford
+    share_layers: bool = True
     heads: HeadsConfig = field(default_factory=HeadsConfig)
     scales: ScalesConfig = field(default_factory=ScalesConfig)
     recurrence: RecurrenceConfig = field(default_factory=RecurrenceConfig)

@@ -59,6 +59,8 @@ def unsupported(cfg: ModelConfig) -> list[tuple[str, str]]:
         out.append(("model.fusion.enabled", "RPSAN masked fusion"))
     if cfg.memory_tokens:
         out.append(("model.memory_tokens", f"{cfg.memory_tokens} memory tokens"))
+    if not cfg.share_layers:
+        out.append(("model.share_layers", "unshared layers (this export writes one group)"))
     if cfg.norm != "post":
         out.append(("model.norm", f"{cfg.norm}-LN layers (ALBERT is post-LN)"))
     return out

@@ -1,4 +1,5 @@
-"""ALBERT-tiny encoder (MODELS.md section 1): factorized embeddings, one shared post-LN layer.
+"""ALBERT-tiny encoder (MODELS.md section 1): factorized embeddings, one shared post-LN layer
+(or, with `model.share_layers: false`, one per depth).
 
 The layer's attention is `RoutedAttention` (fixed or dynamic head count) around the core the
 config selects. The batch is cut to its longest real sequence before the layers run, so a
@@ -119,7 +120,12 @@ class Encoder(nn.Module):
         # (`tibnlp.models.attention.dynamic.per_text_routing`)
         self.routing = cfg.heads
         self.embeddings = Embeddings(cfg)
-        self.layer = SharedLayer(cfg)
+        self.layer = SharedLayer(cfg)  # the first layer; with model.share_layers, the only one
+        # layers 2..L when model.share_layers is false (`layer` keeps its name either way, so
+        # shared models' saved weights and the Hugging Face export stay as they were)
+        self.later_layers = nn.ModuleList(
+            [] if cfg.share_layers else [SharedLayer(cfg) for _ in range(cfg.num_layers - 1)]
+        )
         self.final_norm = (
             nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
         )
@@ -129,6 +135,12 @@ class Encoder(nn.Module):
             else None
         )
         self.apply(lambda m: init_weights(m, cfg.initializer_range))
+
+    def layer_at(self, index: int) -> SharedLayer:
+        """The weights layer `index` (0-based) runs: the shared layer, or its own."""
+        if index == 0 or not len(self.later_layers):
+            return self.layer
+        return self.later_layers[index - 1]  # type: ignore[return-value]
 
     @property
     def supports_sparse_outputs(self) -> bool:
@@ -189,9 +201,10 @@ class Encoder(nn.Module):
                 )
             if want is not None and layer == last:
                 lctx = dataclasses.replace(lctx, queries=queries + k)
+            block = self.layer_at(layer)
             if recurrent:  # the memory holds what this layer's attention reads
-                states.append((self.layer.attention_norm(x) if self.final_norm else x)[:, k:])
-            x = self.layer(x, lctx, large)
+                states.append((block.attention_norm(x) if self.final_norm else x)[:, k:])
+            x = block(x, lctx, large)
         if self.final_norm is not None:
             x = self.final_norm(x)
         if want is not None:  # [B, Q, D] at the wanted positions -> [B, keep, D], zero elsewhere

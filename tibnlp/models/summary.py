@@ -40,7 +40,10 @@ def describe(cfg: ModelConfig) -> ModelSummary:
     params = {"embeddings": count(enc.embeddings)}
     for h in heads:
         params[f"attention route h={h}"] = count(enc.layer.attention.route(h))
-    params["shared layer (all)"] = count(enc.layer)
+    if cfg.share_layers:
+        params["shared layer (all)"] = count(enc.layer)
+    else:
+        params[f"{cfg.num_layers} unshared layers"] = count(enc.layer) + count(enc.later_layers)
     params["encoder"] = count(enc)
     params["pretraining heads (MLM + SOP)"] = count(model) - count(enc)
     params["total"] = count(model)
