@@ -129,3 +129,15 @@ def test_disabled_tracker_does_nothing(tmp_path: Path, monkeypatch: pytest.Monke
         tr.child("x").log_metrics({"b": 1.0})
     assert tr.run_id is None
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_experiments_open_on_their_runs_in_mlflow_3(store: str, tmp_path: Path) -> None:
+    """Without the kind tag MLflow 3 opens an experiment on its GenAI trace overview."""
+    client = MlflowClient(store)
+    old = client.create_experiment("made-before")  # an experiment tibnlp did not create
+    for name in ("new-exp", "made-before"):
+        with Tracker(name, "r", uri=store, buffer_dir=tmp_path / "buf") as tr:
+            tr.log_metrics({"x": 1.0})
+        exp = client.get_experiment_by_name(name)
+        assert exp is not None and exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"

@@ -31,6 +31,9 @@ from tibnlp.fsutil import atomic_write_text
 
 OFFLINE_PREFIX = "offline-"
 IDS_FILE = "ids.json"
+# MLflow 3 opens an experiment without this tag on its GenAI trace overview, where tibnlp's
+# runs are not shown; training experiments open on the runs table
+KIND = {"mlflow.experimentKind": "custom_model_development"}
 _BATCH = 100  # MLflow accepts at most 100 params / 1000 metrics per log_batch
 
 
@@ -114,9 +117,13 @@ class Applier:
             exp = self.client.get_experiment_by_name(name)
             if exp is not None and exp.lifecycle_stage == "deleted":
                 self.client.restore_experiment(exp.experiment_id)
-            self._experiments[name] = (
-                exp.experiment_id if exp else self.client.create_experiment(name)
-            )
+            if exp is None:
+                self._experiments[name] = self.client.create_experiment(name, tags=KIND)
+            else:
+                if "mlflow.experimentKind" not in exp.tags:  # made before tibnlp set it
+                    for key, value in KIND.items():
+                        self.client.set_experiment_tag(exp.experiment_id, key, value)
+                self._experiments[name] = exp.experiment_id
         return self._experiments[name]
 
     def apply(self, rec: dict[str, Any]) -> None:
