@@ -295,3 +295,26 @@ def test_real_corpus_slice(require_data, tmp_path: Path) -> None:
     first = next(r for split in ds.values() for r in split if r["doc_id"] == 0)
     expected = split_sentences(normalize(lines[0]))
     assert expected and first["sentences"][: len(expected)] == expected
+
+
+def test_cli_takes_several_inputs_after_one_flag(tmp_path: Path) -> None:
+    """`--input a.txt b.txt.xz` (what users type first) equals the repeated flag."""
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    (tmp_path / "a.txt").write_text(f"{S1}\n\n{S2}\n", encoding="utf-8")
+    with lzma.open(tmp_path / "b.txt.xz", "wt", encoding="utf-8") as fh:
+        fh.write(f"{S3}\n")
+    a, b = str(tmp_path / "a.txt"), str(tmp_path / "b.txt.xz")
+    common = ["--num-proc", "1", "--no-progress", "--set", "corpus.heldout_fraction=0"]
+    sources = []
+    for form, out in (([a, b], "one"), ([a, "-i", b], "repeated")):
+        res = CliRunner().invoke(
+            app, ["corpus", "prepare", "--input", *form, "-o", str(tmp_path / out), *common]
+        )
+        assert res.exit_code == 0, res.output
+        sources.append([r["source"] for r in load_prepared(tmp_path / out)["train"].to_list()])
+    assert sources[0] == sources[1] == ["a.txt", "a.txt", "b.txt.xz"]
+    none = CliRunner().invoke(app, ["corpus", "prepare", "-o", str(tmp_path / "x"), *common])
+    assert none.exit_code != 0 and "at least one input" in none.output

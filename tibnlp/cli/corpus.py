@@ -18,15 +18,19 @@ app = typer.Typer(
 )
 
 
-@app.command("prepare")
+@app.command("prepare", context_settings={"allow_extra_args": True})
 def prepare(
-    input: Annotated[
-        list[Path],
-        typer.Option(
-            "--input", "-i", help="Text (.txt, .xz, .gz, .bz2), JSONL or a folder (repeatable)."
-        ),
-    ],
+    ctx: typer.Context,
     output: Annotated[Path, typer.Option("--output", "-o", help="Prepared corpus directory.")],
+    input: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--input",
+            "-i",
+            help="Text (.txt, .xz, .gz, .bz2), JSONL or a folder; several after one flag "
+            "(--input a.txt b.txt.xz) or the flag repeated.",
+        ),
+    ] = None,
     field: Annotated[
         str | None, typer.Option(help="JSONL field with the text [corpus.field].")
     ] = None,
@@ -47,13 +51,17 @@ def prepare(
     set_: SetOption = None,
 ) -> None:
     """Prepare a corpus: OUTPUT/dataset (train/heldout, one row per document), report.json."""
+    # click gives an option one value: the paths after the first are left as extra arguments
+    inputs = [*(input or []), *(Path(a) for a in ctx.args)]
+    if not inputs:
+        raise typer.BadParameter("name at least one input file or folder", param_hint="--input")
     extra = [
         f"corpus.{key}={value}"
         for key, value in (("field", field), ("on_error", on_error), ("num_proc", num_proc))
         if value is not None
     ]
     cfg = resolve_config(config, set_, *extra).corpus
-    report = prepare_corpus(input, output, cfg, progress=progress, force=force)
+    report = prepare_corpus(inputs, output, cfg, progress=progress, force=force)
     console.print(report_table(report))
     console.print(f"prepared corpus written to {output} ({report['seconds']} s)")
 
