@@ -54,7 +54,9 @@ def finished_pipeline(
     store = sqlite_store(tmp_path)
     overrides = ["vars.docs=150", "vars.steps=6", "engine.threads=1"]
     spec = load_pipeline(ROOT / "pipelines" / "smoke.yaml", overrides)
-    run_pipeline(spec, tracking_uri=store, echo=lambda _: None, workdir=tmp_path / "work")
+    said: list[str] = []
+    run_pipeline(spec, tracking_uri=store, echo=said.append, workdir=tmp_path / "work")
+    assert "test macro-F1" in "\n".join(said)  # it ends with its result table
     return store, spec.experiment
 
 
@@ -90,6 +92,8 @@ def test_ui_shows_a_finished_pipeline(
         page.goto(f"{base}/runs")
         page.get_by_text("Training runs").first.wait_for(timeout=WAIT_MS)  # not GenAI's page
         page.get_by_text("tibnlp pipeline smoke").first.wait_for(timeout=WAIT_MS)
+        client_note = runs["smoke"].data.tags["mlflow.note.content"]
+        assert "test macro-F1" in client_note  # the pipeline run's description: its table
         page.get_by_role("link", name="smoke", exact=True).wait_for(timeout=WAIT_MS)
         page.locator("button[data-component-id*='runnamecellrenderer']").first.click()
         for stage in ("slice", "prepare", "vocab", "pretrain", "finetune"):

@@ -317,6 +317,8 @@ def _report(
     for name, res in result.results.items():
         if isinstance(res, dict) and isinstance(res.get(SUMMARY), str):
             parts.append(f"{res[SUMMARY].rstrip()}\n\n{name}: {result.outputs[name]}")
+    if not parts:  # no stage wrote a summary: the fine-tuning stages' result table
+        parts = _finetune_table(result)
     for text in parts:
         echo("")
         echo(text)
@@ -324,6 +326,24 @@ def _report(
         if parts:
             parent.set_tags({NOTE: "\n\n".join(parts)})
         parent.set_experiment_tags({NOTE: describe(spec)})
+
+
+def _finetune_table(result: PipelineRun) -> list[str]:
+    from tibnlp.evaluation.report import load_results, summary_table
+
+    names = [
+        name
+        for name, res in result.results.items()
+        if isinstance(res, dict) and {"system", "dataset", "test_macro_f1"} <= res.keys()
+    ]
+    if not names:
+        return []
+    try:
+        rows = load_results([result.outputs[name] for name in names])
+    except TibnlpError:
+        return []
+    where = "\n".join(f"{name}: {result.outputs[name]}" for name in names)
+    return [f"{summary_table(rows).rstrip()}\n\n{where}"] if rows else []
 
 
 def _record_skip(result: PipelineRun, planner: Planner, step: Step) -> None:
