@@ -141,3 +141,22 @@ def test_experiments_open_on_their_runs_in_mlflow_3(store: str, tmp_path: Path) 
         exp = client.get_experiment_by_name(name)
         assert exp is not None and exp.tags["mlflow.experimentKind"] == "custom_model_development"
     assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def _log_one(uri: str, buffer: str) -> str:
+    with Tracker("race", "r", uri=uri, buffer_dir=buffer) as tr:
+        tr.log_metrics({"x": 1.0})
+    return str(tr.run_id)
+
+
+def test_processes_starting_together_on_a_new_sqlite_store(tmp_path: Path) -> None:
+    """Two fine-tunings started at once on a fresh ./mlflow.db: MLflow's table creation raced
+    ("table runs already exists") before tibnlp created the store under a lock."""
+    import multiprocessing as mp
+
+    uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"
+    with mp.get_context("spawn").Pool(3) as pool:
+        ids = pool.starmap(_log_one, [(uri, str(tmp_path / f"buf{i}")) for i in range(3)])
+    assert len(set(ids)) == 3 and not any(i.startswith("offline-") for i in ids)
+    exp = MlflowClient(uri).get_experiment_by_name("race")
+    assert exp is not None and len(MlflowClient(uri).search_runs([exp.experiment_id])) == 3

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -60,6 +62,22 @@ def _short_http_retries(uri: str) -> None:
         env_default("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 
+def _create_sqlite_store_once(uri: str) -> None:
+    """MLflow creates a new SQLite store's tables on first use; two processes doing that at
+    once (two fine-tunings started together on a fresh ./mlflow.db) fail with "table runs
+    already exists". Create it under a file lock beside the database, once."""
+    if not uri.startswith("sqlite:///"):
+        return
+    db = Path(uri.removeprefix("sqlite:///").split("?")[0])
+    if db.name in ("", ":memory:"):
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".init-lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        with contextlib.suppress(Exception):  # a store that cannot open fails as before
+            MlflowClient(uri).search_experiments(max_results=1)
+
+
 class Tracker:
     """One MLflow run (optionally nested under a parent). Use as a context manager."""
 
@@ -88,6 +106,7 @@ class Tracker:
         self.uri = default_tracking_uri(uri)
         _short_http_retries(self.uri)
         mlflow.set_tracking_uri(self.uri)
+        _create_sqlite_store_once(self.uri)
         self.client = MlflowClient(self.uri)
         self.buffer_dir = default_buffer_dir(str(buffer_dir or ""))
         self.retry_seconds = retry_seconds
