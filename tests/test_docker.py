@@ -52,7 +52,7 @@ def test_dockerfile_builds_a_cuda_image_with_deepspeed_and_tibnlp() -> None:
     assert any(ln.startswith("FROM ${CUDA_IMAGE}") for ln in lines)
     runs = " ".join(ln for ln in lines if ln.startswith("RUN "))
     assert "download.pytorch.org/whl/cu" in args["TORCH_INDEX"] and "torch==" in runs
-    assert "deepspeed" in runs and "pip install -e ." in runs
+    assert "deepspeed" in runs and 'pip install -e ".[postgres]"' in runs
     entry = next(ln for ln in lines if ln.startswith("ENTRYPOINT"))
     assert json.loads(entry.split(None, 1)[1]) == ["tibnlp"]
     cmd = json.loads(next(ln for ln in lines if ln.startswith("CMD")).split(None, 1)[1])
@@ -70,7 +70,7 @@ def test_compose_services_and_trainer_command() -> None:
     command = mlflow["command"]
     assert command[0] == "server"
     store = command[command.index("--backend-store-uri") + 1]
-    assert store.startswith("postgresql://") and "@postgres:5432/" in store
+    assert store.startswith("postgresql+psycopg2://") and "@postgres:5432/" in store
     artifacts = command[command.index("--artifacts-destination") + 1]
     assert any(v.endswith(":" + artifacts) for v in mlflow["volumes"])
     assert all(p.startswith("127.0.0.1:") for p in mlflow["ports"])  # loopback unless changed
