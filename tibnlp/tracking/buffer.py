@@ -120,7 +120,7 @@ class Applier:
             if exp is None:
                 self._experiments[name] = self.client.create_experiment(name, tags=KIND)
             else:
-                if "mlflow.experimentKind" not in exp.tags:  # made before tibnlp set it
+                if not KIND.keys() <= exp.tags.keys():  # made before tibnlp set it
                     for key, value in KIND.items():
                         self.client.set_experiment_tag(exp.experiment_id, key, value)
                 self._experiments[name] = exp.experiment_id

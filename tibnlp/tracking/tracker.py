@@ -62,11 +62,14 @@ def _short_http_retries(uri: str) -> None:
         env_default("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 
+_SQLITE_READY: set[str] = set()  # stores this process has created or opened
+
+
 def _create_sqlite_store_once(uri: str) -> None:
     """MLflow creates a new SQLite store's tables on first use; two processes doing that at
     once (two fine-tunings started together on a fresh ./mlflow.db) fail with "table runs
-    already exists". Create it under a file lock beside the database, once."""
-    if not uri.startswith("sqlite:///"):
+    already exists". Create it under a file lock beside the database, once per process."""
+    if not uri.startswith("sqlite:///") or uri in _SQLITE_READY:
         return
     db = Path(uri.removeprefix("sqlite:///").split("?")[0])
     if db.name in ("", ":memory:"):
@@ -76,6 +79,7 @@ def _create_sqlite_store_once(uri: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         with contextlib.suppress(Exception):  # a store that cannot open fails as before
             MlflowClient(uri).search_experiments(max_results=1)
+            _SQLITE_READY.add(uri)
 
 
 class Tracker:
