@@ -235,3 +235,46 @@ def test_auto_threshold_must_be_resolved(tmp_path: Path) -> None:
     fixed = tiny(heads=HeadsConfig(small=6, large=6, threshold="auto"))
     save_pretrained(build_encoder(fixed), fixed, tmp_path)  # unused by a fixed-head model
     assert load_pretrained(tmp_path)[0] == fixed
+
+
+def test_sinusoidal_position_init_relates_every_offset_alike() -> None:
+    """position_init=sinusoidal: the table starts at BERT's scale (std = initializer_range) and
+    the dot product of two positions depends on their offset only, unlike a random table."""
+    enc = Encoder(tiny(position_init="sinusoidal", max_len=32, embedding_size=16))
+    table = enc.embeddings.position.weight.detach()
+    assert table.std().item() == pytest.approx(0.02, rel=1e-3)
+    gram = table @ table.T
+    for offset in (1, 3):
+        diagonal = torch.diagonal(gram, offset)
+        assert torch.allclose(diagonal, diagonal[0].expand_as(diagonal), rtol=1e-3, atol=1e-6)
+    random_gram = (lambda t: t @ t.T)(Encoder(tiny(max_len=32)).embeddings.position.weight.detach())
+    assert torch.diagonal(random_gram, 1).std() > 10 * torch.diagonal(gram, 1).std()
+    assert enc.embeddings.position.weight.requires_grad  # still learned
+
+
+def test_sinusoidal_position_init_needs_absolute_positions() -> None:
+    with pytest.raises(ConfigError, match=r"model\.position_init"):
+        ModelConfig(position="relative", position_init="sinusoidal").validate("model")
+
+
+def test_relative_positions_flops_match_the_counted_matmuls() -> None:
+    """The analytic FLOPs of relative attention's extra position scores equal what torch's
+    FLOP counter measures (forward, x3 for training), up to the per-batch W_R projection."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tibnlp.models.summary import training_flops_per_token
+
+    n, rows = 16, 8
+    ids, mask = batch([n] * rows, n)
+    measured = []
+    for position in ("absolute", "relative"):
+        cfg = tiny(position=position, num_layers=2, hidden_size=24)
+        with FlopCounterMode(display=False) as counter:
+            Encoder(cfg)(ids, mask)
+        measured.append(counter.get_total_flops() / (rows * n))
+    analytic = [
+        training_flops_per_token(tiny(position=p, num_layers=2, hidden_size=24), n, 0.15)
+        for p in ("absolute", "relative")
+    ]
+    w_r = 2 * (2 * n - 1) * 24 * 24 * 2 / (rows * n)  # per token, per batch projection, 2 layers
+    assert 3 * (measured[1] - measured[0]) == pytest.approx(analytic[1] - analytic[0] + 3 * w_r)

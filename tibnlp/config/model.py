@@ -102,6 +102,12 @@ class ModelConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     position: Literal["absolute", "relative"] = "absolute"
+    # how the absolute position table starts. random: N(0, initializer_range), as BERT/ALBERT.
+    # sinusoidal: the Transformer's sinusoids scaled to that same std, still learned. Why: a
+    # random table gives neighbouring positions unrelated vectors, and on a short budget the
+    # model never learns to use word order (measured in benchmarks/results/positions.md);
+    # sinusoids relate every offset by one linear map from the first step
+    position_init: Literal["random", "sinusoidal"] = "random"
     # post: ALBERT's post-LN layer (the published shape); pre: LayerNorm before attention and
     # FFN plus a final LayerNorm, which tolerates a higher learning rate (cramming, 24h-BERT)
     norm: Literal["post", "pre"] = "post"
@@ -141,6 +147,11 @@ class ModelConfig:
                 "segment recurrence needs model.position=relative (absolute positions would "
                 "repeat across segments)",
             )
+        check(
+            self.position == "absolute" or self.position_init == "random",
+            f"{prefix}.position_init",
+            "applies to absolute positions only (model.position=relative has no position table)",
+        )
         if self.position == "relative":
             check(
                 not self.scales.enabled,

@@ -16,6 +16,7 @@ documents longer than one window are built on top of this module, in
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -135,6 +136,10 @@ class Encoder(nn.Module):
             else None
         )
         self.apply(lambda m: init_weights(m, cfg.initializer_range))
+        if self.embeddings.position is not None and cfg.position_init == "sinusoidal":
+            table = sinusoids(cfg.max_len, cfg.embedding_size)
+            with torch.no_grad():
+                self.embeddings.position.weight.copy_(table * (cfg.initializer_range / table.std()))
 
     def layer_at(self, index: int) -> SharedLayer:
         """The weights layer `index` (0-based) runs: the shared layer, or its own."""
@@ -237,6 +242,18 @@ def _query_positions(want: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     order = torch.argsort((~want).to(torch.uint8), dim=1, stable=True)[:, :q]
     valid = torch.arange(q, device=want.device)[None, :] < counts[:, None]
     return torch.where(valid, order, torch.zeros_like(order)), valid
+
+
+def sinusoids(length: int, width: int) -> torch.Tensor:
+    """[length, width] Transformer position table (Vaswani et al. 2017): sin on even, cos on
+    odd columns, wavelengths 2pi .. 10000 * 2pi. The dot product of two rows depends only on
+    their offset."""
+    pos = torch.arange(length, dtype=torch.float)[:, None]
+    freq = torch.exp(torch.arange(0, width, 2, dtype=torch.float) * (-math.log(10000.0) / width))
+    table = torch.zeros(length, width)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: width // 2])
+    return table
 
 
 def init_weights(module: nn.Module, std: float) -> None:

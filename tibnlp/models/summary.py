@@ -61,4 +61,6 @@ def training_flops_per_token(cfg: ModelConfig, seq_len: int, mask_prob: float) -
     per_layer = 4 * d * d + 2 * d * f  # Q, K, V, O and the FFN
     weights = e * d + layers * per_layer + mask_prob * (d * e + e * cfg.vocab_size)
     attention = 12.0 * layers * seq_len * d
+    if cfg.position == "relative":
+        attention += 6.0 * layers * (2 * seq_len - 1) * d
     return 6.0 * weights + attention

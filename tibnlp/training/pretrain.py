@@ -38,6 +38,7 @@ from tibnlp.data.pretraining import (
     load_pretraining_dataset,
 )
 from tibnlp.errors import ConfigError, DataError
+from tibnlp.evaluation.word_order import is_order_blind, order_accuracies
 from tibnlp.folder_lock import hold_folder
 from tibnlp.models.io import save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
@@ -128,13 +129,25 @@ def unigram_accuracy(dataset: Any, special_ids: set[int]) -> float:
 
 
 class LearningCheck:
-    """Warns once when, past `warn_after` of the run, held-out MLM accuracy is still within
-    1.5x of the unigram level: the run is not learning, whatever its loss curve suggests."""
+    """Past `warn_after` of the run, warns once (stderr and an MLflow tag) when the run is not
+    learning or learns only a bag of pieces:
+    - at any evaluation, held-out MLM accuracy still within 1.5x of the unigram level,
+      whatever the loss curve suggests;
+    - at the first evaluation past the unigram level, `order_probe` (accuracy on held-out text
+      as written and shuffled, logged as `eval/order_accuracy` and `eval/shuffled_accuracy`)
+      says the model ignores word order (`tibnlp.evaluation.word_order`)."""
 
-    def __init__(self, unigram: float, warn_after: float, share: Callable[[Progress], float]):
+    def __init__(
+        self,
+        unigram: float,
+        warn_after: float,
+        share: Callable[[Progress], float],
+        order_probe: Callable[[], tuple[float, float]] | None = None,
+    ):
         self.unigram, self.warn_after, self.share = unigram, warn_after, share
+        self.order_probe = order_probe
         self.tracker: Tracker | None = None
-        self.warned = False
+        self.warned = self.probed = False
 
     def __call__(self, at: Progress, scores: dict[str, float]) -> None:
         share = self.share(at)
@@ -142,15 +155,35 @@ class LearningCheck:
         if self.warned or not self.warn_after or share < self.warn_after or acc is None:
             return
         if acc < 1.5 * self.unigram:
-            self.warned = True
-            message = (
+            self._warn(
+                "not_learning",
                 f"held-out MLM accuracy {acc:.2%} after {share:.0%} of the run (step {at.step}) "
                 f"is still at the unigram level ({self.unigram:.2%}): this run is not learning; "
-                "lower pretrain.optimizer.lr, use model.norm=pre, or check the data"
+                "lower pretrain.optimizer.lr, use model.norm=pre, or check the data",
             )
-            print(f"warning: {message}", file=sys.stderr, flush=True)
-            if self.tracker is not None:
-                self.tracker.set_tags({"warning": "not_learning", "warning.detail": message})
+            return
+        if self.order_probe is None or self.probed:
+            return
+        self.probed = True
+        in_order, shuffled = self.order_probe()
+        if self.tracker is not None:
+            self.tracker.log_metrics(
+                {"eval/order_accuracy": in_order, "eval/shuffled_accuracy": shuffled}, at.step
+            )
+        if is_order_blind(in_order, shuffled, self.unigram):
+            self._warn(
+                "order_blind",
+                f"held-out MLM accuracy is {in_order:.2%} on text as written and {shuffled:.2%} "
+                f"on the same text shuffled after {share:.0%} of the run (step {at.step}): the "
+                "model ignores word order and predicts from the bag of pieces around a mask; "
+                "use model.position=relative (or a longer run)",
+            )
+
+    def _warn(self, kind: str, message: str) -> None:
+        self.warned = True
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+        if self.tracker is not None:
+            self.tracker.set_tags({"warning": kind, "warning.detail": message})
 
 
 def run_pretraining(cfg: Config, resume: bool = False, wait: bool = False) -> Path:
@@ -276,10 +309,22 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         print(f"exported {output / 'exports' / name} (step {at.step})", file=sys.stderr)
 
     loop = TrainLoop(engine, world, train, heldout, settings, exporter=export)
+
+    def order_probe() -> tuple[float, float]:  # the held-out batches the loop evaluates
+        assert heldout is not None
+        heldout.reset()
+        batches = [
+            loop._to_device(raw)
+            for _ in range(min(max(p.eval_batches, 1), len(heldout)))
+            for raw in heldout.next()
+        ]
+        return order_accuracies(engine.module, batches)
+
     check = LearningCheck(
         unigram_accuracy(splits["heldout"], set(vocab.special_ids)) if heldout else 0.0,
         p.warn_after if heldout else 0.0,
         lambda at: max(at.step / p.max_steps, loop.budget_fraction()),
+        order_probe if heldout is not None and not chain else None,
     )
 
     def open_tracker(run_id: str | None) -> Tracker:
