@@ -130,3 +130,14 @@ def test_a_saved_model_config_with_moved_keys_still_loads(tmp_path: Path) -> Non
     data["recurrence"]["segments"] = 4
     dump_yaml(data, tmp_path / "model.yaml")
     assert load_config_file(tmp_path) == ModelConfig()
+
+
+def test_export_token_counts_are_a_set_in_any_order() -> None:
+    """Exports happen in token order whatever the listing; two listings of the same counts are
+    one config, so a pipeline's pretraining cache key does not change with the order."""
+    from tibnlp.tracking.conventions import config_hash
+
+    up = load_config(None, ["pretrain.export_at_tokens=[1000000, 2000000, 4000000]"])
+    down = load_config(None, ["pretrain.export_at_tokens=[4000000, 1000000, 2000000]"])
+    assert down.pretrain.export_at_tokens == [1000000, 2000000, 4000000]
+    assert config_hash(to_dict(up.pretrain)) == config_hash(to_dict(down.pretrain))

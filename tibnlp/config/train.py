@@ -130,6 +130,11 @@ class PretrainConfig:
     sparse_last_layer: bool = True
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
 
+    def __post_init__(self) -> None:
+        # a set of token counts (the loop exports in token order): kept sorted, so listing
+        # them in another order is the same config and the same pipeline cache key
+        self.export_at_tokens = sorted(self.export_at_tokens)
+
     def validate(self, prefix: str) -> None:
         check(self.seq_len >= 8, f"{prefix}.seq_len", "must be >= 8")
         check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")
