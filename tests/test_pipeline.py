@@ -308,7 +308,13 @@ def test_builtin_adapters_wire_the_real_stage_signatures(
 
     def run_pretraining(cfg, resume=False):
         assert (Path(cfg.pretrain.corpus) / "docs.txt").is_file()
-        assert (Path(cfg.pretrain.vocab) / "vocab.txt").read_text() == "123"
+        if cfg.pretrain.init_from:  # continued pretraining: the model carries its vocabulary
+            assert cfg.pretrain.vocab == cfg.pretrain.init_from
+            assert Path(cfg.pretrain.init_from).name == "final"
+            assert cfg.pretrain.max_tokens == 77  # the stage's own config
+        else:
+            assert (Path(cfg.pretrain.vocab) / "vocab.txt").read_text() == "123"
+            assert not cfg.pretrain.max_tokens
         with tracker_from_config(cfg.tracking, "pretrain") as tr:
             tr.log_metrics({"mask_loss": 5.0}, step=1)
         model = Path(cfg.pretrain.output) / "final"
@@ -360,21 +366,31 @@ def test_builtin_adapters_wire_the_real_stage_signatures(
                             "vocab": "${stages.vocab.output}",
                         }
                     },
-                    "finetune": {"inputs": {"model": "${stages.pretrain.output}"}},
+                    "adapt": {
+                        "kind": "pretrain",
+                        "inputs": {
+                            "corpus": "${stages.prepare.output}",
+                            "vocab": "${stages.pretrain.output}",
+                            "init": "${stages.pretrain.output}",
+                        },
+                        "config": {"pretrain": {"max_tokens": 77}},
+                    },
+                    "finetune": {"inputs": {"model": "${stages.adapt.output}"}},
                 },
             },
             sort_keys=False,
         )
     )
     result = run_pipeline(load_pipeline(path), echo=lambda _: None)
-    assert result.ran == ["prepare", "vocab", "pretrain", "finetune"]
+    assert result.ran == ["prepare", "vocab", "pretrain", "adapt", "finetune"]
+    assert result.outputs["adapt"].parent.parent.parent.name == "adapt"
     assert result.outputs["pretrain"].name == "final"
     assert result.results["finetune"]["test_f1_macro"] == 0.5
     assert result.results["finetune"]["registered_model"] == "chain-model"
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("pipeline-chain")
     runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
-    assert set(runs) == {"chain", "prepare", "vocab", "pretrain", "finetune"}
+    assert set(runs) == {"chain", "prepare", "vocab", "pretrain", "adapt", "finetune"}
     assert runs["prepare"].data.metrics["documents"] == 1  # the stage's report
     assert runs["pretrain"].data.metrics["mask_loss"] == 5.0  # the stage logged into its run
     assert runs["finetune"].data.metrics["test_f1_macro_std"] == pytest.approx(0.01)

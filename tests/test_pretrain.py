@@ -104,6 +104,53 @@ def test_mlm_only_run_exports_its_learning_curve(inputs: Path, tmp_path: Path) -
     assert not any("sop" in k for k in run.data.metrics)  # no sentence-order head
 
 
+def test_init_from_continues_a_model_with_its_own_shape(inputs: Path, tmp_path: Path) -> None:
+    """Continued (task-adaptive) pretraining: the run starts from the named model's weights
+    and shape, whatever its own model section says, and may drop the sentence-order head."""
+    import torch
+
+    from tibnlp.training.pretrain import run_pretraining
+
+    first = run_pretraining(load_config(_config_file(inputs, tmp_path / "a")))
+    cfg = load_config(
+        _config_file(inputs, tmp_path / "b", sop=False, max_steps=2, init_from=str(first))
+    )
+    cfg.pretrain.vocab = str(first)  # a model directory carries its vocabulary
+    cfg.model.hidden_size = 48  # ignored: the shape comes from init_from
+    cfg.pretrain.optimizer.lr = 1e-9  # two steps that cannot move the weights measurably
+    cfg.pretrain.optimizer.warmup_steps = 0
+    second = run_pretraining(cfg)
+    assert yaml.safe_load((second / "model.yaml").read_text())["hidden_size"] == 32
+    # the new run's weights, not the init directory's files copied along with its vocabulary
+    facts, start = read_extra(second), read_extra(first)
+    assert facts["step"] == 2 and start["step"] == 12
+    # compute is counted from scratch: the start's tokens and FLOPs plus the continuation's
+    assert 0 < facts["continued_tokens"] < facts["tokens"]
+    assert facts["tokens"] == start["tokens"] + facts["continued_tokens"]
+    assert facts["flops"] > start["flops"] and facts["init_from"] == str(first)
+    before, after = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    assert set(after) == {k for k in before if not k.startswith("sop_")}
+    for key, value in after.items():
+        torch.testing.assert_close(value, before[key], rtol=0, atol=1e-6)
+    fresh = run_pretraining(
+        load_config(_config_file(inputs, tmp_path / "c", sop=False, max_steps=2))
+    )
+    other = load_file(fresh / "model.safetensors")
+    assert any(not torch.equal(other[k], before[k]) for k in other)  # a fresh start differs
+
+
+def test_init_from_with_another_vocabulary_is_refused(inputs: Path, tmp_path: Path) -> None:
+    from tibnlp.training.pretrain import run_pretraining
+
+    first = run_pretraining(load_config(_config_file(inputs, tmp_path / "a", max_steps=2)))
+    other = prepared_inputs(tmp_path / "other", n_docs=120, heldout=20, vocab_size=150)
+    cfg = load_config(_config_file(other, tmp_path / "b", init_from=str(first)))
+    with pytest.raises(ConfigError, match=r"init_from.*another vocabulary") as err:
+        run_pretraining(cfg)
+    assert "pretrain.vocab=" in str(err.value.hint)
+    assert not (tmp_path / "b" / "model").exists()
+
+
 def test_missing_inputs_are_a_config_error() -> None:
     from tibnlp.training.pretrain import run_pretraining
 

@@ -94,6 +94,10 @@ class PretrainConfig:
 
     corpus: str = ""  # prepared corpus directory
     vocab: str = ""  # vocabulary directory
+    # a pretrained model directory to continue from (e.g. task-adaptive pretraining on a
+    # task's own training text): its weights, shape and vocabulary; the optimizer and the
+    # schedule start afresh. The model section is then read from that directory.
+    init_from: str = ""
     output: str = "runs/pretrain"
     seq_len: int = 128
     batch_size: int = 32  # global batch (sequences per optimizer step)

@@ -10,7 +10,6 @@ Written to a temporary folder and renamed into place, so a crash never leaves ha
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +26,7 @@ from tibnlp.fsutil import staged_dir
 from tibnlp.models.classifier import Classifier, EmbeddingEncoder, HeadConfig
 from tibnlp.models.encoder import Encoder
 from tibnlp.models.long_documents.reading import Reading, build_reader
+from tibnlp.text.vocab import copy_vocabulary
 
 META_FILE = "classifier.yaml"
 WEIGHTS_FILE = "model.safetensors"
@@ -77,13 +77,7 @@ def save_classifier(
         save_file(state, str(tmp / WEIGHTS_FILE))
         text = yaml.safe_dump(to_dict(meta), sort_keys=False, allow_unicode=True)
         (tmp / META_FILE).write_text(text, encoding="utf-8")
-        for f in Path(vocab_dir).iterdir():
-            if (
-                f.is_file()
-                and f.name not in (META_FILE, WEIGHTS_FILE, "model.yaml")
-                and not (f.name.endswith((".safetensors", ".pt", ".txt")))
-            ):
-                shutil.copy2(f, tmp / f.name)
+        copy_vocabulary(vocab_dir, tmp)
     return directory
 
 

@@ -121,6 +121,9 @@ def pretrain(ctx: StageContext) -> Path:
     cfg = ctx.config
     cfg.pretrain.corpus = str(_named(ctx, "corpus"))
     cfg.pretrain.vocab = str(_named(ctx, "vocab"))
+    init = _optional(ctx, "init")  # a model directory to continue from (pretrain.init_from)
+    if init is not None:
+        cfg.pretrain.init_from = str(init)
     output = ctx.output / "model"
     cfg.pretrain.output = str(output)
     from tibnlp.training.checkpoint import latest_tag

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ from tibnlp.text.syllables import SYLLABLE_RE, TSHEG
 
 MARKER = "tibnlp-vocab.json"
 MODEL_FILE = "spm.model"
+# Every file `tibnlp vocab build` writes. A model or classifier directory carries these beside
+# its weights, so a directory can be both; copying names them rather than taking a folder whole.
+VOCAB_FILES = (MARKER, MODEL_FILE, "spm.vocab", "vocab.yaml", "report.json")
 WORD_START = "\u2581"  # SentencePiece's whitespace marker
 # Syllable characters: the same class as `tibnlp.text.syllables` (its regex without `[]+`).
 _SYLLABLE_CHARS = frozenset(
@@ -149,3 +153,11 @@ class Vocabulary:
                 out.append(opens[i] or not (ends[prev] or lone[prev]))
             prev = i
         return out
+
+
+def copy_vocabulary(source: Path | str, target: Path | str) -> None:
+    """The vocabulary files of `source` (a vocabulary, model or classifier directory) into
+    `target`, and nothing else: weights and configs beside them stay behind."""
+    for name in VOCAB_FILES:
+        if (Path(source) / name).is_file():
+            shutil.copy2(Path(source) / name, Path(target) / name)

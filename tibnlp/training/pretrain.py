@@ -40,10 +40,10 @@ from tibnlp.data.pretraining import (
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.word_order import is_order_blind, order_accuracies
 from tibnlp.folder_lock import hold_folder
-from tibnlp.models.io import save_pretrained
+from tibnlp.models.io import load_pretrained, read_extra, save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.models.summary import training_flops_per_token
-from tibnlp.text.vocab import Vocabulary
+from tibnlp.text.vocab import Vocabulary, copy_vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import (
@@ -98,9 +98,7 @@ def _export(module: torch.nn.Module, cfg: ModelConfig, vocab_dir: Path, out: Pat
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     save_pretrained(module, cfg, tmp, extra=extra)
-    for item in vocab_dir.iterdir():  # the vocabulary travels with the weights
-        if item.is_file():
-            shutil.copy2(item, tmp / item.name)
+    copy_vocabulary(vocab_dir, tmp)  # the vocabulary travels with the weights
     old = out.with_name(f".{out.name}.old")
     if out.exists():
         shutil.rmtree(old, ignore_errors=True)
@@ -207,6 +205,40 @@ def run_pretraining(cfg: Config, resume: bool = False, wait: bool = False) -> Pa
         return _pretrain(cfg, resume, world)
 
 
+def _initial_weights(
+    model_dir: Path, vocab: Vocabulary, vocab_dir: Path
+) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """The shape and weights `pretrain.init_from` names; its vocabulary must be the run's,
+    since the embedding rows are indexed by piece id."""
+    model_cfg, state = load_pretrained(model_dir)
+    try:
+        own = Vocabulary.load(model_dir)
+    except DataError as exc:
+        raise DataError(
+            f"pretrain.init_from: {model_dir} holds no vocabulary ({exc.message})",
+            "point it at a model directory written by tibnlp pretrain",
+        ) from exc
+    if own.sha256 != vocab.sha256:
+        raise ConfigError(
+            f"pretrain.init_from: {model_dir} was trained with another vocabulary than "
+            f"pretrain.vocab ({vocab_dir})",
+            f"set pretrain.vocab={model_dir} (a model directory carries its vocabulary)",
+        )
+    return model_cfg, state
+
+
+def _load_initial(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
+    """Strict, except for the sentence-order head, which one run may have and the other not."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    bad = [k for k in [*missing, *unexpected] if not k.startswith("sop_")]
+    if bad:
+        raise DataError(
+            f"pretrain.init_from: {source} does not fit a pretraining model of its own "
+            f"model.yaml (mismatched weights: {sorted(bad)[:5]})",
+            "point it at a model directory written by tibnlp pretrain (not a classifier)",
+        )
+
+
 def _note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -217,6 +249,9 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
     output = Path(p.output)
     vocab_dir = Path(p.vocab)
     vocab = Vocabulary.load(vocab_dir)
+    init_state = None
+    if p.init_from:
+        cfg.model, init_state = _initial_weights(Path(p.init_from), vocab, vocab_dir)
     # segment recurrence: MLM over chains of consecutive segments (tibnlp.data.segment_chains)
     chain = cfg.pretrain.recurrence_segments if cfg.model.recurrence.enabled else 0
     if world.is_main:
@@ -248,6 +283,8 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
     model = AlbertForPretraining(
         model_cfg, p.sparse_last_layer, segment_len=p.seq_len if chain else 0, sop=p.sop
     )
+    if init_state is not None:
+        _load_initial(model, init_state, Path(p.init_from))
     accum = accumulation_steps(p.batch_size, p.micro_batch_size, world.size)
     engine = initialize(
         model, cfg.engine, p.optimizer, p.batch_size, p.micro_batch_size, p.max_steps, world
@@ -294,12 +331,20 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         "flops_per_token": flops_per_token,
     }
 
+    # a continued run counts the compute of the model it starts from: a curve or a budget
+    # compares what the whole encoder cost (its own share stays in `continued_tokens`)
+    before = read_extra(Path(p.init_from)) if p.init_from else {}
+    if p.init_from:
+        run_facts["init_from"] = str(p.init_from)
+
     def facts(at: Progress) -> dict[str, Any]:
+        own = {"continued_tokens": at.tokens} if p.init_from else {}
         return {
             "step": at.step,
-            "tokens": at.tokens,
-            "train_seconds": round(at.train_seconds, 3),
-            "flops": at.tokens * flops_per_token,
+            "tokens": float(before.get("tokens", 0.0)) + at.tokens,
+            "train_seconds": round(float(before.get("train_seconds", 0.0)) + at.train_seconds, 3),
+            "flops": float(before.get("flops", 0.0)) + at.tokens * flops_per_token,
+            **own,
             **run_facts,
         }
 
