@@ -485,7 +485,7 @@ stages:
 
 def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path: Path) -> None:
     """Precision enters the pretraining and fine-tuning keys; log cadence and speed knobs do
-    not; a default engine leaves the key as it was before `engine` entered it."""
+    not; a default engine, or no init_from, leaves the key as it was before they existed."""
     from tibnlp.pipeline.cache import node_key
     from tibnlp.pipeline.runner import Planner
 
@@ -507,5 +507,8 @@ def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path
     planner = Planner(load_pipeline(path))
     step = planner.plan()[0]
     cfg = planner.config_dict(step.node, real=False)
-    old = {"model": cfg["model"], "pretrain": cfg["pretrain"]}
+    # the key made before `engine` and `pretrain.init_from` existed is still the key
+    before = {k: v for k, v in cfg["pretrain"].items() if k != "init_from"}
+    old = {"model": cfg["model"], "pretrain": before}
     assert step.key == node_key("pretrain", old, {}, step.inputs)
+    assert keys("pretrain.init_from=runs/m")["pretrain"] != base["pretrain"]

@@ -27,6 +27,10 @@ OUTPUT_NEUTRAL = frozenset(
     }
 )
 
+# Settings added after outputs were cached: left out while at their default, so the stages
+# that do not use them keep the keys they had before.
+ADDED_KEYS = frozenset({"pretrain.init_from"})
+
 # Sections that entered the hash later: present only with the settings that differ from their
 # defaults, so a stage run with the default engine keeps the key it had before.
 ADDED_WHEN_SET = frozenset({"engine"})
@@ -38,9 +42,11 @@ def output_settings(config: dict[str, Any], sections: Iterable[str]) -> dict[str
     out: dict[str, Any] = {}
     for section in sections:
         values = dict(config[section])
-        for name in values:
+        for name in list(values):
             if f"{section}.{name}" in OUTPUT_NEUTRAL:
                 values[name] = defaults[section][name]
+            elif f"{section}.{name}" in ADDED_KEYS and values[name] == defaults[section][name]:
+                del values[name]
         if section in ADDED_WHEN_SET:
             values = {k: v for k, v in values.items() if v != defaults[section][k]}
             if not values:
