@@ -27,13 +27,10 @@ OUTPUT_NEUTRAL = frozenset(
     }
 )
 
-# Settings added after outputs were cached: left out while at their default, so the stages
-# that do not use them keep the keys they had before.
-ADDED_KEYS = frozenset({"pretrain.init_from"})
-
-# Sections that entered the hash later: present only with the settings that differ from their
-# defaults, so a stage run with the default engine keeps the key it had before.
-ADDED_WHEN_SET = frozenset({"engine"})
+# Sections and settings that entered the hash later: present only where they differ from
+# their defaults, so a stage run with the default engine (or without init_from) keeps the key
+# it had before.
+ADDED_WHEN_SET = frozenset({"engine", "pretrain.init_from"})
 
 
 def output_settings(config: dict[str, Any], sections: Iterable[str]) -> dict[str, Any]:
@@ -45,11 +42,10 @@ def output_settings(config: dict[str, Any], sections: Iterable[str]) -> dict[str
         for name in list(values):
             if f"{section}.{name}" in OUTPUT_NEUTRAL:
                 values[name] = defaults[section][name]
-            elif f"{section}.{name}" in ADDED_KEYS and values[name] == defaults[section][name]:
+            added = section in ADDED_WHEN_SET or f"{section}.{name}" in ADDED_WHEN_SET
+            if added and values[name] == defaults[section][name]:
                 del values[name]
-        if section in ADDED_WHEN_SET:
-            values = {k: v for k, v in values.items() if v != defaults[section][k]}
-            if not values:
-                continue
+        if section in ADDED_WHEN_SET and not values:
+            continue
         out[section] = values
     return out

@@ -207,9 +207,9 @@ def run_pretraining(cfg: Config, resume: bool = False, wait: bool = False) -> Pa
 
 def _initial_weights(
     model_dir: Path, vocab: Vocabulary, vocab_dir: Path
-) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """The shape and weights `pretrain.init_from` names; its vocabulary must be the run's,
-    since the embedding rows are indexed by piece id."""
+) -> tuple[ModelConfig, dict[str, torch.Tensor], dict[str, Any]]:
+    """The shape, weights and recorded facts (tokens, FLOPs) of the model `pretrain.init_from`
+    names; its vocabulary must be the run's, since the embedding rows are indexed by piece id."""
     model_cfg, state = load_pretrained(model_dir)
     try:
         own = Vocabulary.load(model_dir)
@@ -224,7 +224,7 @@ def _initial_weights(
             f"pretrain.vocab ({vocab_dir})",
             f"set pretrain.vocab={model_dir} (a model directory carries its vocabulary)",
         )
-    return model_cfg, state
+    return model_cfg, state, read_extra(model_dir)
 
 
 def _load_initial(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
@@ -250,8 +250,9 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
     vocab_dir = Path(p.vocab)
     vocab = Vocabulary.load(vocab_dir)
     init_state = None
+    before: dict[str, Any] = {}  # the facts (tokens, FLOPs) of the model a run continues from
     if p.init_from:
-        cfg.model, init_state = _initial_weights(Path(p.init_from), vocab, vocab_dir)
+        cfg.model, init_state, before = _initial_weights(Path(p.init_from), vocab, vocab_dir)
     # segment recurrence: MLM over chains of consecutive segments (tibnlp.data.segment_chains)
     chain = cfg.pretrain.recurrence_segments if cfg.model.recurrence.enabled else 0
     if world.is_main:
@@ -333,12 +334,10 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
 
     # a continued run counts the compute of the model it starts from: a curve or a budget
     # compares what the whole encoder cost (its own share stays in `continued_tokens`)
-    before = read_extra(Path(p.init_from)) if p.init_from else {}
-    if p.init_from:
-        run_facts["init_from"] = str(p.init_from)
+    continued = {"init_from": p.init_from} if p.init_from else {}
 
     def facts(at: Progress) -> dict[str, Any]:
-        own = {"continued_tokens": at.tokens} if p.init_from else {}
+        own = {**continued, "continued_tokens": at.tokens} if continued else {}
         return {
             "step": at.step,
             "tokens": float(before.get("tokens", 0.0)) + at.tokens,
