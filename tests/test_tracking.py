@@ -9,6 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tibnlp.config import load_config
+from tibnlp.errors import ConfigError
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.tracking.conventions import TAG_DATA, TAG_GIT_COMMIT, TAG_VOCAB, path_hash
 from tibnlp.tracking.testing import sqlite_store
@@ -119,6 +120,16 @@ def test_tracker_from_config_logs_into_the_pipeline_stage_run(store: str) -> Non
     run = MlflowClient(store).get_run(stage.run_id)
     assert run.data.metrics["loss"] == 2.0 and run.data.tags["k"] == "v"
     parent.end()
+
+
+@pytest.mark.parametrize("key", ["run_id", "parent_run_id"])
+def test_a_run_id_the_store_does_not_know_is_refused_at_start(store: str, key: str) -> None:
+    """A stage's OUTPUT/config.yaml carries the pipeline's run ids; used against another store
+    it must fail at once with what to clear, not reject every later log call."""
+    cfg = load_config(overrides=[f"tracking.uri={store}", f"tracking.{key}=0123abcd"])
+    with pytest.raises(ConfigError, match=rf"tracking\.{key}.*0123abcd.*does not exist") as err:
+        tracker_from_config(cfg.tracking, "pretrain")
+    assert "--set tracking.run_id= --set tracking.parent_run_id=" in str(err.value.hint)
 
 
 def test_disabled_tracker_does_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

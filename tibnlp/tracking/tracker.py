@@ -26,10 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from tibnlp.config.core import flatten
+from tibnlp.errors import ConfigError
 from tibnlp.tracking.buffer import (
+    OFFLINE_PREFIX,
     Applier,
     Buffer,
     IdMap,
@@ -118,6 +121,8 @@ class Tracker:
         self._applier = Applier(self.client, self._ids)
         self._offline = False
         self._last_try = 0.0
+        self._check_exists(resume_run_id, "tracking.run_id")
+        self._check_exists(parent_run_id, "tracking.parent_run_id")
         local_id = resume_run_id or new_local_id()
         stamp = f"{time.time_ns()}-{local_id[-12:]}"
         self.buffer = Buffer(self.buffer_dir / f"{stamp}.jsonl", self.uri)
@@ -139,6 +144,27 @@ class Tracker:
                     "time": now_ms(),
                 }
             )
+
+    def _check_exists(self, run_id: str | None, key: str) -> None:
+        """Refuse at start a run id the store does not know: a config copied from a pipeline
+        stage (OUTPUT/config.yaml) carries that stage's run, and against another store every
+        later call would be rejected. An offline id or an unreachable store is left to the
+        buffer, as any outage is."""
+        if not run_id or run_id.startswith(OFFLINE_PREFIX) or run_id in self._ids.ids:
+            return
+        try:
+            self.client.get_run(run_id)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                return
+            raise ConfigError(
+                f"config key '{key}': run {run_id} does not exist in the tracking store "
+                f"{self.uri} (a config copied from a pipeline stage names that stage's run)",
+                "clear the stage's runs to start a new one: "
+                "--set tracking.run_id= --set tracking.parent_run_id=",
+            ) from None
+        except Exception:
+            return
 
     # -- resilience ------------------------------------------------------------------------
 
