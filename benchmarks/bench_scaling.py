@@ -31,17 +31,16 @@ def worker(out: Path, steps: int, seq_len: int, batch: int) -> None:
 
     from tibnlp.config import EngineConfig, ModelConfig, OptimizerConfig
     from tibnlp.models.pretraining import AlbertForPretraining
-    from tibnlp.training.batches import ShardedBatches
-    from tibnlp.training.engine import accumulation_steps, init_distributed, initialize, shutdown
-    from tibnlp.training.loop import LoopSettings, TrainLoop
+    from tibnlp.training.engine import init_distributed, shutdown
+    from tibnlp.training.loop import LoopSettings
+    from tibnlp.training.wiring import start_training
 
     world = init_distributed(EngineConfig())
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=30000, max_len=max(512, seq_len))
     cfg.heads.threshold = seq_len
     model = AlbertForPretraining(cfg)
-    accum = accumulation_steps(batch, 0, world.size)
-    engine = initialize(model, EngineConfig(), OptimizerConfig(), batch, 0, 10**6, world)
+    training = start_training(model, EngineConfig(), OptimizerConfig(), batch, 0, 10**6, world)
 
     def collate(indices: list[int], key: int) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(key)
@@ -58,9 +57,9 @@ def worker(out: Path, steps: int, seq_len: int, batch: int) -> None:
     def plan(epoch: int) -> list[list[int]]:
         return [list(range(i * batch, (i + 1) * batch)) for i in range(steps + 2)]
 
-    data = ShardedBatches(plan, collate, batch, world.rank, world.size, accum)
+    data = training.batches(plan, collate, batch)
     settings = LoopSettings(1, 1, 1, 0, 1, 1, Path(tempfile.mkdtemp()), progress=False)
-    loop = TrainLoop(engine, world, data, None, settings)
+    loop = training.loop(data, None, settings)
     for _ in range(2):  # warm-up: allocator, first all-reduce
         loop.train_step(False)
     start = time.perf_counter()

@@ -91,9 +91,9 @@ def make_plan(batch_size: int, seed: int):  # type: ignore[no-untyped-def]
 def main(out: Path, overrides: dict[str, Any]) -> None:
     from tibnlp.config import EngineConfig, OptimizerConfig
     from tibnlp.tracking import Tracker
-    from tibnlp.training.batches import ShardedBatches
-    from tibnlp.training.engine import accumulation_steps, init_distributed, initialize, shutdown
-    from tibnlp.training.loop import LoopSettings, TrainLoop, fit
+    from tibnlp.training.engine import init_distributed, shutdown
+    from tibnlp.training.loop import LoopSettings, fit
+    from tibnlp.training.wiring import start_training
 
     o = {
         "max_steps": 6,
@@ -125,23 +125,14 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
     torch.manual_seed(o["seed"])
     model = TinyPretrainer(nan_at=o["nan_at"], dropout=o["dropout"])
     optim = OptimizerConfig(name=o["optimizer"], lr=o["lr"], warmup_steps=2)
-    accum = accumulation_steps(o["batch_size"], o["micro_batch_size"], world.size)
-    engine = initialize(
+    training = start_training(
         model, engine_cfg, optim, o["batch_size"], o["micro_batch_size"], o["max_steps"], world
     )
+    engine = training.engine
     ids, lengths = examples(o["seed"])
     collate = make_collate(ids, lengths, o["seed"])
-    train = ShardedBatches(
-        make_plan(o["batch_size"], o["seed"]),
-        collate,
-        o["batch_size"],
-        world.rank,
-        world.size,
-        accum,
-    )
-    heldout = ShardedBatches(
-        make_plan(o["batch_size"], 999), collate, o["batch_size"], world.rank, world.size, accum
-    )
+    train = training.batches(make_plan(o["batch_size"], o["seed"]), collate, o["batch_size"])
+    heldout = training.batches(make_plan(o["batch_size"], 999), collate, o["batch_size"])
     settings = LoopSettings(
         max_steps=o["max_steps"],
         log_every=1,
@@ -154,7 +145,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         time_budget_s=o["time_budget_s"],
         prefetch=o["prefetch"],
     )
-    loop = TrainLoop(engine, world, train, heldout, settings)
+    loop = training.loop(train, heldout, settings)
 
     def open_tracker(run_id: str | None) -> Tracker:
         return Tracker(

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from tibnlp.config import EngineConfig, OptimizerConfig
-from tibnlp.training.batches import ShardedBatches
-from tibnlp.training.engine import init_distributed, initialize
+from tibnlp.training.engine import init_distributed
 from tibnlp.training.loop import LoopSettings, Progress, TrainLoop
 from tibnlp.training.pretrain import LearningCheck, export_name
 from tibnlp.training.schedule import lr_factor
+from tibnlp.training.wiring import start_training
 
 
 def test_time_share_drives_warmup_and_decay() -> None:
@@ -32,14 +32,10 @@ def _loop(tmp: Path, settings: LoopSettings, exports: list) -> TrainLoop:
     world = init_distributed(EngineConfig(threads=1))
     torch.manual_seed(0)
     cfg = OptimizerConfig(lr=1e-2, warmup_steps=100, schedule="linear")
-    engine = initialize(h.TinyPretrainer(), EngineConfig(threads=1), cfg, 8, 0, 1000, world)
+    training = start_training(h.TinyPretrainer(), EngineConfig(threads=1), cfg, 8, 0, 1000, world)
     ids, lengths = h.examples(0)
-    train = ShardedBatches(
-        h.make_plan(8, 0), h.make_collate(ids, lengths, 0), 8, world.rank, world.size, 1
-    )
-    return TrainLoop(
-        engine, world, train, None, settings, exporter=lambda t, at: exports.append((t, at))
-    )
+    train = training.batches(h.make_plan(8, 0), h.make_collate(ids, lengths, 0), 8)
+    return training.loop(train, None, settings, exporter=lambda t, at: exports.append((t, at)))
 
 
 def _settings(tmp: Path, max_steps: int = 1000, **budget: Any) -> LoopSettings:

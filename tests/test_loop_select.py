@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from tibnlp.config import EngineConfig, OptimizerConfig
-from tibnlp.training.batches import ShardedBatches
-from tibnlp.training.engine import init_distributed, initialize
+from tibnlp.training.engine import init_distributed
 from tibnlp.training.loop import LoopSettings, TrainLoop
+from tibnlp.training.wiring import start_training
 
 
 def _loop(scores: list[float], patience: int, snapshots: list[dict], tmp: Path) -> TrainLoop:
@@ -21,11 +21,9 @@ def _loop(scores: list[float], patience: int, snapshots: list[dict], tmp: Path) 
     torch.manual_seed(0)
     model = h.TinyPretrainer()
     steps = len(scores)
-    engine = initialize(model, engine_cfg, OptimizerConfig(lr=1e-2), 8, 0, steps, world)
+    training = start_training(model, engine_cfg, OptimizerConfig(lr=1e-2), 8, 0, steps, world)
     ids, lengths = h.examples(0)
-    train = ShardedBatches(
-        h.make_plan(8, 0), h.make_collate(ids, lengths, 0), 8, world.rank, world.size, 1
-    )
+    train = training.batches(h.make_plan(8, 0), h.make_collate(ids, lengths, 0), 8)
 
     def evaluate() -> dict[str, float]:
         assert not model.training  # the loop evaluates in eval mode...
@@ -44,7 +42,7 @@ def _loop(scores: list[float], patience: int, snapshots: list[dict], tmp: Path) 
         select="score",
         patience=patience,
     )
-    return TrainLoop(engine, world, train, None, settings, evaluate)
+    return training.loop(train, None, settings, evaluate)
 
 
 def test_early_stopping_restores_the_best_weights(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -28,7 +28,7 @@ from tibnlp.models.classifier import Classifier
 from tibnlp.training.batches import ShardedBatches
 
 if TYPE_CHECKING:  # the engine (deepspeed) loads when training starts, not with the CLI
-    from tibnlp.training.engine import World
+    from tibnlp.training.wiring import Training
 
 SHUFFLE_SALT = 1_000_003  # epoch e of seed s is shuffled with s * SALT + e
 
@@ -71,8 +71,7 @@ def epoch_batches(
     y: Sequence[int],
     batch_size: int,
     seed: int,
-    world: World,
-    accumulation: int = 1,
+    training: Training,
     on_epoch: Callable[[int], None] | None = None,
 ) -> ShardedBatches:
     """Every example once per epoch in a seed- and epoch-determined order. Only full batches
@@ -92,7 +91,7 @@ def epoch_batches(
         labels = torch.tensor([y[i] for i in indices], dtype=torch.long)
         return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
-    return ShardedBatches(plan, collate, batch_size, world.rank, world.size, accumulation)
+    return training.batches(plan, collate, batch_size)
 
 
 def _check_device(name: str) -> None:
@@ -128,8 +127,9 @@ def train_one_seed(
     train/accuracy, lr and tokens_per_s per epoch, eval/macro_f1 and eval/accuracy
     (validation) per epoch, with the optimizer step as the MLflow step.
     """
-    from tibnlp.training.engine import init_distributed, initialize
-    from tibnlp.training.loop import LoopSettings, TrainLoop
+    from tibnlp.training.engine import init_distributed
+    from tibnlp.training.loop import LoopSettings
+    from tibnlp.training.wiring import start_training
 
     _check_device(ft.device)
     per_epoch = len(x_train) // ft.batch_size
@@ -147,7 +147,7 @@ def train_one_seed(
     engine_cfg = engine_cfg or EngineConfig()
     world = init_distributed(engine_cfg)
     head_lr = {"model.head.": ft.head_lr}  # parameter names inside ClassifierLoss
-    engine = initialize(
+    training = start_training(
         ClassifierLoss(model), engine_cfg, optimizer, ft.batch_size, 0, total, world, head_lr
     )
     scored: list[Metrics] = []  # one per evaluation, in order
@@ -170,7 +170,7 @@ def train_one_seed(
         select="macro_f1",
         patience=ft.patience,
     )
-    batches = epoch_batches(x_train, y_train, ft.batch_size, seed, world, on_epoch=on_epoch)
-    result = TrainLoop(engine, world, batches, None, settings, evaluate).run(run)
+    batches = epoch_batches(x_train, y_train, ft.batch_size, seed, training, on_epoch)
+    result = training.loop(batches, None, settings, evaluate).run(run)
     best_epoch = result.best_step // per_epoch
     return SeedTraining(best_epoch, math.ceil(result.step / per_epoch), scored[best_epoch - 1])
