@@ -30,7 +30,15 @@ OUTPUT_NEUTRAL = frozenset(
 # Sections and settings that entered the hash later: present only where they differ from
 # their defaults, so a stage run with the default engine (or without init_from) keeps the key
 # it had before.
-ADDED_WHEN_SET = frozenset({"engine", "pretrain.init_from"})
+ADDED_WHEN_SET = frozenset(
+    {
+        "engine",
+        "pretrain.init_from",
+        "pretrain.objective",
+        "pretrain.generator_ratio",
+        "pretrain.rtd_weight",
+    }
+)
 
 
 def output_settings(config: dict[str, Any], sections: Iterable[str]) -> dict[str, Any]:

@@ -114,6 +114,11 @@ class PretrainConfig:
     masking: Literal["span", "whole_word"] = "span"
     sop: bool = True  # sentence-order prediction; off: MLM only, segments kept in order
     sop_prob: float = 0.5  # share of swapped pairs when sop is on
+    # mlm: predict the masked pieces. electra: a small generator fills the masks and the
+    # encoder tells, for every real token, original from replaced (tibnlp.models.electra)
+    objective: Literal["mlm", "electra"] = "mlm"
+    generator_ratio: float = 0.5  # electra: the generator's width / the encoder's
+    rtd_weight: float = 50.0  # electra: weight of the detection loss beside the generator's
     # model.recurrence.mem_len > 0: consecutive seq_len segments of one document per example
     recurrence_segments: int = 4
     # write OUTPUT/exports/tokens-<N>/ (a model directory) when the non-padding tokens trained
@@ -145,6 +150,14 @@ class PretrainConfig:
         check(0.0 < self.mask_prob < 1.0, f"{prefix}.mask_prob", "must be in (0, 1)")
         check(1 <= self.max_ngram <= 10, f"{prefix}.max_ngram", "must be in [1, 10]")
         check(0.0 <= self.sop_prob <= 1.0, f"{prefix}.sop_prob", "must be in [0, 1]")
+        check(0.0 < self.generator_ratio <= 1.0, f"{prefix}.generator_ratio", "must be in (0, 1]")
+        check(self.rtd_weight > 0, f"{prefix}.rtd_weight", "must be > 0")
+        if self.objective == "electra":
+            check(
+                not self.sop,
+                f"{prefix}.sop",
+                "must be false with objective electra (replaced-token detection has no pair task)",
+            )
         check(self.max_tokens >= 0, f"{prefix}.max_tokens", "must be >= 0 (0: no limit)")
         check(0.0 <= self.warn_after <= 1.0, f"{prefix}.warn_after", "must be in [0, 1]")
         for i, n in enumerate(self.export_at_tokens):

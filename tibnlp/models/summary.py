@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from tibnlp.config.model import ModelConfig
 from tibnlp.models.attention import core_name, head_distribution
+from tibnlp.models.electra import generator_config
 from tibnlp.models.pretraining import AlbertForPretraining
 
 
@@ -64,3 +65,15 @@ def training_flops_per_token(cfg: ModelConfig, seq_len: int, mask_prob: float) -
     if cfg.position == "relative":
         attention += 6.0 * layers * (2 * seq_len - 1) * d
     return 6.0 * weights + attention
+
+
+def electra_flops_per_token(
+    cfg: ModelConfig, seq_len: int, mask_prob: float, generator_ratio: float
+) -> float:
+    """`training_flops_per_token` of replaced-token detection: the generator (an MLM model of
+    `generator_config`'s shape) plus the discriminator at every position with its detection
+    head (D x D + D), and no MLM head of its own."""
+    generator = training_flops_per_token(generator_config(cfg, generator_ratio), seq_len, mask_prob)
+    d = cfg.hidden_size
+    discriminator = training_flops_per_token(cfg, seq_len, 0.0) + 6.0 * (d * d + d)
+    return generator + discriminator

@@ -40,22 +40,16 @@ from tibnlp.data.pretraining import (
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.word_order import is_order_blind, order_accuracies
 from tibnlp.folder_lock import hold_folder
+from tibnlp.models.electra import ElectraForPretraining
 from tibnlp.models.io import load_pretrained, read_extra, save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
-from tibnlp.models.summary import training_flops_per_token
+from tibnlp.models.summary import electra_flops_per_token, training_flops_per_token
 from tibnlp.text.vocab import Vocabulary, copy_vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.batches import ShardedBatches
-from tibnlp.training.engine import (
-    World,
-    accumulation_steps,
-    barrier,
-    hardware_name,
-    init_distributed,
-    initialize,
-    shutdown,
-)
-from tibnlp.training.loop import LoopSettings, Progress, TrainLoop, fit
+from tibnlp.training.engine import World, barrier, hardware_name, init_distributed, shutdown
+from tibnlp.training.loop import LoopSettings, Progress, fit
+from tibnlp.training.wiring import Training, start_training
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out masks differ from any training batch's
 
@@ -74,7 +68,7 @@ def _rows(dataset: Any, indices: Sequence[int]) -> list[dict[str, Any]]:
 
 
 def _batches(
-    dataset: Any, collator: MlmCollator, batch_size: int, seed: int, world: World, accum: int
+    dataset: Any, collator: MlmCollator, batch_size: int, seed: int, training: Training
 ) -> ShardedBatches:
     lengths = list(dataset["length"])
 
@@ -84,7 +78,7 @@ def _batches(
     def collate(indices: Sequence[int], key: int) -> dict[str, torch.Tensor]:
         return collator(_rows(dataset, indices), key)
 
-    return ShardedBatches(plan, collate, batch_size, world.rank, world.size, accum)
+    return training.batches(plan, collate, batch_size)
 
 
 def _seed_everything(seed: int) -> None:
@@ -227,9 +221,32 @@ def _initial_weights(
     return model_cfg, state, read_extra(model_dir)
 
 
-def _load_initial(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
-    """Strict, except for the sentence-order head, which one run may have and the other not."""
-    missing, unexpected = model.load_state_dict(state, strict=False)
+def objective_of(state: dict[str, torch.Tensor]) -> str:
+    """The objective a saved pretraining model was trained with, read off its weights."""
+    return "electra" if any(k.startswith("rtd_") for k in state) else "mlm"
+
+
+def _load_initial(
+    model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path, objective: str
+) -> None:
+    """Strict, except for the sentence-order head, which one run may have and the other not.
+
+    An MLM-pretrained encoder may start an ELECTRA run: it becomes the discriminator, and the
+    generator and detection head start fresh (the generator's narrower shape has no source).
+    The other way round is refused: an ELECTRA model has no MLM head of the encoder's width."""
+    found = objective_of(state)
+    if found == "mlm" and objective == "electra":
+        state = {k: v for k, v in state.items() if k.startswith("encoder.")}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if k.startswith("encoder.")]
+    elif found != objective:
+        raise ConfigError(
+            f"pretrain.init_from: {source} was pretrained with objective {found}, this run "
+            f"trains {objective}",
+            f"set pretrain.objective={found} to continue it",
+        )
+    else:
+        missing, unexpected = model.load_state_dict(state, strict=False)
     bad = [k for k in [*missing, *unexpected] if not k.startswith("sop_")]
     if bad:
         raise DataError(
@@ -255,6 +272,12 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         cfg.model, init_state, before = _initial_weights(Path(p.init_from), vocab, vocab_dir)
     # segment recurrence: MLM over chains of consecutive segments (tibnlp.data.segment_chains)
     chain = cfg.pretrain.recurrence_segments if cfg.model.recurrence.enabled else 0
+    electra = p.objective == "electra"
+    if electra and chain:
+        raise ConfigError(
+            "pretrain.objective=electra does not read segment chains (model.recurrence.mem_len)",
+            "use pretrain.objective=mlm for a recurrent model",
+        )
     if world.is_main:
         output.mkdir(parents=True, exist_ok=True)
         num_proc = cfg.engine.num_workers or (os.cpu_count() or 1)
@@ -281,15 +304,21 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         )
 
     _seed_everything(p.seed)  # identical initial weights on every rank
-    model = AlbertForPretraining(
-        model_cfg, p.sparse_last_layer, segment_len=p.seq_len if chain else 0, sop=p.sop
-    )
+    model: ElectraForPretraining | AlbertForPretraining
+    if electra:
+        model = ElectraForPretraining(
+            model_cfg, p.generator_ratio, p.rtd_weight, p.sparse_last_layer
+        )
+    else:
+        model = AlbertForPretraining(
+            model_cfg, p.sparse_last_layer, segment_len=p.seq_len if chain else 0, sop=p.sop
+        )
     if init_state is not None:
-        _load_initial(model, init_state, Path(p.init_from))
-    accum = accumulation_steps(p.batch_size, p.micro_batch_size, world.size)
-    engine = initialize(
+        _load_initial(model, init_state, Path(p.init_from), p.objective)
+    training = start_training(
         model, cfg.engine, p.optimizer, p.batch_size, p.micro_batch_size, p.max_steps, world
     )
+    engine = training.engine
     _seed_everything(p.seed + 7919 * world.rank)  # distinct dropout streams per rank
 
     whole_word = p.masking == "whole_word"
@@ -298,8 +327,7 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed, whole_word),
         p.batch_size,
         p.seed,
-        world,
-        accum,
+        training,
     )
     heldout = None
     if p.eval_batches and len(splits["heldout"]) >= p.batch_size:
@@ -308,8 +336,7 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
             MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed + EVAL_SEED_OFFSET, whole_word),
             p.batch_size,
             p.seed,
-            world,
-            accum,
+            training,
         )
     settings = LoopSettings(
         max_steps=p.max_steps,
@@ -323,8 +350,14 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         max_tokens=p.max_tokens,
         export_at_tokens=list(p.export_at_tokens),
     )
-    flops_per_token = training_flops_per_token(model_cfg, p.seq_len, p.mask_prob)
+    if electra:
+        flops_per_token = electra_flops_per_token(
+            model_cfg, p.seq_len, p.mask_prob, p.generator_ratio
+        )
+    else:
+        flops_per_token = training_flops_per_token(model_cfg, p.seq_len, p.mask_prob)
     run_facts = {
+        "objective": p.objective,
         "vocab_sha256": vocab.sha256,
         "processes": world.size,
         "threads": torch.get_num_threads(),
@@ -352,7 +385,7 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         _export(engine.module, model_cfg, vocab_dir, output / "exports" / name, facts(at))
         print(f"exported {output / 'exports' / name} (step {at.step})", file=sys.stderr)
 
-    loop = TrainLoop(engine, world, train, heldout, settings, exporter=export)
+    loop = training.loop(train, heldout, settings, exporter=export)
 
     def order_probe() -> tuple[float, float]:  # the held-out batches the loop evaluates
         assert heldout is not None
@@ -362,7 +395,8 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
             for _ in range(min(max(p.eval_batches, 1), len(heldout)))
             for raw in heldout.next()
         ]
-        return order_accuracies(engine.module, batches)
+        mlm = engine.module.generator if electra else engine.module  # what predicts masks
+        return order_accuracies(mlm, batches)
 
     check = LearningCheck(
         unigram_accuracy(splits["heldout"], set(vocab.special_ids)) if heldout else 0.0,
@@ -387,7 +421,7 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
                 "resolved.model.vocab_size": model_cfg.vocab_size,
                 "resolved.model.heads.threshold": model_cfg.heads.threshold,
                 "resolved.processes": world.size,
-                "resolved.accumulation_steps": accum,
+                "resolved.accumulation_steps": training.accumulation,
                 "resolved.pretrain.corpus": p.corpus,
                 "resolved.pretrain.vocab": p.vocab,
                 "resolved.flops_per_token": round(flops_per_token),
