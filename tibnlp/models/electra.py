@@ -108,19 +108,12 @@ class ElectraForPretraining(nn.Module):
         gen = self.generator
         read = sel if gen.sparse_last_layer else None  # the generator is read where masked
         hidden = gen.encoder(input_ids, attention_mask, token_type_ids, outputs_at=read).hidden
+        logits, mask_loss, mask_acc = gen.masked_lm(hidden, mlm_labels)
         original = torch.where(sel, mlm_labels, input_ids)
         corrupted = original.clone()
-        if bool(sel.any()):
-            logits = gen.mlm_logits(hidden[sel])
-            targets = mlm_labels[sel]
-            mask_loss = F.cross_entropy(logits, targets)
-            mask_acc = (logits.argmax(-1) == targets).float().mean()
-            with torch.no_grad():  # samples, not the argmax: the paper's replacements
-                probs = logits.detach().float().softmax(-1)
-                corrupted[sel] = torch.multinomial(probs, 1).squeeze(-1)
-        else:  # no masked token: a zero loss that still touches the generator's graph
-            mask_loss = hidden.sum() * 0.0
-            mask_acc = hidden.new_zeros(())
+        if logits is not None:  # samples, not the argmax: the paper's replacements
+            probs = logits.detach().float().softmax(-1)
+            corrupted[sel] = torch.multinomial(probs, 1).squeeze(-1)
         replaced = (corrupted != original).float()
         out = self.encoder(corrupted, attention_mask, token_type_ids)
         real = attention_mask.bool()

@@ -77,14 +77,7 @@ class AlbertForPretraining(nn.Module):
             read[:, 0] = self.sop
         out = self.encoder(input_ids, attention_mask, token_type_ids, outputs_at=read)
         h = out.hidden
-        targets = mlm_labels[sel]
-        if targets.numel():
-            logits = self.mlm_logits(h[sel])
-            mask_loss = F.cross_entropy(logits, targets)
-            mask_acc = (logits.argmax(-1) == targets).float().mean()
-        else:  # no masked token in the batch: a zero loss that still touches the graph
-            mask_loss = h.sum() * 0.0
-            mask_acc = h.new_zeros(())
+        _, mask_loss, mask_acc = self.masked_lm(h, mlm_labels)
         result = {
             "loss": mask_loss,
             "mask_loss": mask_loss.detach(),
@@ -99,6 +92,19 @@ class AlbertForPretraining(nn.Module):
             result["sop_loss"] = sop_loss.detach()
             result["sop_accuracy"] = (sop_logits.argmax(-1) == sop_labels).float().mean().detach()
         return result
+
+    def masked_lm(
+        self, hidden: torch.Tensor, mlm_labels: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        """MLM logits at the masked positions (None when none is masked), their loss and
+        accuracy; with no masked token, a zero loss that still touches the graph."""
+        sel = mlm_labels != IGNORE
+        targets = mlm_labels[sel]
+        if not targets.numel():
+            return None, hidden.sum() * 0.0, hidden.new_zeros(())
+        logits = self.mlm_logits(hidden[sel])
+        accuracy = (logits.argmax(-1) == targets).float().mean()
+        return logits, F.cross_entropy(logits, targets), accuracy
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The MLM head (decoder tied to the word embedding) on hidden states [..., D]."""
