@@ -163,16 +163,26 @@ def _cli(config: Path, *args: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("objective", "extra"),
+    [
+        ("mlm", "eval/sop_accuracy"),
+        # two networks, one tied embedding and the generator's sampling: all in the checkpoint
+        ("electra", "eval/rtd_accuracy"),
+    ],
+)
 def test_pretrain_sigkill_and_resume_match_an_uninterrupted_run(
-    inputs: Path, tmp_path: Path
+    inputs: Path, tmp_path: Path, objective: str, extra: str
 ) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), *sys.path])}
-    steps = {
+    steps: dict[str, object] = {
         "max_steps": 40,
         "checkpoint_every": 4,
         "eval_every": 10,
         "export_at_tokens": [1000, 4000, 9000],  # before, around and after the kill
     }
+    if objective == "electra":
+        steps.update(objective="electra", sop=False, mask_prob=0.3)
     killed_cfg = _config_file(inputs, tmp_path / "killed", **steps)
     log = (tmp_path / "killed.log").open("w")
     proc = subprocess.Popen(_cli(killed_cfg), env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -207,7 +217,7 @@ def test_pretrain_sigkill_and_resume_match_an_uninterrupted_run(
     runs = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
     assert len(runs) == 2  # the resumed process continued the killed one's run
     by_name = {r.info.run_name: r for r in runs}
-    for key in ("train/loss", "train/mask_accuracy", "eval/loss", "eval/sop_accuracy"):
+    for key in ("train/loss", "train/mask_accuracy", "eval/loss", extra):
         assert by_name["killed"].data.metrics[key] == by_name["straight"].data.metrics[key], key
 
 

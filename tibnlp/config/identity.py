@@ -20,6 +20,9 @@ OUTPUT_NEUTRAL = frozenset(
         "pretrain.log_every",  # MLflow cadence of the training metrics
         "pretrain.warn_after",  # when a "not learning" warning is logged
         "corpus.num_proc",  # worker processes; the map is deterministic per batch
+        # Not promised bit-neutral: a thread count may change the order of float reductions,
+        # so runs at two counts can differ in rounding. Kept neutral on purpose: the same
+        # recipe on the same data, and a cache hit should not depend on the machine's cores.
         "engine.threads",
         "engine.num_workers",  # tokenising processes; same examples
         "engine.backend",
