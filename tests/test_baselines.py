@@ -79,9 +79,24 @@ def test_textcnn_uses_the_model_directorys_vocabulary(env) -> None:
     assert result.notes["vocab"] == str(env.model)
 
 
-def test_textcnn_refuses_pretrained_weights() -> None:
-    with pytest.raises(ConfigError, match=r"finetune\.model"):
-        load_config(None, ["finetune.encoder=none", "finetune.model=/some/model"])
+def test_textcnn_starts_from_a_pretrained_models_piece_embeddings(env) -> None:
+    """The static-vector baseline: the model's word embedding, rescaled to the from-scratch
+    table's std 1 (the TextCNN has no LayerNorm to make the scale irrelevant)."""
+    cfg = _cfg(env, "finetune.encoder=none")
+    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    word = load_file(str(env.model / "model.safetensors"))["embeddings.word.weight"]
+    assert setup.meta.encoder == "embedding" and setup.pretrained is not None
+    assert (setup.meta.vocab_size, setup.meta.embedding_size) == tuple(word.shape)
+    table = setup.pretrained["embeddings.weight"]
+    assert torch.allclose(table, word / word.std()) and table.std().item() == pytest.approx(1.0)
+    result = run_finetune(cfg, "tncc")
+    assert result.system == "textcnn-pieces(pretrained)"
+    assert result.notes["model"] == str(env.model)
+
+
+def test_textcnn_on_pretrained_embeddings_needs_a_cnn_head() -> None:
+    with pytest.raises(ConfigError, match=r"finetune\.head"):
+        load_config(None, ["finetune.encoder=none", "finetune.model=/m", "finetune.head=linear"])
 
 
 def test_baselines_pipeline_expands_to_five_systems(env) -> None:

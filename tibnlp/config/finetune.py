@@ -32,7 +32,8 @@ class FinetuneConfig:
     # only in pretraining
     init: Literal["pretrained", "random"] = "pretrained"
     # "albert": the transformer encoder; "none": TextCNN directly on SentencePiece piece
-    # embeddings trained from scratch (the classic baseline; needs `vocab`, head must be cnn)
+    # embeddings (the classic baseline; head must be cnn): from scratch with `vocab` (or a
+    # `model` and init=random), or starting from a pretrained `model`'s word embedding
     encoder: Literal["albert", "none"] = "albert"
     vocab: str = ""  # vocabulary directory; default: the one inside `model`
     dataset: str = "tncc"
@@ -131,13 +132,8 @@ class FinetuneConfig:
                 f"{prefix}.head",
                 "encoder 'none' (TextCNN on pieces) needs head 'cnn'",
             )
-            check(
-                self.random_init,
-                f"{prefix}.model",
-                "encoder 'none' trains from scratch: leave `model` empty, or set "
-                "init=random to use only the model directory's vocabulary",
-            )
-            # its vocabulary (vocab=DIR, or model=DIR with init=random) may come from a
-            # pipeline input: checked when fine-tuning starts
+            # its vocabulary (vocab=DIR, or model=DIR) may come from a pipeline input: checked
+            # when fine-tuning starts. With model=DIR and init=pretrained, the piece embeddings
+            # start from that model's word embedding (a static-vector baseline)
         for name in self.eval_also:
             check(name in ("advts",), f"{prefix}.eval_also", f"{name!r} unknown; allowed: 'advts'")

@@ -40,6 +40,7 @@ ADDED_WHEN_SET = frozenset(
         "pretrain.objective",
         "pretrain.generator_ratio",
         "pretrain.rtd_weight",
+        "pretrain.skipgram",
     }
 )
 

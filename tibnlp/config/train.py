@@ -89,6 +89,29 @@ class EngineConfig:
 
 
 @dataclass
+class SkipgramConfig:
+    """Skip-gram word vectors trained on the pretraining tokens before the first MLM step, as
+    the encoder's word embedding (tibnlp.training.skipgram). epochs 0: off."""
+
+    epochs: int = 0
+    window: int = 5  # largest context distance, in pieces
+    negatives: int = 5  # noise pieces per pair, drawn from unigram^0.75
+    subsample: float = 1e-4  # word2vec's frequent-piece threshold t; 0: keep all
+    lr: float = 0.005  # SparseAdam peak rate, decayed linearly to 0
+    batch_pairs: int = 8192
+    std: float = 0.1  # per-component std of the table the vectors become (see embedding_init)
+
+    def validate(self, prefix: str) -> None:
+        check(self.epochs >= 0, f"{prefix}.epochs", "must be >= 0 (0: off)")
+        check(self.window >= 1, f"{prefix}.window", "must be >= 1")
+        check(self.negatives >= 1, f"{prefix}.negatives", "must be >= 1")
+        check(0.0 <= self.subsample < 1.0, f"{prefix}.subsample", "must be in [0, 1)")
+        check(self.lr > 0, f"{prefix}.lr", "must be > 0")
+        check(self.batch_pairs >= 1, f"{prefix}.batch_pairs", "must be >= 1")
+        check(self.std > 0, f"{prefix}.std", "must be > 0")
+
+
+@dataclass
 class PretrainConfig:
     """MLM + SOP pretraining (MODELS.md section 1)."""
 
@@ -137,6 +160,8 @@ class PretrainConfig:
     # ~20% less encoder work. Designs whose attention cannot (windows, relative, fusion) run
     # the full layer regardless.
     sparse_last_layer: bool = True
+    # word vectors from a skip-gram pass over the same tokens as the word embedding's start
+    skipgram: SkipgramConfig = field(default_factory=SkipgramConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
 
     def __post_init__(self) -> None:
@@ -168,6 +193,11 @@ class PretrainConfig:
             "must be distinct token counts",
         )
         check(self.max_steps >= 1, f"{prefix}.max_steps", "must be >= 1")
+        check(
+            not (self.skipgram.epochs and self.init_from),
+            f"{prefix}.skipgram.epochs",
+            "must be 0 with pretrain.init_from (the word embedding comes from that model)",
+        )
         check(self.recurrence_segments >= 1, f"{prefix}.recurrence_segments", "must be >= 1")
         check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", "must be >= 0")
         for key in ("eval_every", "log_every", "checkpoint_every", "keep_checkpoints"):

@@ -119,6 +119,12 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         if ft.init == "pretrained":
             model_cfg, encoder = load_encoder(model_dir)
             pretrained = encoder.state_dict()
+            if ft.encoder == "none":  # TextCNN on the model's piece embeddings alone,
+                # at the from-scratch table's scale (N(0, 1)): the encoder's LayerNorm made
+                # the table's own scale irrelevant, the TextCNN has none, and its recipe
+                # was searched at that scale
+                word = pretrained["embeddings.word.weight"]
+                pretrained = {"embeddings.weight": word / word.std()}
         elif ft.encoder == "albert":  # the same shape, fresh weights: a no-pretraining twin
             model_cfg = load_config_file(model_dir)
         # the vocabulary is copied beside the weights at pretraining; --vocab must match it
@@ -158,10 +164,10 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         labels=list(data.labels),
         max_len=max_len,
         vocab_sha256=vocab.sha256,
-        vocab_size=vocab.size if ft.encoder == "none" else model_cfg.vocab_size,
+        vocab_size=model_cfg.vocab_size if pretrained is not None else vocab.size,
         head=head,
         model=model_cfg,
-        embedding_size=ft.embedding_size,
+        embedding_size=model_cfg.embedding_size if pretrained is not None else ft.embedding_size,
         text_form=ft.text_form,
         dataset=data.name,
         source_model="" if ft.random_init else str(ft.model),
@@ -186,7 +192,7 @@ def texts(data: LabelledSet, split: str, form: str) -> list[str]:
 
 def system_name(ft: FinetuneConfig) -> str:
     if ft.encoder == "none":
-        return "textcnn-pieces(scratch)"
+        return "textcnn-pieces(scratch)" if ft.random_init else "textcnn-pieces(pretrained)"
     shape = f"({Path(ft.model_dir).name})" if ft.model_dir else ""
     base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
     head = ft.head if ft.head == "cnn" else f"{ft.head}-{ft.pooling}"

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from tibnlp.config import Config, ModelConfig, dump_yaml, to_dict
-from tibnlp.config.train import parse_duration
+from tibnlp.config.train import PretrainConfig, parse_duration
 from tibnlp.data.masking import MlmCollator
 from tibnlp.data.pretraining import (
     build_pretraining_dataset,
@@ -49,6 +49,7 @@ from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import World, barrier, hardware_name, init_distributed, shutdown
 from tibnlp.training.loop import LoopSettings, Progress, fit
+from tibnlp.training.skipgram import cached_vectors, embedding_init
 from tibnlp.training.wiring import Training, start_training
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out masks differ from any training batch's
@@ -256,6 +257,31 @@ def _load_initial(
         )
 
 
+def _skipgram_start(
+    model: AlbertForPretraining | ElectraForPretraining,
+    model_cfg: ModelConfig,
+    p: PretrainConfig,
+    train: Any,
+    meta: dict[str, Any],
+    vocab: Vocabulary,
+    output: Path,
+    world: World,
+) -> dict[str, Any]:
+    """Skip-gram vectors of the training examples' pieces as the word embedding; trained once
+    on the main process (kept in OUTPUT/skipgram, so a resumed run reads them back), read by
+    every rank. Returns their cost as the facts a continued run would carry (FLOPs, seconds)."""
+    folder = output / "skipgram"
+    args = (model_cfg.vocab_size, model_cfg.embedding_size, p.skipgram, p.seed)
+    exclude = set(vocab.special_ids)
+    if world.is_main:
+        cached_vectors(folder, lambda: train["input_ids"], *args, exclude, meta["cache_key"])
+    barrier()
+    result = cached_vectors(folder, lambda: train["input_ids"], *args, exclude, meta["cache_key"])
+    with torch.no_grad():
+        model.encoder.embeddings.word.weight.copy_(embedding_init(result.vectors, p.skipgram.std))
+    return {"flops": result.flops, "train_seconds": result.seconds, **result.facts()}
+
+
 def _note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -315,6 +341,8 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         )
     if init_state is not None:
         _load_initial(model, init_state, Path(p.init_from), p.objective)
+    if p.skipgram.epochs:
+        before = _skipgram_start(model, model_cfg, p, splits["train"], meta, vocab, output, world)
     training = start_training(
         model, cfg.engine, p.optimizer, p.batch_size, p.micro_batch_size, p.max_steps, world
     )
@@ -376,6 +404,8 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
             "tokens": float(before.get("tokens", 0.0)) + at.tokens,
             "train_seconds": round(float(before.get("train_seconds", 0.0)) + at.train_seconds, 3),
             "flops": float(before.get("flops", 0.0)) + at.tokens * flops_per_token,
+            # a skip-gram warm start's cost, also when inherited from the init_from model
+            **{k: v for k, v in before.items() if k.startswith("skipgram_")},
             **own,
             **run_facts,
         }
@@ -426,6 +456,7 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
                 "resolved.pretrain.vocab": p.vocab,
                 "resolved.flops_per_token": round(flops_per_token),
                 "resolved.hardware": run_facts["hardware"],
+                **{f"resolved.{k}": v for k, v in before.items() if k.startswith("skipgram_")},
             }
         )
         tracker.set_tags(

@@ -1,0 +1,232 @@
+"""Skip-gram with negative sampling (word2vec; Mikolov et al. 2013) over the pretraining
+corpus's pieces: a warm start for the encoder's word embedding (`pretrain.skipgram`).
+
+Why: on a CPU budget MLM passes over the corpus about once, so a piece seen a few dozen times
+gets only a few dozen noisy updates of its embedding. A skip-gram epoch over the same tokens
+costs about 6 x E x (1 + negatives) FLOPs per (centre, context) pair, some 1e-3 of an MLM
+token's, so several epochs give every piece a vector learned from all of its contexts before
+the first MLM step. `benchmarks/results/skipgram.md` measures what that buys.
+
+The pairs follow word2vec: frequent pieces are subsampled (keep probability
+sqrt(t/f) + t/f), a context at distance o <= window counts with probability
+(window - o + 1) / window (word2vec's random window, in expectation), and pairs never cross
+an example. Training is batched: SparseAdam on the mean loss, the rate decayed linearly to 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tibnlp.config.train import SkipgramConfig
+from tibnlp.fsutil import atomic_file
+
+VECTORS_FILE = "vectors.pt"
+FACTS_FILE = "skipgram.json"
+
+
+@dataclass
+class SkipgramResult:
+    """`vectors` [V, dim] (rows of excluded ids are zero); `flops`: analytic training FLOPs;
+    `seconds`: training time; `loss`: mean loss of the last epoch, per pair."""
+
+    vectors: torch.Tensor
+    pairs: int
+    flops: float
+    seconds: float
+    loss: float
+
+    def facts(self) -> dict[str, float]:
+        return {
+            "skipgram_pairs": float(self.pairs),
+            "skipgram_flops": self.flops,
+            "skipgram_seconds": round(self.seconds, 3),
+            "skipgram_loss": round(self.loss, 5),
+        }
+
+
+def flatten(sequences: Iterable[Sequence[int]], exclude: set[int]) -> tuple[np.ndarray, np.ndarray]:
+    """All pieces of all sequences in order, without `exclude` (special pieces), and the index
+    of the sequence each came from (pairs stay inside one sequence)."""
+    ids: list[np.ndarray] = []
+    owner: list[np.ndarray] = []
+    drop = np.array(sorted(exclude), dtype=np.int64)
+    for i, seq in enumerate(sequences):
+        arr = np.asarray(seq, dtype=np.int64)
+        arr = arr[~np.isin(arr, drop)]
+        ids.append(arr)
+        owner.append(np.full(len(arr), i, dtype=np.int64))
+    if not ids:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(ids), np.concatenate(owner)
+
+
+def keep_probability(counts: np.ndarray, threshold: float) -> np.ndarray:
+    """word2vec's subsampling: a piece of corpus frequency f is kept with
+    min(1, sqrt(t/f) + t/f); threshold 0 keeps everything."""
+    if threshold <= 0:
+        return np.ones(len(counts))
+    freq = counts / max(counts.sum(), 1)
+    with np.errstate(divide="ignore"):
+        ratio = np.where(freq > 0, threshold / freq, np.inf)
+    return np.minimum(1.0, np.sqrt(ratio) + ratio)
+
+
+def epoch_pairs(
+    ids: np.ndarray, owner: np.ndarray, keep: np.ndarray, window: int, rng: np.random.Generator
+) -> np.ndarray:
+    """[P, 2] shuffled (centre, context) pairs of one epoch, after subsampling."""
+    kept = rng.random(len(ids)) < keep[ids]
+    ids, owner = ids[kept], owner[kept]
+    parts = []
+    for o in range(1, window + 1):
+        same = owner[:-o] == owner[o:]
+        take = same & (rng.random(len(same)) < (window - o + 1) / window)
+        left, right = ids[:-o][take], ids[o:][take]
+        parts.append(np.stack([left, right], axis=1))
+        parts.append(np.stack([right, left], axis=1))
+    pairs = np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+    return pairs[rng.permutation(len(pairs))]
+
+
+def train_skipgram(
+    sequences: Iterable[Sequence[int]],
+    vocab_size: int,
+    dim: int,
+    cfg: SkipgramConfig,
+    seed: int,
+    exclude: set[int],
+    report: Callable[[str], None] | None = None,
+) -> SkipgramResult:
+    """Train word vectors of width `dim` on `sequences` of piece ids (see the module doc)."""
+    ids, owner = flatten(sequences, exclude)
+    counts = np.bincount(ids, minlength=vocab_size).astype(np.float64)
+    if len(ids) < 2:
+        raise ValueError("skip-gram needs at least two pieces of text")
+    keep = keep_probability(counts, cfg.subsample)
+    noise = torch.from_numpy(counts**0.75)
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+
+    inputs = nn.Embedding(vocab_size, dim, sparse=True)
+    outputs = nn.Embedding(vocab_size, dim, sparse=True)
+    with torch.no_grad():
+        inputs.weight.uniform_(-0.5 / dim, 0.5 / dim, generator=gen)
+        outputs.weight.zero_()
+    params = [inputs.weight, outputs.weight]
+    optimizer = torch.optim.SparseAdam(params, lr=cfg.lr)
+    # the schedule needs the epoch's size before it is drawn: the expected pair count
+    expected = 2.0 * float(keep[ids].sum()) * (cfg.window + 1) / 2.0
+    total_steps = max(1, math.ceil(cfg.epochs * expected / cfg.batch_pairs))
+
+    started = time.monotonic()
+    step, pairs_seen, last_report = 0, 0, started
+    loss_sum, loss_pairs = 0.0, 0
+    for epoch in range(cfg.epochs):
+        pairs = torch.from_numpy(epoch_pairs(ids, owner, keep, cfg.window, rng))
+        loss_sum, loss_pairs = 0.0, 0
+        for start in range(0, len(pairs), cfg.batch_pairs):
+            batch = pairs[start : start + cfg.batch_pairs]
+            lr = cfg.lr * max(1.0 - step / total_steps, 1e-4)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            neg = torch.multinomial(noise, len(batch) * cfg.negatives, True, generator=gen)
+            centre = inputs(batch[:, 0])  # [B, E]
+            context = outputs(torch.cat([batch[:, 1:2], neg.view(len(batch), -1)], dim=1))
+            scores = torch.einsum("bd,bkd->bk", centre, context)  # [B, 1 + K]
+            sign = torch.ones_like(scores)
+            sign[:, 1:] = -1.0
+            loss = -F.logsigmoid(sign * scores).sum(dim=1)
+            optimizer.zero_grad()
+            loss.mean().backward()
+            optimizer.step()
+            step += 1
+            loss_sum += float(loss.detach().sum())
+            loss_pairs += len(batch)
+            pairs_seen += len(batch)
+            now = time.monotonic()
+            if report is not None and now - last_report >= 30:
+                last_report = now
+                rate = pairs_seen / (now - started)
+                left = max(total_steps - step, 0) * cfg.batch_pairs / rate
+                report(
+                    f"skipgram epoch {epoch + 1}/{cfg.epochs} loss {loss_sum / loss_pairs:.4f} "
+                    f"{rate / 1e6:.2f} M pairs/s ETA {left / 60:.1f} min"
+                )
+        if report is not None:
+            report(
+                f"skipgram epoch {epoch + 1}/{cfg.epochs} loss {loss_sum / max(loss_pairs, 1):.4f}"
+            )
+    vectors = inputs.weight.detach().clone()
+    vectors[torch.from_numpy(counts == 0)] = 0.0
+    return SkipgramResult(
+        vectors=vectors,
+        pairs=pairs_seen,
+        flops=6.0 * dim * (1 + cfg.negatives) * pairs_seen,
+        seconds=time.monotonic() - started,
+        loss=loss_sum / max(loss_pairs, 1),
+    )
+
+
+def embedding_init(vectors: torch.Tensor, std: float) -> torch.Tensor:
+    """The vectors as an embedding table: centred and scaled to per-component `std`.
+
+    The encoder's input path normalises (LayerNorm) so scale does not matter there, but the
+    MLM decoder is tied to this table: `std` sets how large its first logits are and how many
+    Adam steps of MLM it takes to move a row as far as its own scale."""
+    seen = vectors.abs().sum(dim=1) > 0
+    out = vectors - vectors[seen].mean(dim=0)
+    out = out * (std / out[seen].std())
+    out[~seen] = torch.randn(int((~seen).sum()), vectors.shape[1]) * std
+    return out
+
+
+def cached_vectors(
+    folder: Path,
+    sequences: Callable[[], Iterable[Sequence[int]]],
+    vocab_size: int,
+    dim: int,
+    cfg: SkipgramConfig,
+    seed: int,
+    exclude: set[int],
+    key: str,
+) -> SkipgramResult:
+    """`train_skipgram`, or its result from `folder` when trained before with the same
+    settings and data `key` (a resumed pretraining does not train them again)."""
+    settings = {**asdict(cfg), "dim": dim, "seed": seed, "vocab_size": vocab_size, "key": key}
+    facts_path, vectors_path = folder / FACTS_FILE, folder / VECTORS_FILE
+    if facts_path.is_file() and vectors_path.is_file():
+        saved = json.loads(facts_path.read_text(encoding="utf-8"))
+        if saved.get("settings") == settings:
+            r = saved["result"]
+            return SkipgramResult(
+                torch.load(vectors_path), int(r["pairs"]), r["flops"], r["seconds"], r["loss"]
+            )
+    result = train_skipgram(
+        sequences(), vocab_size, dim, cfg, seed, exclude, lambda line: print(line, file=sys.stderr)
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_file(vectors_path) as tmp:
+        torch.save(result.vectors, tmp)
+    record = {
+        "settings": settings,
+        "result": {
+            "pairs": result.pairs,
+            "flops": result.flops,
+            "seconds": result.seconds,
+            "loss": result.loss,
+        },
+    }
+    with atomic_file(facts_path) as tmp:
+        tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return result
