@@ -136,6 +136,17 @@ def test_pickle_and_sha(vocab: Vocabulary, built: tuple[Path, dict]) -> None:
     assert vocab.sha256 == built[1]["sha256"] and len(vocab.sha256) == 64
 
 
+def test_a_rebuild_gives_the_same_bytes(
+    corpus: Path, built: tuple[Path, dict], tmp_path: Path
+) -> None:
+    # the rules file sits in a new temporary folder each build: its path must not reach the model
+    report = build_vocabulary(corpus, tmp_path / "again", _config())
+    first = (built[0] / "spm.model").read_bytes()
+    assert (tmp_path / "again" / "spm.model").read_bytes() == first
+    assert report["sha256"] == built[1]["sha256"]
+    assert b"syllable_rules" not in first
+
+
 def test_load_rejects_other_folders(tmp_path: Path, corpus: Path) -> None:
     with pytest.raises(DataError, match="not a tibnlp vocabulary"):
         Vocabulary.load(tmp_path)

@@ -105,7 +105,20 @@ def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> byte
                 hint,
             ) from exc
         raise DataError(f"SentencePiece could not train: {text.strip()}") from exc
-    return model.getvalue()
+    return _canonical(model.getvalue())
+
+
+def _canonical(proto: bytes) -> bytes:
+    """The model without the settings that name this machine (the rules file's temporary path,
+    the thread count), so that the same corpus and config give the same bytes and sha256
+    wherever they are built; encoding reads neither (the rules live in the compiled charsmap)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    model = pb.ModelProto()  # type: ignore[attr-defined]  # generated module, no stubs
+    model.ParseFromString(proto)
+    model.normalizer_spec.ClearField("normalization_rule_tsv")
+    model.trainer_spec.ClearField("num_threads")
+    return model.SerializeToString(deterministic=True)
 
 
 def _sha256(path: Path) -> str | None:
