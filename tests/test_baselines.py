@@ -168,3 +168,24 @@ def test_report_names_a_file_that_is_not_a_result(tmp_path) -> None:
         load_results([other])
     with pytest.raises(DataError, match=r"no results\.json under"):
         load_results([tmp_path])
+
+
+def test_summary_table_counts_the_pretraining_behind_textcnn_on_pretrained_embeddings() -> None:
+    from tibnlp.evaluation.report import summary_table
+
+    agg = {s: {m: {"mean": 0.6, "std": 0.01} for m in ("macro_f1", "weighted_f1")}
+           for s in ("test", "validation")}  # fmt: skip
+
+    def row(system: str, tokens: float | None) -> dict:
+        notes = {"pretraining": {"tokens": tokens}} if tokens is not None else {}
+        return {"system": system, "dataset": "tncc-title", "seeds": [{}, {}],
+                "aggregate": agg, "notes": notes}  # fmt: skip
+
+    table = summary_table(
+        [row("textcnn-pieces(pretrained)", 6_003_391), row("textcnn-pieces(scratch)", None)]
+    )
+    lines = {line.split(" | ")[1]: line.split(" | ")[2] for line in table.splitlines()[4:6]}
+    assert lines == {
+        "textcnn-pieces(pretrained)": "6,003,391",
+        "textcnn-pieces(scratch)": "none",
+    }
