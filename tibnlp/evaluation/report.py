@@ -169,8 +169,8 @@ def _anchor_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _kind(system: str) -> str:
-    if system.startswith("textcnn"):
-        return "textcnn"
+    if system.startswith("textcnn"):  # on a pretrained embedding it is a pretrained system
+        return "pretrained" if system.endswith("(pretrained)") else "textcnn"
     return "random" if system.startswith("albert-random") else "pretrained"
 
 
@@ -197,8 +197,6 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         kind, n = _kind(r["system"]), len(r["seeds"])
         tokens = {"pretrained": f"{_tokens(r):,.0f}", "random": "0", "textcnn": "none"}[kind]
-        if kind == "textcnn" and "(pretrained)" in r["system"]:
-            tokens = f"{_tokens(r):,.0f}"  # TextCNN started from a pretrained word embedding
         twin = twins.get((r["dataset"], r["system"].partition("+")[2]))
         gain = "-"
         if kind == "pretrained" and twin is not None:
