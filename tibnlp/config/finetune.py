@@ -9,6 +9,18 @@ from tibnlp.config.core import check
 from tibnlp.config.train import OptimizerConfig
 
 
+def check_layers(layers: list[int], key: str) -> None:
+    """The encoder states a head reads (`finetune.layers`): their indices, as far as they can
+    be checked before the encoder's depth is known."""
+    check(len(layers) >= 1, key, "needs at least one state (-1: last)")
+    check(len(set(layers)) == len(layers), key, "must be distinct")
+    check(
+        all(i >= -1 for i in layers),
+        key,
+        "indices are 0 (embedding layer) .. L (last layer), or -1 for the last",
+    )
+
+
 @dataclass
 class GlobalMemoryConfig:
     """GEMFormer: tokens whose MLM entropy (nats) is below `threshold` form a global memory
@@ -76,6 +88,10 @@ class FinetuneConfig:
     seeds: list[int] = field(default_factory=lambda: [1])
     cnn_kernels: list[int] = field(default_factory=lambda: [2, 3, 4])
     cnn_channels: int = 128
+    # the encoder states the head reads, side by side: -1 the last layer's, 0 the embedding
+    # layer's output, i the output of layer i. [0, -1] gives the head the word embedding's
+    # evidence beside the context (benchmarks/results/layers.md). Encoder albert, truncate only
+    layers: list[int] = field(default_factory=lambda: [-1])
     dropout: float = 0.1
     # dropout inside the encoder while fine-tuning; -1 keeps the model's own. Pretraining with
     # dropout off (a short-budget lever) must not silently switch it off for fine-tuning too.
@@ -112,6 +128,14 @@ class FinetuneConfig:
         check(len(self.cnn_kernels) >= 1, f"{prefix}.cnn_kernels", "needs at least one width")
         check(all(k >= 1 for k in self.cnn_kernels), f"{prefix}.cnn_kernels", "widths must be >= 1")
         check(self.cnn_channels >= 1, f"{prefix}.cnn_channels", "must be >= 1")
+        check_layers(self.layers, f"{prefix}.layers")
+        if self.layers != [-1]:
+            check(
+                self.encoder == "albert" and self.long_document == "truncate",
+                f"{prefix}.layers",
+                "other states than the last are read with encoder 'albert' and long_document "
+                "'truncate' only; set finetune.layers=[-1]",
+            )
         check(0.0 <= self.dropout < 1.0, f"{prefix}.dropout", "must be in [0, 1)")
         check(
             self.encoder_dropout == -1.0 or 0.0 <= self.encoder_dropout < 1.0,

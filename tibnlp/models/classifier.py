@@ -1,4 +1,4 @@
-"""Sequence classifiers: an encoder's last hidden states -> a head -> class logits.
+"""Sequence classifiers: an encoder's token states -> a head -> class logits.
 
 Three heads, as in the TNCC literature:
 - `TextCNNHead` (Kim 2014, DMA-ALBERT's head): 1-D convolutions of several widths over the
@@ -13,6 +13,12 @@ concatenated with a max-pool over the real tokens (`cls_max`); `finetune.pooling
 hidden states as a tensor [B, N, D] or an object with `.hidden`, so the pretrained ALBERT, a
 randomly initialised one, and the plain embedding table of the from-scratch TextCNN baseline
 all plug in the same way.
+
+The head reads the last layer's states, or (`HeadConfig.layers`, `finetune.layers`) several of
+the encoder's states side by side, e.g. `[0, -1]`: the embedding layer's output beside the last
+layer's. MLM trains the last layer to predict masked pieces, which is not the same as keeping
+the evidence of which words a title contains; a TextCNN over the word embedding alone was the
+stronger classifier on TNCC titles (benchmarks/results/layers.md).
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ import torch
 from torch import nn
 
 from tibnlp.config.core import check
-from tibnlp.config.finetune import FinetuneConfig
+from tibnlp.config.finetune import FinetuneConfig, check_layers
+from tibnlp.models.encoder import Encoder
 
 
 @dataclass
@@ -34,8 +41,16 @@ class HeadConfig:
     channels: int = 128  # filters per width
     dropout: float = 0.1
     pooling: Literal["cls", "cls_max"] = "cls"  # linear and mlp heads
+    # the encoder states read, concatenated along the width: 0 the embedding layer's output,
+    # i the output of layer i, -1 the last layer's (see tibnlp.models.encoder.EncoderOutput)
+    layers: list[int] = field(default_factory=lambda: [-1])
+
+    @property
+    def reads_last_only(self) -> bool:
+        return self.layers == [-1]
 
     def validate(self, prefix: str) -> None:
+        check_layers(self.layers, f"{prefix}.layers")
         check(len(self.kernels) >= 1, f"{prefix}.kernels", "needs at least one width")
         check(all(k >= 1 for k in self.kernels), f"{prefix}.kernels", "widths must be >= 1")
         check(self.channels >= 1, f"{prefix}.channels", "must be >= 1")
@@ -126,7 +141,9 @@ def build_head(cfg: HeadConfig, hidden_size: int, num_labels: int) -> nn.Module:
 
 def head_config(ft: FinetuneConfig) -> HeadConfig:
     """The head `finetune` settings describe (kind, CNN widths, dropout, pooling)."""
-    return HeadConfig(ft.head, list(ft.cnn_kernels), ft.cnn_channels, ft.dropout, ft.pooling)
+    return HeadConfig(
+        ft.head, list(ft.cnn_kernels), ft.cnn_channels, ft.dropout, ft.pooling, list(ft.layers)
+    )
 
 
 class EmbeddingEncoder(nn.Module):
@@ -175,7 +192,15 @@ class Classifier(nn.Module):
         self.head_config = head
         self.num_labels = num_labels
         self.encoder = encoder
-        self.head = build_head(head, hidden_size or _hidden_size(encoder), num_labels)
+        if not head.reads_last_only and not isinstance(encoder, Encoder):
+            raise ValueError(
+                f"head layers {head.layers} need the transformer encoder read whole "
+                f"(got {type(encoder).__name__}); use layers [-1]"
+            )
+        # the index of the last layer's state (-1 says the same)
+        self.last_state = encoder.cfg.num_layers if isinstance(encoder, Encoder) else -1
+        width = (hidden_size or _hidden_size(encoder)) * len(head.layers)
+        self.head = build_head(head, width, num_labels)
 
     def forward(
         self,
@@ -193,10 +218,31 @@ class Classifier(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits, and the share of the batch's texts that took the large head route (None
         when the encoder reports no routing, e.g. the embedding encoder)."""
+        if not self.head_config.reads_last_only:
+            return self._classify_states(input_ids, attention_mask, token_type_ids)
         out = self.encoder(input_ids, attention_mask, token_type_ids)
         if isinstance(out, torch.Tensor):
             return self.head(out, attention_mask), None
         return self.head(out.hidden, attention_mask), getattr(out, "route_large_fraction", None)
+
+    def _classify_states(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The head over several encoder states side by side. The last layer's state is
+        normalised already (final norm, or post-LN); the others are layer-normalised here, without
+        parameters, so that each enters the head at the same scale."""
+        layers = self.head_config.layers
+        out = self.encoder(input_ids, attention_mask, token_type_ids, states=tuple(layers))
+        parts = [
+            s if i in (-1, self.last_state) else nn.functional.layer_norm(s, s.shape[-1:])
+            for i, s in zip(layers, out.states, strict=True)
+        ]
+        mask = attention_mask.unsqueeze(-1).to(parts[0].dtype)
+        hidden = torch.cat(parts, dim=-1) * mask  # padding stays zero after the norm
+        return self.head(hidden, attention_mask), out.route_large_fraction
 
     def freeze_encoder(self, frozen: bool = True) -> None:
         """Freeze or unfreeze the encoder; weights a reader never trains (its

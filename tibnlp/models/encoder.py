@@ -39,6 +39,10 @@ class EncoderOutput:
     large: torch.Tensor
     route_large_fraction: torch.Tensor
     memory: SegmentMemory | None = None
+    # `forward(states=...)`: the states asked for, in that order ([B, N, D] each, padding
+    # zero): 0 the embedding layer's output (after the E -> D projection), i in 1..L-1 the
+    # output of layer i before any final norm, L (or -1) `hidden`
+    states: list[torch.Tensor] | None = None
 
 
 class Embeddings(nn.Module):
@@ -164,8 +168,12 @@ class Encoder(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         memory: SegmentMemory | None = None,
         outputs_at: torch.Tensor | None = None,
+        states: tuple[int, ...] = (),
     ) -> EncoderOutput:
         """`memory`: the previous segment's `EncoderOutput.memory` (recurrence only).
+
+        `states`: indices of the states to return in `EncoderOutput.states` beside `hidden`
+        (0 the embedding layer's output, L or -1 the last layer's; see `EncoderOutput`).
 
         `outputs_at` [B, N] bool: the only positions whose output the caller reads (e.g. the
         masked tokens and [CLS] in pretraining). Where the attention allows it, the last layer
@@ -196,8 +204,10 @@ class Encoder(nn.Module):
         if outputs_at is not None and self.supports_sparse_outputs:
             want = outputs_at[:, :keep].bool() & real[:, k:]
             queries, valid = _query_positions(want)
-        states = []
+        layer_inputs = []
         last = self.cfg.num_layers - 1
+        wanted = {self._state_index(i) for i in states}
+        kept: dict[int, torch.Tensor] = {0: x} if 0 in wanted else {}
         for layer in range(self.cfg.num_layers):
             lctx = ctx.at_layer(layer)
             if memory is not None:
@@ -208,8 +218,10 @@ class Encoder(nn.Module):
                 lctx = dataclasses.replace(lctx, queries=queries + k)
             block = self.layer_at(layer)
             if recurrent:  # the memory holds what this layer's attention reads
-                states.append((block.attention_norm(x) if self.final_norm else x)[:, k:])
+                layer_inputs.append((block.attention_norm(x) if self.final_norm else x)[:, k:])
             x = block(x, lctx, large)
+            if layer + 1 in wanted and layer < last:
+                kept[layer + 1] = x
         if self.final_norm is not None:
             x = self.final_norm(x)
         if want is not None:  # [B, Q, D] at the wanted positions -> [B, keep, D], zero elsewhere
@@ -218,20 +230,37 @@ class Encoder(nn.Module):
             x = sparse
         else:
             x = x[:, k:]
-        x = x * mask[:, :keep].unsqueeze(-1).to(x.dtype)  # padding outputs are zero
-        if keep < n:
-            x = F.pad(x, (0, 0, 0, n - keep))
+        x = _pad_back(x, mask[:, :keep], n)
         new_memory = (
-            next_memory(memory, states, mask[:, :keep], self.cfg.recurrence.mem_len)
+            next_memory(memory, layer_inputs, mask[:, :keep], self.cfg.recurrence.mem_len)
             if recurrent
             else None
         )
-        return EncoderOutput(x, large, large.float().mean(), new_memory)
+        asked = None
+        if states:
+            asked = [
+                x if j == self.cfg.num_layers else _pad_back(kept[j][:, k:], mask[:, :keep], n)
+                for j in (self._state_index(i) for i in states)
+            ]
+        return EncoderOutput(x, large, large.float().mean(), new_memory, asked)
+
+    def _state_index(self, index: int) -> int:
+        """`forward(states=...)` index -> 0..L (-1 is L)."""
+        count = self.cfg.num_layers
+        if not -1 <= index <= count:
+            raise ValueError(f"state {index} does not exist: use 0..{count}, or -1 for the last")
+        return count if index == -1 else index
 
     def sentence_vector(self, output: EncoderOutput, attention_mask: torch.Tensor) -> torch.Tensor:
         """[B, sentence_dim]: the [CLS] state. A classifier pools in its head
         (`finetune.pooling`), over the token states it is given."""
         return output.hidden[:, 0]
+
+
+def _pad_back(x: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
+    """States of the `keep` kept positions -> [B, n, D], padding positions zero."""
+    x = x * mask.unsqueeze(-1).to(x.dtype)
+    return F.pad(x, (0, 0, 0, n - x.shape[1])) if x.shape[1] < n else x
 
 
 def _query_positions(want: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from tibnlp.config import Config, to_dict
+from tibnlp.config.core import check
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.identity import output_settings
 from tibnlp.config.model import ModelConfig
@@ -157,6 +158,12 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     max_len = ft.max_len or TASK_MAX_LEN.get(data.name) or data.max_len or 128
     if ft.encoder == "albert":
         max_len = min(max_len, model_cfg.max_len)
+    check(
+        all(i <= model_cfg.num_layers for i in ft.layers),
+        "finetune.layers",
+        f"the encoder has {model_cfg.num_layers} layers: states are 0..{model_cfg.num_layers}, "
+        "or -1 for the last",
+    )
     head = head_config(ft)
     reading = reading_of(ft, model_cfg, max_len)
     meta = ClassifierMeta(
@@ -200,6 +207,8 @@ def system_name(ft: FinetuneConfig) -> str:
     if ft.long_document == "memory" and ft.memory_selection == "frozen":
         long += "-frozen"
     routing = "+eval-per-text" if ft.eval_routing == "per_text" else ""
+    if ft.layers != [-1]:
+        head += "@" + ",".join(str(i) for i in ft.layers)
     return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long + routing
 
 
