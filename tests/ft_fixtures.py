@@ -10,6 +10,7 @@ import json
 import random
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import sentencepiece as spm
 
@@ -131,6 +132,14 @@ def make_model_dir(root: Path, vocab: Path, vocab_size: int | None = None) -> Pa
     for f in vocab.iterdir():
         shutil.copy2(f, out / f.name)
     return out
+
+
+def pretrained_env(tmp_path: Path, monkeypatch) -> SimpleNamespace:
+    """The tiny data directory (set as TIBNLP_DATA), a vocabulary and a model directory on it:
+    what a test of fine-tuning a pretrained model starts from (`tmp`, `vocab`, `model`)."""
+    monkeypatch.setenv("TIBNLP_DATA", str(make_data_dir(tmp_path / "data")))
+    vocab = make_vocab(tmp_path / "vocab")
+    return SimpleNamespace(tmp=tmp_path, vocab=vocab, model=make_model_dir(tmp_path, vocab))
 
 
 def tiny_textcnn(vocab: Path, output: Path, *extra: str) -> list[str]:

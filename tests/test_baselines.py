@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.ft_fixtures import make_data_dir, make_model_dir, make_vocab
+from tests.ft_fixtures import pretrained_env
 from tibnlp.config import load_config
 from tibnlp.errors import ConfigError
 from tibnlp.evaluation.report import load_results
@@ -28,9 +27,7 @@ PIPELINE = Path(__file__).resolve().parents[1] / "pipelines" / "tncc_baselines.y
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("TIBNLP_DATA", str(make_data_dir(tmp_path / "data")))
-    vocab = make_vocab(tmp_path / "vocab")
-    return SimpleNamespace(tmp=tmp_path, vocab=vocab, model=make_model_dir(tmp_path, vocab))
+    return pretrained_env(tmp_path, monkeypatch)
 
 
 def _cfg(env, *extra: str):

@@ -3,13 +3,11 @@ layer's output beside the last layer's), from the config through training to a s
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
 
-from tests.ft_fixtures import make_data_dir, make_model_dir, make_vocab
+from tests.ft_fixtures import pretrained_env
 from tibnlp.config import load_config
 from tibnlp.config.model import HeadsConfig, ModelConfig
 from tibnlp.errors import ConfigError
@@ -108,9 +106,7 @@ def test_a_head_on_other_encoders_reads_the_last_state_only() -> None:
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("TIBNLP_DATA", str(make_data_dir(tmp_path / "data")))
-    vocab = make_vocab(tmp_path / "vocab")
-    return SimpleNamespace(tmp=tmp_path, model=make_model_dir(tmp_path, vocab))
+    return pretrained_env(tmp_path, monkeypatch)
 
 
 def _cfg(env, *extra: str):
@@ -134,6 +130,14 @@ def test_a_layer_beyond_the_models_depth_is_named(env) -> None:
     data = ft_mod.load_task_data("tncc", "title")
     with pytest.raises(ConfigError, match=r"finetune\.layers.*1 layers"):
         ft_mod.prepare(_cfg(env, "finetune.layers=[0,2]"), data)
+
+
+def test_the_last_state_named_twice_is_refused(env) -> None:
+    from tibnlp.training import finetune as ft_mod
+
+    data = ft_mod.load_task_data("tncc", "title")
+    with pytest.raises(ConfigError, match=r"finetune\.layers.*-1 and 1 are the same state"):
+        ft_mod.prepare(_cfg(env, "finetune.layers=[1,-1]"), data)
 
 
 def test_fine_tuning_with_layers_saves_a_model_predict_rebuilds(env) -> None:

@@ -240,9 +240,8 @@ class Classifier(nn.Module):
             s if i in (-1, self.last_state) else nn.functional.layer_norm(s, s.shape[-1:])
             for i, s in zip(layers, out.states, strict=True)
         ]
-        mask = attention_mask.unsqueeze(-1).to(parts[0].dtype)
-        hidden = torch.cat(parts, dim=-1) * mask  # padding stays zero after the norm
-        return self.head(hidden, attention_mask), out.route_large_fraction
+        # padding: zero in every state, and a parameter-free norm keeps a zero vector zero
+        return self.head(torch.cat(parts, dim=-1), attention_mask), out.route_large_fraction
 
     def freeze_encoder(self, frozen: bool = True) -> None:
         """Freeze or unfreeze the encoder; weights a reader never trains (its

@@ -158,11 +158,17 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     max_len = ft.max_len or TASK_MAX_LEN.get(data.name) or data.max_len or 128
     if ft.encoder == "albert":
         max_len = min(max_len, model_cfg.max_len)
+    depth = model_cfg.num_layers
     check(
-        all(i <= model_cfg.num_layers for i in ft.layers),
+        all(i <= depth for i in ft.layers),
         "finetune.layers",
-        f"the encoder has {model_cfg.num_layers} layers: states are 0..{model_cfg.num_layers}, "
-        "or -1 for the last",
+        f"the encoder has {depth} layers: states are 0..{depth}, or -1 for the last",
+    )
+    resolved = [depth if i == -1 else i for i in ft.layers]
+    check(
+        len(set(resolved)) == len(resolved),
+        "finetune.layers",
+        f"-1 and {depth} are the same state (the last of {depth} layers): list it once",
     )
     head = head_config(ft)
     reading = reading_of(ft, model_cfg, max_len)
