@@ -212,6 +212,37 @@ def test_head_and_encoder_get_their_learning_rates(env, monkeypatch) -> None:
         load_config(None, ["finetune.head_lr=-0.001"])
 
 
+def test_embedding_layer_gets_its_own_learning_rate(env, monkeypatch) -> None:
+    """finetune.embedding_lr: the encoder's embedding layer (pieces and their projection) at
+    its own peak rate, beside the head's and the transformer's; refused when negative."""
+    from tibnlp.training import engine
+
+    built = []
+    real = engine.build_optimizer
+
+    def spy(model, cfg, lr_by_prefix=None):
+        built.append((model, real(model, cfg, lr_by_prefix)))
+        return built[-1][1]
+
+    monkeypatch.setattr(engine, "build_optimizer", spy)
+    rates = ["finetune.optimizer.lr=0.0003", "finetune.head_lr=0.02", "finetune.embedding_lr=0.001"]
+    extra = ["finetune.encoder=albert", "finetune.epochs=1", "finetune.warmup_ratio=0", *TINY_MODEL]
+    run_finetune(_cfg(env, *rates, *extra), "tncc")
+    model, optimizer = built[-1]
+    rate = {id(p): g["initial_lr"] for g in optimizer.param_groups for p in g["params"]}
+    by_rate: dict[float, set[str]] = {}
+    for name, p in model.named_parameters():  # model.{encoder,head}.PART...
+        by_rate.setdefault(rate[id(p)], set()).add(name.split(".")[2])
+    # the embedding layer, the transformer (layers and final norm) and the head apart
+    assert by_rate[0.001] == {"embeddings"}
+    assert by_rate[0.02] == {"convs", "out"}  # model.head.*
+    assert "embeddings" not in by_rate[0.0003] and by_rate[0.0003]
+    word = "model.encoder.embeddings.word.weight"
+    assert rate[id(dict(model.named_parameters())[word])] == 0.001
+    with pytest.raises(ConfigError, match=r"finetune.embedding_lr"):
+        load_config(None, ["finetune.embedding_lr=-1"])
+
+
 def test_pretrained_model_dir_is_fine_tuned_and_frozen(env) -> None:
     model_dir = _pretrained_dir(env)
     cfg = _cfg(

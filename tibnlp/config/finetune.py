@@ -85,6 +85,10 @@ class FinetuneConfig:
     # peak lr of the head (CNN or linear); 0: optimizer.lr like the encoder. A head trained
     # from scratch on a pretrained (or random) encoder usually wants a higher rate than it
     head_lr: float = 0.0
+    # peak lr of the encoder's embedding layer (word pieces, their projection); 0:
+    # optimizer.lr. A pretrained word embedding read by the head beside the last layer
+    # (`layers`) may want TextCNN's faster rate while the transformer keeps its slower one
+    embedding_lr: float = 0.0
     seeds: list[int] = field(default_factory=lambda: [1])
     cnn_kernels: list[int] = field(default_factory=lambda: [2, 3, 4])
     cnn_channels: int = 128
@@ -122,6 +126,7 @@ class FinetuneConfig:
         check(self.epochs >= 1, f"{prefix}.epochs", "must be >= 1")
         check(self.patience >= 1, f"{prefix}.patience", "must be >= 1")
         check(self.head_lr >= 0.0, f"{prefix}.head_lr", "must be >= 0 (0 = optimizer.lr)")
+        check(self.embedding_lr >= 0.0, f"{prefix}.embedding_lr", "must be >= 0 (0 = optimizer.lr)")
         check(0.0 <= self.warmup_ratio < 1.0, f"{prefix}.warmup_ratio", "must be in [0, 1)")
         check(len(self.seeds) >= 1, f"{prefix}.seeds", "needs at least one seed")
         check(len(set(self.seeds)) == len(self.seeds), f"{prefix}.seeds", "must be distinct")

@@ -146,9 +146,10 @@ def train_one_seed(
     )
     engine_cfg = engine_cfg or EngineConfig()
     world = init_distributed(engine_cfg)
-    head_lr = {"model.head.": ft.head_lr}  # parameter names inside ClassifierLoss
+    # parameter-name prefixes inside ClassifierLoss -> their own peak lr (0: optimizer.lr)
+    rates = {"model.head.": ft.head_lr, "model.encoder.embeddings.": ft.embedding_lr}
     training = start_training(
-        ClassifierLoss(model), engine_cfg, optimizer, ft.batch_size, 0, total, world, head_lr
+        ClassifierLoss(model), engine_cfg, optimizer, ft.batch_size, 0, total, world, rates
     )
     scored: list[Metrics] = []  # one per evaluation, in order
 

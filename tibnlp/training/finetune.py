@@ -223,6 +223,7 @@ def recipe(ft: FinetuneConfig) -> dict[str, Any]:
     return {
         "lr": ft.optimizer.lr,
         "head_lr": ft.head_lr or ft.optimizer.lr,
+        "embedding_lr": ft.embedding_lr or ft.optimizer.lr,
         "epochs": ft.epochs,
         "patience": ft.patience,
         "batch_size": ft.batch_size,
