@@ -179,12 +179,12 @@ def test_random_init_albert_baseline_with_both_heads(env, head) -> None:
     assert result.seeds[0].metrics["test"].count == 30
 
 
-def test_head_and_encoder_get_their_learning_rates(env, monkeypatch) -> None:
-    """finetune.head_lr: the head's parameters form their own groups at that peak rate, the
-    encoder's keep optimizer.lr; the schedule scales both by the same factor."""
+@pytest.fixture
+def built(monkeypatch) -> list:
+    """(model, optimizer) of every optimizer fine-tuning builds, in order."""
     from tibnlp.training import engine
 
-    built = []
+    built: list = []
     real = engine.build_optimizer
 
     def spy(model, cfg, lr_by_prefix=None):
@@ -192,6 +192,12 @@ def test_head_and_encoder_get_their_learning_rates(env, monkeypatch) -> None:
         return built[-1][1]
 
     monkeypatch.setattr(engine, "build_optimizer", spy)
+    return built
+
+
+def test_head_and_encoder_get_their_learning_rates(env, built) -> None:
+    """finetune.head_lr: the head's parameters form their own groups at that peak rate, the
+    encoder's keep optimizer.lr; the schedule scales both by the same factor."""
     extra = ["finetune.encoder=albert", "finetune.epochs=1", "finetune.warmup_ratio=0", *TINY_MODEL]
     run_finetune(_cfg(env, "finetune.optimizer.lr=0.001", "finetune.head_lr=0.02", *extra), "tncc")
     model, optimizer = built[-1]
@@ -212,19 +218,9 @@ def test_head_and_encoder_get_their_learning_rates(env, monkeypatch) -> None:
         load_config(None, ["finetune.head_lr=-0.001"])
 
 
-def test_embedding_layer_gets_its_own_learning_rate(env, monkeypatch) -> None:
+def test_embedding_layer_gets_its_own_learning_rate(env, built) -> None:
     """finetune.embedding_lr: the encoder's embedding layer (pieces and their projection) at
     its own peak rate, beside the head's and the transformer's; refused when negative."""
-    from tibnlp.training import engine
-
-    built = []
-    real = engine.build_optimizer
-
-    def spy(model, cfg, lr_by_prefix=None):
-        built.append((model, real(model, cfg, lr_by_prefix)))
-        return built[-1][1]
-
-    monkeypatch.setattr(engine, "build_optimizer", spy)
     rates = ["finetune.optimizer.lr=0.0003", "finetune.head_lr=0.02", "finetune.embedding_lr=0.001"]
     extra = ["finetune.encoder=albert", "finetune.epochs=1", "finetune.warmup_ratio=0", *TINY_MODEL]
     run_finetune(_cfg(env, *rates, *extra), "tncc")
