@@ -30,6 +30,22 @@ def require_data():
 
 
 @pytest.fixture
+def built(monkeypatch) -> list:
+    """(model, optimizer) of every optimizer `engine.build_optimizer` builds, in order."""
+    from tibnlp.training import engine
+
+    built: list = []
+    real = engine.build_optimizer
+
+    def spy(model, cfg, lr_by_prefix=None):
+        built.append((model, real(model, cfg, lr_by_prefix)))
+        return built[-1][1]
+
+    monkeypatch.setattr(engine, "build_optimizer", spy)
+    return built
+
+
+@pytest.fixture
 def corpus_dir() -> Path:
     return _require_data("corpora")
 

@@ -179,22 +179,6 @@ def test_random_init_albert_baseline_with_both_heads(env, head) -> None:
     assert result.seeds[0].metrics["test"].count == 30
 
 
-@pytest.fixture
-def built(monkeypatch) -> list:
-    """(model, optimizer) of every optimizer fine-tuning builds, in order."""
-    from tibnlp.training import engine
-
-    built: list = []
-    real = engine.build_optimizer
-
-    def spy(model, cfg, lr_by_prefix=None):
-        built.append((model, real(model, cfg, lr_by_prefix)))
-        return built[-1][1]
-
-    monkeypatch.setattr(engine, "build_optimizer", spy)
-    return built
-
-
 def test_head_and_encoder_get_their_learning_rates(env, built) -> None:
     """finetune.head_lr: the head's parameters form their own groups at that peak rate, the
     encoder's keep optimizer.lr; the schedule scales both by the same factor."""
