@@ -15,7 +15,7 @@ from tibnlp.pipeline.stages import slice_corpus
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 
 
-@pytest.mark.parametrize("name", ["smoke", "quickstart", "dma_grid", "paper_tiny"])
+@pytest.mark.parametrize("name", ["smoke", "quickstart", "dma_grid", "paper_tiny", "vectors_proxy"])
 def test_shipped_pipeline_plans(name: str, corpus_dir: Path, tmp_path: Path) -> None:
     spec = load_pipeline(PIPELINES / f"{name}.yaml")
     steps = Planner(spec, tmp_path / "work").plan()

@@ -105,12 +105,12 @@ def test_mlm_only_run_exports_its_learning_curve(inputs: Path, tmp_path: Path) -
 
 
 def test_word_table_gets_its_own_learning_rate(inputs: Path, tmp_path: Path, built) -> None:
-    """pretrain.embedding_lr: the word-piece table (the MLM decoder's tied weight) at its own
+    """pretrain.word_lr: the word-piece table (the MLM decoder's tied weight) at its own
     peak rate, every other parameter at optimizer.lr; refused when negative."""
     from tibnlp.training.pretrain import run_pretraining
 
     out = tmp_path / "held"
-    cfg = _config_file(inputs, out, sop=False, max_steps=2, embedding_lr=1e-5)
+    cfg = _config_file(inputs, out, sop=False, max_steps=2, word_lr=1e-5)
     run_pretraining(load_config(cfg, ["pretrain.optimizer.lr=0.001"]))
     model, optimizer = built[-1]
     rate = {id(p): g["initial_lr"] for g in optimizer.param_groups for p in g["params"]}
@@ -118,8 +118,8 @@ def test_word_table_gets_its_own_learning_rate(inputs: Path, tmp_path: Path, bui
     assert rate[id(named["encoder.embeddings.word.weight"])] == 1e-5
     others = {rate[id(p)] for n, p in named.items() if n != "encoder.embeddings.word.weight"}
     assert others == {0.001}
-    with pytest.raises(ConfigError, match=r"pretrain.embedding_lr"):
-        load_config(None, ["pretrain.embedding_lr=-1"])
+    with pytest.raises(ConfigError, match=r"pretrain.word_lr"):
+        load_config(None, ["pretrain.word_lr=-1"])
 
 
 def test_init_from_continues_a_model_with_its_own_shape(inputs: Path, tmp_path: Path) -> None:

@@ -85,9 +85,9 @@ class FinetuneConfig:
     # peak lr of the head (CNN or linear); 0: optimizer.lr like the encoder. A head trained
     # from scratch on a pretrained (or random) encoder usually wants a higher rate than it
     head_lr: float = 0.0
-    # peak lr of the encoder's embedding layer (word pieces, their projection); 0:
-    # optimizer.lr. A pretrained word embedding read by the head beside the last layer
-    # (`layers`) may want TextCNN's faster rate while the transformer keeps its slower one
+    # peak lr of the encoder's whole embedding layer (piece, segment and position tables, its
+    # norm and projection; with encoder none, the piece table); 0: optimizer.lr. Measured in
+    # embedding_levers.md: neither a faster nor a held embedding won on validation
     embedding_lr: float = 0.0
     seeds: list[int] = field(default_factory=lambda: [1])
     cnn_kernels: list[int] = field(default_factory=lambda: [2, 3, 4])

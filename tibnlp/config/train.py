@@ -163,9 +163,10 @@ class PretrainConfig:
     # word vectors from a skip-gram pass over the same tokens as the word embedding's start
     skipgram: SkipgramConfig = field(default_factory=SkipgramConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    # peak lr of the word-piece table (and the MLM decoder tied to it); 0: optimizer.lr. A
-    # low rate keeps skip-gram vectors from being washed out by the first MLM steps
-    embedding_lr: float = 0.0
+    # peak lr of the word-piece table alone (and the MLM decoder tied to it; not the rest of
+    # the embedding layer, unlike finetune.embedding_lr); 0: optimizer.lr. A low rate keeps
+    # skip-gram vectors from being washed out by the first MLM steps (embedding_levers.md)
+    word_lr: float = 0.0
 
     def __post_init__(self) -> None:
         # a set of token counts (the loop exports in token order): kept sorted, so listing
@@ -187,7 +188,7 @@ class PretrainConfig:
                 "must be false with objective electra (replaced-token detection has no pair task)",
             )
         check(self.max_tokens >= 0, f"{prefix}.max_tokens", "must be >= 0 (0: no limit)")
-        check(self.embedding_lr >= 0, f"{prefix}.embedding_lr", "must be >= 0 (0 = optimizer.lr)")
+        check(self.word_lr >= 0, f"{prefix}.word_lr", "must be >= 0 (0 = optimizer.lr)")
         check(0.0 <= self.warn_after <= 1.0, f"{prefix}.warn_after", "must be in [0, 1]")
         for i, n in enumerate(self.export_at_tokens):
             check(n >= 1, f"{prefix}.export_at_tokens[{i}]", "must be a token count >= 1")

@@ -343,7 +343,7 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         _load_initial(model, init_state, Path(p.init_from), p.objective)
     if p.skipgram.epochs:
         before = _skipgram_start(model, model_cfg, p, splits["train"], meta, vocab, output, world)
-    rates = {"encoder.embeddings.word.": p.embedding_lr}  # (ELECTRA's generator shares it)
+    rates = {"encoder.embeddings.word.": p.word_lr}  # (ELECTRA's generator shares it)
     training = start_training(
         model, cfg.engine, p.optimizer, p.batch_size, p.micro_batch_size, p.max_steps, world, rates
     )
