@@ -234,3 +234,19 @@ def test_long_document_errors(env) -> None:
     too_big = ["finetune.global_memory.budget=100", f"finetune.model={env.tmp / 'abs'}"]
     with pytest.raises(ConfigError, match=r"finetune\.global_memory\.budget"):
         run_finetune(_cfg(env, "memory", *too_big), "tncc")
+
+
+@pytest.mark.parametrize(("mode", "extra"), [("segments", []), ("memory", MEMORY)])
+def test_readings_run_with_the_weights_in_bf16(env, mode, extra) -> None:
+    """DeepSpeed's bf16 mode casts the whole classifier to bf16 (on the GPU: found on an H100,
+    where the head's conv refused the float32 states the readings gathered)."""
+    setup = prepare(_cfg(env, mode, *extra), load_tncc("title"))
+    model = build_classifier(setup.meta)
+    if mode == "memory":
+        mlm, _ = load_mlm(env.model)
+        model.encoder.encoder.load_state_dict(mlm.encoder.state_dict())
+        model.encoder.load_mlm(mlm)
+    model = model.to(torch.bfloat16)
+    ids = torch.tensor([[2, *range(10, 30), 3], [2, 20, 21, 3] + [0] * 18])
+    logits, _ = model.classify(ids, (ids != 0).long())
+    assert logits.dtype == torch.bfloat16 and bool(torch.isfinite(logits).all())

@@ -25,7 +25,7 @@ from typing import Literal, Protocol
 import torch
 
 from tibnlp.models.encoder import Encoder, EncoderOutput
-from tibnlp.models.long_documents.windows import LongOutput, Segment, segments
+from tibnlp.models.long_documents.windows import LongOutput, Segment, segments, weight_dtype
 from tibnlp.models.segment_memory import SegmentMemory
 from tibnlp.text.special import CLS_ID, CONTROL_IDS, PAD_ID, SEP_ID
 
@@ -212,7 +212,7 @@ def encode_with_memory(
     """
     b, t = input_ids.shape
     dev = input_ids.device
-    hidden = torch.zeros(b, t, encoder.cfg.hidden_size, device=dev)
+    hidden = torch.zeros(b, t, encoder.cfg.hidden_size, device=dev, dtype=weight_dtype(encoder))
     vecs: list[list[torch.Tensor]] = [[] for _ in range(b)]
     cls: list[list[torch.Tensor]] = [[] for _ in range(b)]
     kept = [memory.ids[row, memory.mask[row]].tolist() for row in range(b)]

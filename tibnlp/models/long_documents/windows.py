@@ -80,6 +80,12 @@ def run_segments(
         memory, rows_prev = out.memory, seg.rows
 
 
+def weight_dtype(module: nn.Module) -> torch.dtype:
+    """The dtype the document's states are gathered in: the weights' (bf16 when DeepSpeed's bf16
+    mode cast the whole classifier, so the head takes them; fp32 under autocast)."""
+    return next(module.parameters()).dtype
+
+
 @dataclass
 class LongOutput:
     """A long document as one sequence, for any classification head.
@@ -105,8 +111,9 @@ def encode_long(
     """
     b, t = input_ids.shape
     dev = input_ids.device
-    hidden = torch.zeros(b, t, encoder.cfg.hidden_size, device=dev)
-    sentence = torch.zeros(b, encoder.sentence_dim, device=dev)
+    dtype = weight_dtype(encoder)
+    hidden = torch.zeros(b, t, encoder.cfg.hidden_size, device=dev, dtype=dtype)
+    sentence = torch.zeros(b, encoder.sentence_dim, device=dev, dtype=dtype)
     count = torch.zeros(b, dtype=torch.long, device=dev)
     for seg, out in run_segments(encoder, input_ids, attention_mask, segment_len):
         h = out.hidden.to(hidden.dtype)
