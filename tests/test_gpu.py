@@ -128,10 +128,12 @@ def test_sdpa_kernel_report_names_the_fast_kernels() -> None:
     rows = kernels.report("cuda", seq=128)
     print("\n" + kernels.markdown(rows))
     by = {(r["design"], r["batch"]): r for r in rows}
-    # no padding, bf16: dense attention takes flash; a padding mask rules flash out and the
-    # memory-efficient kernel (which takes masks) serves it
-    assert "flash" in by[("dense", "full")]["used"]
-    assert "memory-efficient" in by[("dense", "padded")]["used"]
+    # bf16: dense attention takes a fused kernel, never math. Without padding flash or cuDNN
+    # (torch 2.11 ranks cuDNN first on an H100, 2026-11-25); a padding mask rules flash out and a
+    # kernel that takes masks serves it (memory-efficient or cuDNN)
+    assert set(by[("dense", "full")]["used"]) <= {"flash", "cuDNN"}
+    assert set(by[("dense", "padded")]["used"]) <= {"memory-efficient", "cuDNN"}
+    assert "flash" not in by[("dense", "padded")]["used"]
     assert by[("multi-scale", "padded")]["used"] == ["FlexAttention"]
 
 
