@@ -65,13 +65,22 @@ def examples(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, lengths
 
 
-def make_collate(ids: torch.Tensor, lengths: torch.Tensor, seed: int):  # type: ignore[no-untyped-def]
+FIXED_MASKS = (1, 3, 5)  # inside every row (lengths >= SEQ // 2): as many targets in each row
+
+
+def make_collate(ids: torch.Tensor, lengths: torch.Tensor, seed: int, fixed: bool = False):  # type: ignore[no-untyped-def]
+    """Random 30 % masks, or (`fixed`) the positions FIXED_MASKS in every row, so that every
+    micro-batch holds as many MLM targets and the mean of their mean losses is the batch's."""
+
     def collate(indices: list[int], key: int) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(seed * 1_000_003 + key)
         batch = ids[list(indices)].clone()
         mask = (torch.arange(SEQ)[None, :] < lengths[list(indices)][:, None]).long()
         batch[mask == 0] = 0
         chosen = (torch.rand(batch.shape, generator=g) < 0.3) & (mask == 1)
+        if fixed:
+            chosen = torch.zeros_like(chosen)
+            chosen[:, list(FIXED_MASKS)] = True
         labels = torch.where(chosen, batch, torch.full_like(batch, -100))
         batch[chosen] = 4
         sop = (ids[list(indices), 0] % 2).long()
@@ -113,6 +122,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         "precision": "auto",
         "deterministic": False,  # CUDA: deterministic kernels (bit-identical resume)
         "prefetch": None,  # LoopSettings.prefetch (None: on a GPU only)
+        "fixed_masks": False,  # the same MLM positions in every row (make_collate)
         **overrides,
     }
     if o["deterministic"]:
@@ -130,7 +140,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
     )
     engine = training.engine
     ids, lengths = examples(o["seed"])
-    collate = make_collate(ids, lengths, o["seed"])
+    collate = make_collate(ids, lengths, o["seed"], o["fixed_masks"])
     train = training.batches(make_plan(o["batch_size"], o["seed"]), collate, o["batch_size"])
     heldout = training.batches(make_plan(o["batch_size"], 999), collate, o["batch_size"])
     settings = LoopSettings(

@@ -220,3 +220,20 @@ def test_time_budget_stops_early_and_checkpoints(tmp_path) -> None:  # type: ign
     assert result["step"] == 1 and result["stopped_by"] == "time_budget"
     assert checkpoint.latest_tag(tmp_path / "run" / "checkpoints") == "step00000001"
     assert "eval/loss" in result["eval"]  # the final step is evaluated too
+
+
+def _max_rel(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max(float((a[k].double() - b[k].double()).norm() / b[k].double().norm()) for k in b)
+
+
+def test_accumulation_averages_the_micro_batches_mean_losses(tmp_path) -> None:
+    """micro_batch_size is a speed knob: 2 x 4 gives the update of one batch of 8 when each
+    micro-batch holds as many MLM targets (the loss is a mean over a micro-batch's targets);
+    with random masks it is the mean of the two means, not the batch's mean, and differs."""
+    base = {"max_steps": 4, "precision": "fp32", "dropout": 0.0}
+    for fixed in (True, False):
+        h.main(tmp_path / f"one-{fixed}", {**base, "fixed_masks": fixed, "micro_batch_size": 0})
+        h.main(tmp_path / f"two-{fixed}", {**base, "fixed_masks": fixed, "micro_batch_size": 4})
+    w = {p.parent.name: torch.load(p, weights_only=True) for p in tmp_path.glob("*/weights.pt")}
+    assert _max_rel(w["two-True"], w["one-True"]) <= 1e-6
+    assert _max_rel(w["two-False"], w["one-False"]) > 1e-3
