@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tibnlp.errors import ConfigError
 from tibnlp.pipeline.grid import expand
 from tibnlp.pipeline.runner import Planner
 from tibnlp.pipeline.spec import load_pipeline
@@ -82,3 +83,22 @@ def test_tncc_recipes_plans_the_search_and_the_chosen_recipes(tmp_path: Path) ->
     assert twin["seeds"] == [1, 2, 3] and twin["head_lr"] > 0
     assert pretrained["optimizer"]["lr"] < twin["optimizer"]["lr"]
     assert by_stage["textcnn"]["finetune"]["encoder"] == "none"
+
+
+def test_gpu_curve_continues_the_start_it_is_given(corpus_dir: Path, tmp_path: Path) -> None:
+    """gpu_curve.yaml: the main job's two MLM stages from a carried start (its weights and its
+    vocabulary), the exports at the CPU curve's points; the plan refuses a missing start."""
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "model.safetensors").write_bytes(b"weights")
+    spec = load_pipeline(PIPELINES / "gpu_curve.yaml", [f"vars.start={start}"])
+    steps = Planner(spec, tmp_path / "work").plan()
+    assert [s.node.stage.name for s in steps] == ["prepare", "pretrain", "titles", "adapt"]
+    pre = spec.stages[1]
+    assert pre.inputs == {
+        "corpus": "${stages.prepare.output}",
+        "vocab": str(start),
+        "init": str(start),
+    }
+    with pytest.raises(ConfigError, match="an input is empty"):
+        Planner(load_pipeline(PIPELINES / "gpu_curve.yaml"), tmp_path / "w2").plan()

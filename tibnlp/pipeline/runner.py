@@ -132,6 +132,11 @@ class Planner:
     def _plain(self, value: Any) -> Any:
         if not isinstance(value, str) or value.startswith(("stage:", DATA_PREFIX)):
             return value
+        if not value.strip():  # Path("") would be the pipeline's own folder
+            raise ConfigError(
+                f"{self.spec.source}: an input is empty",
+                "set it (a pipeline variable left empty: --set vars.NAME=PATH)",
+            )
         path = Path(value) if Path(value).is_absolute() else self.base / value
         if not path.exists():
             raise ConfigError(
