@@ -114,17 +114,20 @@ def test_sections_replace_only_their_own_text(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_cpu_mode_runs_every_part(tmp_path: Path, require_data) -> None:
-    """`run check speed pretrain finetune --cpu`: toy sizes, real code paths, real data."""
+    """`run check speed pretrain curve loop finetune --cpu`: toy sizes, real code paths, real data;
+    with --pack, the few files the device tool returns."""
     for name in ("corpora", "tncc", "wcm_bo"):
         require_data(name)
-    out, work = tmp_path / "out", tmp_path / "work"
-    cmd = [sys.executable, "-m", "benchmarks.gpu", "run", "check", "speed", "pretrain"]
-    cmd += ["finetune", "--cpu", "--out", str(out), "--work", str(work)]
+    out, work, pack = tmp_path / "out", tmp_path / "work", tmp_path / "pack"
+    parts = ["check", "speed", "pretrain", "curve", "loop", "finetune"]
+    cmd = [sys.executable, "-m", "benchmarks.gpu", "run", *parts, "--cpu"]
+    cmd += ["--out", str(out), "--work", str(work), "--pack", str(pack)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    for part in ("check", "speed", "pretrain", "finetune"):
+    for part in parts:
         assert "CPU mode" in (out / f"section-{part}.md").read_text()
+        assert "FAILED" not in (out / f"section-{part}.md").read_text()
     check = json.loads((out / "check.json").read_text())
     assert check["pytest_exit"] == 0  # every gpu test skipped with its reason, none failed
     assert {r["design"] for r in check["kernels"]} >= {"dense", "multi-scale"}
@@ -140,6 +143,23 @@ def test_cpu_mode_runs_every_part(tmp_path: Path, require_data) -> None:
     pre = json.loads((out / "pretrain.json").read_text())
     assert pre["facts"]["step"] == 3 and pre["parts"] == ["model.tar.part0"]
     assert (work / "pretrain" / "model").is_dir()
+    # curve: the main job's two MLM stages from the pretrain part's model, every model back
+    cur = json.loads((out / "curve.json").read_text())
+    assert list(cur["facts"]) == ["corpus-tokens-512", "corpus-end", "titles-end"]
+    assert cur["facts"]["corpus-end"]["tokens"] >= 1024
+    assert cur["facts"]["titles-end"]["init_from"].endswith("model")
+    # loop: the real step profiled over a window after warm-up
+    prof = json.loads((out / "loop" / "loop.json").read_text())
+    assert prof["steps"] == 8 and prof["window"] == 3 and prof["step_ms_median"] > 0
+    assert prof["ops_by_cpu"] and prof["python"]
+    # packed: the model parts and one tar of every small file
+    names = sorted(p.name for p in pack.iterdir())
+    assert names == ["curve.tar.part0", "model.tar.part0", "reports.tar"]
+    with tarfile.open(pack / "reports.tar") as tar:
+        names = set(tar.getnames())
+        assert {"section-curve.md", "curve.json", "loop/loop.json", "section-finetune.md"} <= names
+    with tarfile.open(pack / "curve.tar.part0") as tar:
+        assert "curve/titles-end/model.safetensors" in tar.getnames()
     fine = (out / "section-finetune.md").read_text()
     assert "macro" in fine.lower()
     assert set(json.loads((out / "finetune.json").read_text())["seconds"]) == {
@@ -147,3 +167,22 @@ def test_cpu_mode_runs_every_part(tmp_path: Path, require_data) -> None:
         "wcm-segments",
         "wcm-memory",
     }
+
+
+def test_a_failed_part_writes_its_error_and_the_next_still_runs(tmp_path, monkeypatch) -> None:
+    from benchmarks.gpu import run as harness
+
+    def broken(mode, env):
+        raise SystemExit("curve: no start model in .bundle/start")
+
+    monkeypatch.setitem(harness.PARTS, "curve", broken)
+    monkeypatch.setitem(harness.PARTS, "check", lambda mode, env: "all well")
+    mode = harness.Mode(True, tmp_path / "out", tmp_path / "work", pack=tmp_path / "pack")
+    assert harness.run(["curve", "check"], mode) == 1
+    assert (
+        "FAILED**: SystemExit: curve: no start model"
+        in (tmp_path / "out" / "section-curve.md").read_text()
+    )
+    assert "all well" in (tmp_path / "out" / "section-check.md").read_text()
+    with tarfile.open(tmp_path / "pack" / "reports.tar") as tar:
+        assert sorted(tar.getnames()) == ["section-check.md", "section-curve.md"]

@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+PARTS = ("check", "speed", "pretrain", "curve", "loop", "finetune")
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu")
@@ -14,11 +16,14 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bundle", help="here: wheels + data into .bundle/, size checked")
     b.add_argument("--data", type=Path, default=None, help="default: $TIBNLP_DATA")
     r = sub.add_parser("run", help="on the device (or --cpu here): one or more parts")
-    r.add_argument("parts", nargs="+", choices=["check", "speed", "pretrain", "finetune"])
+    r.add_argument("parts", nargs="+", choices=list(PARTS))
     r.add_argument("--cpu", action="store_true", help="toy sizes on the CPU (the suite's test)")
     r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".gpu-run/out")))
     r.add_argument("--work", type=Path, default=Path(".gpu-run"))
     r.add_argument("--minutes", type=float, default=5.0, help="pretraining budget (device)")
+    r.add_argument("--tokens", type=float, default=60e6, help="curve: corpus-stage tokens")
+    r.add_argument("--compile", choices=["none", "ours", "all"], default="ours", help="speed")
+    r.add_argument("--pack", type=Path, default=None, help="few files: reports.tar + parts")
     c = sub.add_parser("collect", help="here: the returned sections into results/gpu.md")
     c.add_argument("folder", type=Path)
     args = ap.parse_args(argv)
@@ -34,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from benchmarks.gpu.run import Mode, run
 
-    run(args.parts, Mode(args.cpu, args.out.resolve(), args.work.resolve(), args.minutes))
-    return 0
+    mode = Mode(args.cpu, args.out.resolve(), args.work.resolve(), args.minutes)
+    mode.tokens, mode.compile = args.tokens, args.compile
+    mode.pack = args.pack.resolve() if args.pack else None
+    return 1 if run(args.parts, mode) else 0
 
 
 if __name__ == "__main__":

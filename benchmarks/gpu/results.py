@@ -13,7 +13,7 @@ from pathlib import Path
 from tibnlp.config.core import atomic_write_text
 
 RESULTS = Path("benchmarks/results/gpu.md")
-PARTS = ("bundle", "check", "speed", "pretrain", "finetune")
+PARTS = ("bundle", "check", "speed", "pretrain", "curve", "loop", "finetune")
 
 
 def _markers(name: str) -> tuple[str, str]:

@@ -6,16 +6,21 @@
 - pretrain: corpus prepare + vocabulary + pretraining at the paper shape (ALBERT-tiny, seq 512,
   batch 256, LAMB) under a wall-clock budget, bf16; the model lands in WORK/pretrain/model and,
   split in parts of at most 15 MiB, in OUT (so a later lease can carry it back).
-- finetune: that model on TNCC titles (CNN head) and WCM-bo documents (segments and memory
-  readings), 3 seeds each; the `finetune report` tables.
+- curve: pipelines/gpu_curve.yaml: the main job's MLM stages far past the CPU's budget, from
+  the skip-gram start carried in .bundle/start; its models come back for fine-tuning here.
+- finetune: that model (pretrain's, else curve's) on TNCC titles (CNN head) and WCM-bo
+  documents (segments and memory readings), 3 seeds each; the `finetune report` tables.
 
 `--cpu` runs every part at toy sizes on the CPU (a test in the suite does, so the harness cannot
 rot between leases). Each part writes OUT/section-PART.md and OUT/PART.json; `collect` puts
-the sections into benchmarks/results/gpu.md.
+the sections into benchmarks/results/gpu.md. A part that fails writes its error as its section
+and the next part still runs. `--pack DIR` (the device's $OUT, which returns at most 8 files)
+gathers the small files into DIR/reports.tar after every part and moves the model parts there.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import lzma
 import os
@@ -44,7 +49,10 @@ class Mode:
     cpu: bool
     out: Path
     work: Path
-    minutes: float = 5.0  # pretraining budget on the device
+    minutes: float = 5.0  # pretraining budget on the device (pretrain, curve)
+    tokens: float = 60e6  # curve: the corpus stage's token budget
+    compile: str = "ours"  # speed: none | ours | all
+    pack: Path | None = None
 
     @property
     def device(self) -> str:
@@ -98,8 +106,6 @@ def _tibnlp(args: list[str], env: dict[str, str], log: Path) -> float:
 
 # ---- check -------------------------------------------------------------------------------
 def environment() -> dict[str, Any]:
-    import importlib
-
     import torch
 
     facts: dict[str, Any] = {
@@ -129,9 +135,13 @@ def check(mode: Mode, env: dict[str, str]) -> str:
     junit = mode.out / "pytest-gpu.xml"
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rs", f"--junitxml={junit}"]
     cmd += ["tests/test_gpu.py", "tests/test_gpu_engine.py", "-p", "no:cacheprovider"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    (mode.out / "pytest-gpu.log").write_text(done.stdout + done.stderr)
-    summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
+    if importlib.util.find_spec("pytest_timeout"):  # one hung CUDA test must not eat the lease
+        cmd.append("--timeout=150")
+    log = mode.out / "pytest-gpu.log"
+    with log.open("w") as fh:  # streamed: a part killed at the lease's limit still shows it
+        done = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True)
+    output = log.read_text()
+    summary = (output.strip().splitlines() or ["(no output)"])[-1]
     lines = ["Environment:", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in facts.items()]
     lines += ["", f"`pytest -m gpu` (exit {done.returncode}): {summary}", ""]
@@ -139,7 +149,7 @@ def check(mode: Mode, env: dict[str, str]) -> str:
     lines.append(kernels.markdown(rows))
     _dump(mode, "check", {"environment": facts, "pytest_exit": done.returncode, "kernels": rows})
     if done.returncode not in (0, 5):  # 5: nothing collected/selected
-        print(done.stdout[-4000:], done.stderr[-2000:], file=sys.stderr)
+        print(output[-6000:], file=sys.stderr)
     return "\n".join(lines)
 
 
@@ -217,11 +227,7 @@ def pretrain(mode: Mode, env: dict[str, str]) -> str:
     log = mode.out / "pretrain.log"
     inputs = [data]
     if mode.cpu:
-        inputs = [mode.work / "cpu-corpus.txt"]
-        with lzma.open(data / CPU_CORPUS, "rt", encoding="utf-8") as fh:
-            inputs[0].write_text(
-                "".join(line for _, line in zip(range(CPU_LINES), fh, strict=False))
-            )
+        inputs = [_toy_corpus(mode)]
     log.unlink(missing_ok=True)
     corpus, vocab, output = (mode.work / n for n in ("corpus", "vocab", "pretrain"))
     for old in (corpus, vocab, output):  # each part starts from nothing
@@ -273,13 +279,168 @@ def pretrain(mode: Mode, env: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+# ---- curve -------------------------------------------------------------------------------
+CURVE_PIPELINE = Path("pipelines/gpu_curve.yaml")
+START = BUNDLE / "start"  # the skip-gram start (vectors_proxy.yaml's pretrain model), carried
+
+
+def _curve_models(work: Path) -> dict[str, Path]:
+    """name -> model directory: the corpus stage's exports, its end, the title stage's end."""
+    found: dict[str, Path] = {}
+    for out in sorted((work / "pretrain").glob("out-*/model")):
+        for export in sorted(out.glob("exports/tokens-*"), key=lambda p: float(p.name[7:])):
+            found[f"corpus-{export.name}"] = export
+        found["corpus-end"] = out / "model"
+    for out in sorted((work / "adapt").glob("out-*/model")):
+        found["titles-end"] = out / "model"
+    return found
+
+
+def curve(mode: Mode, env: dict[str, str]) -> str:
+    from tibnlp.models.io import read_extra
+
+    work = mode.work / "curve"
+    shutil.rmtree(work, ignore_errors=True)
+    log = mode.out / "curve.log"
+    log.unlink(missing_ok=True)
+    uri = f"sqlite:///{mode.work / 'mlflow.db'}"
+    sets = [f"tracking.uri={uri}"]
+    if mode.cpu:  # the pretrain part's toy model as the start, the toy corpus, a few steps
+        start = mode.work / "pretrain" / "model"
+        corpus = mode.work / "cpu-corpus.txt"
+        sets += [f"vars.corpora=[{corpus}]", "vars.tokens=1024", 'vars.budget=""']
+        sets += ["vars.exports=[512]", "vars.adapt_tokens=512", "engine.precision=fp32"]
+        sets += ["engine.zero_stage=0"]
+        sets += ["engine.threads=2", "pretrain.batch_size=8", "pretrain.seq_len=32"]
+    else:
+        start = START
+        sets += [f"vars.tokens={mode.tokens:.0f}", f"vars.budget={mode.minutes * 60:.0f}s"]
+        sets += ["engine.num_workers=8"]
+    if not (start / "model.safetensors").exists():
+        raise SystemExit(
+            f"curve: no start model in {start} (device: copy vectors_proxy.yaml's pretrain "
+            "model directory to .bundle/start before `bundle`; CPU mode: run pretrain first)"
+        )
+    args = ["pipeline", "run", str(CURVE_PIPELINE), "--workdir", str(work), "--tracking-uri", uri]
+    args += [f"--set=vars.start={start.resolve()}", *(f"--set={x}" for x in sets)]
+    with timing.busy_share(mode.device, every_s=1.0) as busy:
+        seconds = _tibnlp(args, env, log)
+    models = _curve_models(work)
+    rows, facts = [], {}
+    for name, path in models.items():
+        extra = read_extra(path)
+        facts[name] = extra
+        tokens, seconds_in = float(extra.get("tokens", 0)), float(extra.get("train_seconds", 0))
+        rows.append(
+            f"| {name} | {extra.get('step', '')} | {tokens:,.0f} | {seconds_in:.0f} | "
+            f"{tokens / max(seconds_in, 1e-9):,.0f} | {extra.get('stopped_by', '')} |"
+        )
+    staged = mode.work / "curve-models"
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir()
+    for name, path in models.items():
+        shutil.copytree(path, staged / name)
+    parts = _split_into(staged, mode.out, "curve")
+    _dump(mode, "curve", {"facts": facts, "busy": busy, "parts": parts, "seconds": seconds})
+    lines = [
+        f"`tibnlp pipeline run {CURVE_PIPELINE}` ({' '.join(sets[1:])}): {seconds:.0f} s, "
+        f"GPU busy (NVML, whole command) {100 * busy['busy']:.0f}%.",
+        "",
+        "| model | step | tokens | train s | tokens/s | stopped by |",
+        "|---|---:|---:|---:|---:|---|",
+        *rows,
+        "",
+        f"Models returned as {', '.join(parts)} (a tar of the folder curve-models/).",
+    ]
+    return "\n".join(lines)
+
+
+# ---- loop --------------------------------------------------------------------------------
+def _toy_corpus(mode: Mode) -> Path:
+    from tibnlp.data.datadir import data_dir
+
+    path = mode.work / "cpu-corpus.txt"
+    if not path.exists():
+        with lzma.open(data_dir() / "corpora" / CPU_CORPUS, "rt", encoding="utf-8") as fh:
+            path.write_text("".join(line for _, line in zip(range(CPU_LINES), fh, strict=False)))
+    return path
+
+
+def loop(mode: Mode, env: dict[str, str]) -> str:
+    """benchmarks/gpu/loopprof.py over the curve's corpus stage (its config, the carried start,
+    its two corpora prepared here)."""
+    import yaml
+
+    from tibnlp.data.datadir import data_dir
+    from tibnlp.pipeline.spec import load_pipeline
+
+    start = mode.work / "pretrain" / "model" if mode.cpu else START
+    if not (start / "model.safetensors").exists():
+        raise SystemExit(f"loop: no start model in {start} (see the curve part)")
+    log = mode.out / "loop.log"
+    log.unlink(missing_ok=True)
+    spec = load_pipeline(CURVE_PIPELINE, [f"vars.start={start.resolve()}"])
+    corpus = mode.work / "loop-corpus"
+    if mode.cpu:
+        inputs = [_toy_corpus(mode)]
+    else:
+        inputs = [data_dir() / c.split(":", 1)[1] for c in spec.vars["corpora"]]
+    if not (corpus / "corpus.yaml").exists():
+        ins = [a for p in inputs for a in ("--input", str(p))]
+        _tibnlp(
+            ["corpus", "prepare", *ins, "--output", str(corpus), "--force", "--no-progress"],
+            env,
+            log,
+        )
+    cfg: dict[str, Any] = json.loads(json.dumps(spec.config))
+    output = mode.work / "loop-run"
+    shutil.rmtree(output, ignore_errors=True)
+    cfg["pretrain"].update(
+        {
+            "corpus": str(corpus),
+            "vocab": str(start.resolve()),
+            "init_from": str(start.resolve()),
+            "output": str(output),
+            "max_tokens": 0,
+            "time_budget": "",
+            "export_at_tokens": [],
+            "eval_every": 10**6,
+            "checkpoint_every": 10**6,
+        }
+    )
+    cfg["tracking"] = {"uri": f"sqlite:///{mode.work / 'mlflow.db'}", "experiment": "gpu-loop"}
+    if mode.cpu:
+        cfg["engine"] = {"precision": "fp32", "zero_stage": 0, "threads": 2}
+        cfg["pretrain"].update({"batch_size": 8, "seq_len": 32})
+    else:
+        cfg["engine"]["num_workers"] = 8
+    path = mode.work / "loop.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    steps, window = ("8", "3") if mode.cpu else ("150", "50")
+    cmd = [sys.executable, "-m", "benchmarks.gpu.loopprof", str(path), str(mode.out / "loop")]
+    with log.open("a") as fh:
+        done = subprocess.run(
+            [*cmd, "--steps", steps, "--window", window],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    if done.returncode:
+        raise SystemExit(f"loop: loopprof failed (see {log}):\n{log.read_text()[-3000:]}")
+    return (mode.out / "loop" / "loop.md").read_text()
+
+
 # ---- finetune ----------------------------------------------------------------------------
 def find_model(mode: Mode) -> Path:
-    """The pretrain part's model: on a still-warm machine in WORK, else reassembled from the
-    parts a session carried back into .bundle/ (`cp FILES_AT/model.tar.part* .bundle/`)."""
+    """The pretrain part's model: on a still-warm machine in WORK, else the curve part's title
+    stage there, else reassembled from the parts a session carried back into .bundle/
+    (`cp FILES_AT/model.tar.part* .bundle/`)."""
     here = mode.work / "pretrain" / "model"
     if here.exists():
         return here
+    adapted = sorted((mode.work / "curve" / "adapt").glob("out-*/model/model"))
+    if adapted:
+        return adapted[-1]
     parts = sorted(BUNDLE.glob("model.tar.part*"), key=lambda p: int(p.name.rsplit("part", 1)[1]))
     if not parts:
         raise SystemExit(
@@ -353,15 +514,46 @@ def _dump(mode: Mode, name: str, payload: dict[str, Any]) -> None:
 def speed(mode: Mode, env: dict[str, str]) -> str:
     from benchmarks.gpu.speed import SpeedSettings, run_speed
 
-    text, payload = run_speed(SpeedSettings.tiny() if mode.cpu else SpeedSettings("cuda"))
+    def emit(text: str, payload: dict[str, Any]) -> None:  # the eager figures survive a kill
+        _dump(mode, "speed", payload)
+        results.write_part(mode.out, "speed", f"(partial: the part was still running)\n\n{text}")
+        _pack(mode)
+
+    settings = SpeedSettings.tiny() if mode.cpu else SpeedSettings("cuda", compile=mode.compile)
+    text, payload = run_speed(settings, emit)
     _dump(mode, "speed", payload)
     return text
 
 
-PARTS = {"check": check, "speed": speed, "pretrain": pretrain, "finetune": finetune}
+PARTS = {
+    "check": check,
+    "speed": speed,
+    "pretrain": pretrain,
+    "curve": curve,
+    "loop": loop,
+    "finetune": finetune,
+}
 
 
-def run(parts: list[str], mode: Mode) -> None:
+def _pack(mode: Mode) -> None:
+    """With --pack DIR: the small files into DIR/reports.tar (rewritten whole, then renamed)
+    and the model parts moved there, so DIR holds few files."""
+    if mode.pack is None:
+        return
+    mode.pack.mkdir(parents=True, exist_ok=True)
+    for part in mode.out.glob("*.tar.part*"):
+        shutil.move(str(part), mode.pack / part.name)
+    tmp = mode.pack / "reports.tar.tmp"
+    with tarfile.open(tmp, "w") as tar:
+        for path in sorted(mode.out.rglob("*")):
+            if path.is_file():
+                tar.add(path, arcname=str(path.relative_to(mode.out)))
+    tmp.replace(mode.pack / "reports.tar")
+
+
+def run(parts: list[str], mode: Mode) -> int:
+    """Each part in turn; a failed one writes its error as its section and the rest still run.
+    Returns the number of parts that failed."""
     import torch
 
     if not mode.cpu and not torch.cuda.is_available():
@@ -370,9 +562,15 @@ def run(parts: list[str], mode: Mode) -> None:
     mode.work.mkdir(parents=True, exist_ok=True)
     env = install() if not mode.cpu else {**os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path.cwd()), env.get("PYTHONPATH")]))
+    failed = 0
     for part in parts:
         t0 = time.perf_counter()
-        text = PARTS[part](mode, env)
+        try:
+            text = PARTS[part](mode, env)
+        except (Exception, SystemExit) as exc:
+            failed += 1
+            text = f"**FAILED**: {type(exc).__name__}: {exc}"
+            print(text, file=sys.stderr, flush=True)
         where = "CPU mode (toy sizes; not a measurement)" if mode.cpu else "device"
         header = (
             f"`python -m benchmarks.gpu run {part}{' --cpu' if mode.cpu else ''}`: {where}, "
@@ -380,4 +578,6 @@ def run(parts: list[str], mode: Mode) -> None:
             f"{time.perf_counter() - t0:.0f} s."
         )
         results.write_part(mode.out, part, f"{header}\n\n{text}")
+        _pack(mode)
         print(f"{header}\n\n{text}\n", flush=True)
+    return failed

@@ -4,7 +4,8 @@ at the same shape on the same device, and one layer of each attention design aga
 Models: vocab 30000, E=128, D=384, 4 shared layers, 12 heads, FFN 1536, MLM + SOP, dropout 0,
 AdamW, fully packed batches with 15% MLM targets, bf16 autocast on CUDA (fp32 weights and
 optimizer in both; fp32 on CPU), sequence 128 and 512. All variants live in one process and
-run alternately, round after round, so drifts hit all alike; each also with `torch.compile`.
+run alternately, round after round, so drifts hit all alike; then, in a block of its own with
+the eager transformers model as its baseline again, `torch.compile` (`compile`: ours, or both).
 MFU = tokens/s x analytic training FLOPs per token (`training_flops_per_token`, the same count
 for both models: transformers' dense MLM projection is its own waste, not extra useful work)
 / the measured matmul peak. Memory: the device's peak during one step (weights, AdamW state,
@@ -12,6 +13,9 @@ activations). GPU busy share: NVML utilisation sampled during the timed rounds.
 
 Layers (one shared ALBERT layer, forward + backward, N=512): dense, multi-scale (the paper's
 windows; FlexAttention on CUDA) and dynamic heads (8/12), eager and compiled.
+
+Blocks run eager first and compiled last, and `run_speed` hands the table so far to `emit` after
+each: a lease that runs out during compilation still brings the eager figures back.
 """
 
 from __future__ import annotations
@@ -39,14 +43,18 @@ class SpeedSettings:
     shapes: tuple[tuple[int, int], ...] = ((128, 256), (512, 64))  # (seq, batch)
     rounds: int = 3
     steps: int = 10
-    compile: bool = True
+    compile: str = "ours"  # none | ours | all (transformers compiled too: minutes more)
     layer_batch: int = 16
     peak_n: int = 8192
 
     @classmethod
     def tiny(cls) -> SpeedSettings:
         """CPU mode: every code path at toy sizes (no compile: minutes of inductor on CPU)."""
-        return cls("cpu", 500, 16, 32, 2, 4, 64, ((16, 4), (32, 2)), 2, 1, False, 2, 256)
+        return cls("cpu", 500, 16, 32, 2, 4, 64, ((16, 4), (32, 2)), 2, 1, "none", 2, 256)
+
+    def __post_init__(self) -> None:
+        if self.compile not in ("none", "ours", "all"):
+            raise ValueError(f"SpeedSettings.compile: {self.compile!r} (none, ours or all)")
 
 
 WINDOWS = ["1", "3", "N/16", "N/8", "N/4"]  # bench_attention's paper windows
@@ -130,12 +138,10 @@ def _stepper(variant: str, s: SpeedSettings, batch: int, seq: int) -> Callable[[
     return step
 
 
-def model_rows(s: SpeedSettings, peak: float) -> list[dict[str, Any]]:
+def model_rows(s: SpeedSettings, peak: float, names: list[str]) -> list[dict[str, Any]]:
+    """Tokens/s of `names` (the first is the baseline of `vs_transformers`), alternating."""
     from tibnlp.models.summary import training_flops_per_token
 
-    names = ["transformers", "ours"]
-    if s.compile:
-        names += ["transformers, compiled", "ours, compiled"]
     rows = []
     for seq, batch in s.shapes:
         steps = {v: _stepper(v, s, batch, seq) for v in names}
@@ -149,7 +155,7 @@ def model_rows(s: SpeedSettings, peak: float) -> list[dict[str, Any]]:
                 for v, step in steps.items():
                     rates[v].append(batch * seq / timing.timed(step, s.device, s.steps))
         flops = training_flops_per_token(_ours_cfg(s), seq, 0.15)
-        base = statistics.median(rates["transformers"])
+        base = statistics.median(rates[names[0]])
         for v in names:
             med = statistics.median(rates[v])
             rows.append(
@@ -171,7 +177,11 @@ def model_rows(s: SpeedSettings, peak: float) -> list[dict[str, Any]]:
     return rows
 
 
-def _layer_step(cfg: ModelConfig, s: SpeedSettings, n: int, compiled: bool) -> Callable[[], None]:
+def _layer_step(
+    cfg: ModelConfig, s: SpeedSettings, n: int, compiled: bool
+) -> tuple[Callable[[], None], int]:
+    """One step of the layer and the number of layer calls in it (multi-scale: one per layer
+    distribution, so its time per call is comparable with dense's one call)."""
     from tibnlp.models.attention import AttentionContext, choose_large
     from tibnlp.models.encoder import SharedLayer
 
@@ -191,10 +201,10 @@ def _layer_step(cfg: ModelConfig, s: SpeedSettings, n: int, compiled: bool) -> C
             y = sum(run(x, ctx, large).float().sum() for ctx in ctxs) / layers
         y.backward()  # type: ignore[union-attr]
 
-    return step
+    return step, layers
 
 
-def layer_rows(s: SpeedSettings, n: int = 512) -> list[dict[str, Any]]:
+def layer_rows(s: SpeedSettings, compiled: bool, n: int = 512) -> list[dict[str, Any]]:
     designs = {
         "dense": _ours_cfg(s),
         "multi-scale": _ours_cfg(s, scales=ScalesConfig(windows=WINDOWS, alpha=0.5)),
@@ -204,17 +214,16 @@ def layer_rows(s: SpeedSettings, n: int = 512) -> list[dict[str, Any]]:
     }
     if s.device == "cpu":
         n = max(shape[0] for shape in s.shapes)
-    modes = [False, True] if s.compile else [False]
-    steps = {(name, c): _layer_step(cfg, s, n, c) for name, cfg in designs.items() for c in modes}
-    for step in steps.values():
+    steps = {(name, compiled): _layer_step(cfg, s, n, compiled) for name, cfg in designs.items()}
+    for step, _ in steps.values():
         step()
     times: dict[tuple[str, bool], list[float]] = {k: [] for k in steps}
     for _ in range(s.rounds):
-        for key, step in steps.items():
-            times[key].append(timing.timed(step, s.device, s.steps))
+        for key, (step, calls) in steps.items():
+            times[key].append(timing.timed(step, s.device, s.steps) / calls)
     rows = []
     for (name, c), ts in times.items():
-        base = statistics.median(times[("dense", c)])
+        base = statistics.median(times[("dense", compiled)])
         med = statistics.median(ts)
         rows.append(
             {"n": n, "design": name, "compiled": c, "ms": med * 1e3, "vs_dense": med / base}
@@ -227,16 +236,14 @@ def _num(x: float, unit: str = "") -> str:
     return "n/a" if x != x else f"{x:,.0f}{unit}"
 
 
-def run_speed(s: SpeedSettings) -> tuple[str, dict[str, Any]]:
-    peak = timing.matmul_peak(s.device, s.peak_n)
-    models = model_rows(s, peak)
-    layers = layer_rows(s)
+def _text(s: SpeedSettings, peak: float, models: list[dict], layers: list[dict]) -> str:
     dtype = "bf16 autocast" if s.device == "cuda" else "fp32"
     lines = [
         f"Matmul peak measured here ({s.peak_n}^3, {'bf16' if s.device == 'cuda' else 'fp32'}): "
         f"{peak / 1e9:,.1f} GFLOP/s. Models: {dtype}, AdamW, {s.rounds} alternating rounds of "
         f"{s.steps} steps; vocab {s.vocab}, E={s.emb}, D={s.hidden}, L={s.layers}, "
-        f"{s.heads} heads, FFN {s.ffn}.",
+        f"{s.heads} heads, FFN {s.ffn}. Compiled variants run in a block of their own, beside "
+        "the eager transformers model again (their `vs transformers`).",
         "",
         "| seq | batch | variant | tokens/s (median) | vs transformers | MFU | peak MiB | "
         "GPU busy |",
@@ -251,7 +258,8 @@ def run_speed(s: SpeedSettings) -> tuple[str, dict[str, Any]]:
     lines += [
         "",
         "One shared layer, forward + backward, batch "
-        f"{s.layer_batch} (multi-scale: windows {WINDOWS}, mean over the layer distributions):",
+        f"{s.layer_batch}, time per layer call (multi-scale: windows {WINDOWS}, the mean over "
+        "the layer distributions, one call each):",
         "",
         "| N | design | compiled | ms | vs dense (same compile) |",
         "|---|---|---|---:|---:|",
@@ -261,4 +269,31 @@ def run_speed(s: SpeedSettings) -> tuple[str, dict[str, Any]]:
             f"| {r['n']} | {r['design']} | {'yes' if r['compiled'] else 'no'} | {r['ms']:.2f} | "
             f"{r['vs_dense']:.2f}x |"
         )
-    return "\n".join(lines), {"peak_flops": peak, "models": models, "layers": layers}
+    return "\n".join(lines)
+
+
+Emit = Callable[[str, dict[str, Any]], None]
+
+
+def run_speed(s: SpeedSettings, emit: Emit | None = None) -> tuple[str, dict[str, Any]]:
+    """Eager models, eager layers, then (compile != none) compiled models and layers; `emit`
+    gets the text and payload so far after each block."""
+    peak = timing.matmul_peak(s.device, s.peak_n)
+    models: list[dict[str, Any]] = []
+    layers: list[dict[str, Any]] = []
+    compiled = ["ours, compiled"] + (["transformers, compiled"] if s.compile == "all" else [])
+    blocks: list[Callable[[], None]] = [
+        lambda: models.extend(model_rows(s, peak, ["transformers", "ours"])),
+        lambda: layers.extend(layer_rows(s, False)),
+    ]
+    if s.compile != "none":
+        blocks += [
+            lambda: models.extend(model_rows(s, peak, ["transformers", *compiled])),
+            lambda: layers.extend(layer_rows(s, True)),
+        ]
+    for block in blocks:
+        block()
+        payload = {"peak_flops": peak, "models": models, "layers": layers}
+        if emit is not None:
+            emit(_text(s, peak, models, layers), payload)
+    return _text(s, peak, models, layers), {"peak_flops": peak, "models": models, "layers": layers}
