@@ -149,15 +149,21 @@ def test_cpu_mode_runs_every_part(tmp_path: Path, require_data) -> None:
     assert cur["facts"]["corpus-end"]["tokens"] >= 1024
     assert cur["facts"]["titles-end"]["init_from"].endswith("model")
     # loop: the real step profiled over a window after warm-up
-    prof = json.loads((out / "loop" / "loop.json").read_text())
-    assert prof["steps"] == 8 and prof["window"] == 3 and prof["step_ms_median"] > 0
-    assert prof["ops_by_cpu"] and prof["python"]
+    profs = [json.loads((out / "loop" / f"v{i}" / "loop.json").read_text()) for i in range(3)]
+    assert all(p["steps"] == 8 and p["window"] == 3 and p["step_ms_median"] > 0 for p in profs)
+    assert profs[0]["ops_by_cpu"] and profs[0]["python"]
+    assert profs[1]["threads"] == 2 and not profs[2]["prefetch"]
     # packed: the model parts and one tar of every small file
     names = sorted(p.name for p in pack.iterdir())
     assert names == ["curve.tar.part0", "model.tar.part0", "reports.tar"]
     with tarfile.open(pack / "reports.tar") as tar:
         names = set(tar.getnames())
-        assert {"section-curve.md", "curve.json", "loop/loop.json", "section-finetune.md"} <= names
+        assert {
+            "section-curve.md",
+            "curve.json",
+            "loop/v0/loop.json",
+            "section-finetune.md",
+        } <= names
     with tarfile.open(pack / "curve.tar.part0") as tar:
         assert "curve/titles-end/model.safetensors" in tar.getnames()
     fine = (out / "section-finetune.md").read_text()

@@ -468,7 +468,7 @@ def size_report(out: Path = BUNDLE) -> tuple[int, str]:
         f"| repository tree (tracked + untracked, not ignored) | {tree / mib:.1f} |",
         f"| wheels ({sum(1 for k in files if k.endswith('.whl'))}) | {wheels / mib:.1f} |",
         f"| data subset ({DATA_TAR}) | {data / mib:.1f} |",
-        f"| other bundle files (the curve's start, carried model parts, manifest) | {other / mib:.1f} |",
+        f"| other bundle files (the curve's start, model parts, manifest) | {other / mib:.1f} |",
         f"| **total that travels** | **{total / mib:.1f}** of {LIMIT / mib:.0f} |",
         "",
         "Largest files: " + ", ".join(f"{k} {v / mib:.1f} MiB" for k, v in largest) + ".",

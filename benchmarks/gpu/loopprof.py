@@ -10,6 +10,12 @@ next batch, the torch profiler's top operators by self CPU and self device time,
 Python functions with the most own time (cProfile). GPU busy share from NVML over the window.
 
     python -m benchmarks.gpu.loopprof CONFIG.yaml OUT_DIR [--steps 80] [--window 30]
+        [--threads N] [--no-prefetch]
+
+Two suspects get a switch each, so one lease compares them side by side: `--threads` (the
+default gives a lone process every core as torch intra-op threads, whose OpenMP workers may
+spin against the main thread while the prefetch thread masks on the CPU) and `--no-prefetch`
+(the background collation and pinning, LoopSettings.prefetch).
 """
 
 from __future__ import annotations
@@ -48,7 +54,9 @@ def _top_python(host: cProfile.Profile, n: int = 15) -> list[dict[str, Any]]:
     return rows
 
 
-def profile_pretraining(config: Path, steps: int, window: int) -> dict[str, Any]:
+def profile_pretraining(
+    config: Path, steps: int, window: int, threads: int = 0, prefetch: bool = True
+) -> dict[str, Any]:
     """Train `steps` steps of CONFIG; profile steps [steps - window, steps)."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -57,7 +65,8 @@ def profile_pretraining(config: Path, steps: int, window: int) -> dict[str, Any]
     from tibnlp.training import loop as loop_mod
     from tibnlp.training.pretrain import run_pretraining
 
-    cfg = load_config(config, [f"pretrain.max_steps={steps}"])
+    sets = [f"pretrain.max_steps={steps}"] + ([f"engine.threads={threads}"] if threads else [])
+    cfg = load_config(config, sets)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     start = steps - window
@@ -96,17 +105,23 @@ def profile_pretraining(config: Path, steps: int, window: int) -> dict[str, Any]
         prof.step()
         return out
 
+    prefetched = loop_mod.Prefetched
     loop_mod.TrainLoop.train_step = train_step  # type: ignore[method-assign]
+    if not prefetch:
+        loop_mod.Prefetched = lambda source, pin: source  # type: ignore[assignment,misc]
     try:
         with prof:
             run_pretraining(cfg)
     finally:
         loop_mod.TrainLoop.train_step = original  # type: ignore[method-assign]
+        loop_mod.Prefetched = prefetched  # type: ignore[misc]
     window_steps, window_wait = step_s[start:], wait_s[start:]
     tokens = cfg.pretrain.batch_size * cfg.pretrain.seq_len
     step_ms = statistics.median(window_steps) * 1e3
     return {
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        "prefetch": prefetch,
         "steps": len(step_s),
         "window": len(window_steps),
         "step_ms_median": step_ms,
@@ -121,7 +136,9 @@ def profile_pretraining(config: Path, steps: int, window: int) -> dict[str, Any]
 
 def markdown(r: dict[str, Any]) -> str:
     lines = [
-        f"{r['device']}: {r['steps']} steps, window of the last {r['window']}: step "
+        f"{r['device']}, {r['threads']} intra-op threads, prefetch "
+        f"{'on' if r['prefetch'] else 'off'}: {r['steps']} steps, window of the last "
+        f"{r['window']}: step "
         f"{r['step_ms_median']:.1f} ms (median, synchronised), of which waiting for the batch "
         f"{r['wait_ms_median']:.1f} ms; {r['tokens_per_s_at_full_rows']:,.0f} tokens/s at full "
         f"rows; GPU busy (NVML) {100 * r['gpu_busy']:.0f}%.",
@@ -148,10 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--window", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=0, help="engine.threads (0: the config's)")
+    ap.add_argument("--no-prefetch", action="store_true")
     args = ap.parse_args(argv)
     if not 2 <= args.window < args.steps:
         raise SystemExit("loopprof: need 2 <= --window < --steps")
-    result = profile_pretraining(args.config, args.steps, args.window)
+    result = profile_pretraining(
+        args.config, args.steps, args.window, args.threads, not args.no_prefetch
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "loop.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / "loop.md").write_text(markdown(result) + "\n")

@@ -393,14 +393,11 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
             log,
         )
     cfg: dict[str, Any] = json.loads(json.dumps(spec.config))
-    output = mode.work / "loop-run"
-    shutil.rmtree(output, ignore_errors=True)
     cfg["pretrain"].update(
         {
             "corpus": str(corpus),
             "vocab": str(start.resolve()),
             "init_from": str(start.resolve()),
-            "output": str(output),
             "max_tokens": 0,
             "time_budget": "",
             "export_at_tokens": [],
@@ -414,20 +411,35 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
         cfg["pretrain"].update({"batch_size": 8, "seq_len": 32})
     else:
         cfg["engine"]["num_workers"] = 8
-    path = mode.work / "loop.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    steps, window = ("8", "3") if mode.cpu else ("150", "50")
-    cmd = [sys.executable, "-m", "benchmarks.gpu.loopprof", str(path), str(mode.out / "loop")]
-    with log.open("a") as fh:
-        done = subprocess.run(
-            [*cmd, "--steps", steps, "--window", window],
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
+    steps, window = ("8", "3") if mode.cpu else ("100", "40")
+    variants = {
+        "as configured": [],
+        "2 threads": ["--threads", "2"],
+        "no prefetch": ["--no-prefetch"],
+    }
+    rows = ["| variant | step ms | of which batch wait ms | tokens/s at full rows | GPU busy |"]
+    rows.append("|---|---:|---:|---:|---:|")
+    for i, (name, extra) in enumerate(variants.items()):
+        folder, output = mode.out / "loop" / f"v{i}", mode.work / f"loop-run-{i}"
+        shutil.rmtree(output, ignore_errors=True)  # each variant a fresh run of its own
+        cfg["pretrain"]["output"] = str(output)
+        path = mode.work / f"loop-{i}.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        cmd = [sys.executable, "-m", "benchmarks.gpu.loopprof", str(path), str(folder)]
+        cmd += ["--steps", steps, "--window", window, *extra]
+        with log.open("a") as fh:
+            done = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        if done.returncode:
+            raise SystemExit(f"loop: loopprof failed (see {log}):\n{log.read_text()[-3000:]}")
+        r = json.loads((folder / "loop.json").read_text())
+        rows.append(
+            f"| {name} ({r['threads']} threads) | {r['step_ms_median']:.1f} | "
+            f"{r['wait_ms_median']:.1f} | {r['tokens_per_s_at_full_rows']:,.0f} | "
+            f"{100 * r['gpu_busy']:.0f}% |"
         )
-    if done.returncode:
-        raise SystemExit(f"loop: loopprof failed (see {log}):\n{log.read_text()[-3000:]}")
-    return (mode.out / "loop" / "loop.md").read_text()
+        _pack(mode)  # each variant's profile comes back even if a later one is cut off
+    detail = (mode.out / "loop" / "v0" / "loop.md").read_text()
+    return "\n".join(rows) + "\n\nThe first variant in detail:\n\n" + detail
 
 
 # ---- finetune ----------------------------------------------------------------------------
