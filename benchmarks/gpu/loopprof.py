@@ -102,6 +102,7 @@ def profile_pretraining(
         if i == steps - 1:
             host.disable()
             busy_ctx.__exit__(None, None, None)
+            busy["closed"] = {}
         prof.step()
         return out
 
@@ -115,6 +116,9 @@ def profile_pretraining(
     finally:
         loop_mod.TrainLoop.train_step = original  # type: ignore[method-assign]
         loop_mod.Prefetched = prefetched  # type: ignore[misc]
+        if "window" in busy and "closed" not in busy:  # the run stopped inside the window
+            host.disable()
+            busy_ctx.__exit__(None, None, None)
     window_steps, window_wait = step_s[start:], wait_s[start:]
     tokens = cfg.pretrain.batch_size * cfg.pretrain.seq_len
     step_ms = statistics.median(window_steps) * 1e3

@@ -284,6 +284,18 @@ CURVE_PIPELINE = Path("pipelines/gpu_curve.yaml")
 START = BUNDLE / "start"  # the skip-gram start (vectors_proxy.yaml's pretrain model), carried
 
 
+def _start(mode: Mode, part: str) -> Path:
+    """The model the curve and loop parts continue: the carried skip-gram start on the device,
+    the pretrain part's toy model in CPU mode."""
+    start = mode.work / "pretrain" / "model" if mode.cpu else START
+    if not (start / "model.safetensors").exists():
+        raise SystemExit(
+            f"{part}: no start model in {start} (device: copy vectors_proxy.yaml's pretrain "
+            "model directory to .bundle/start before `bundle`; CPU mode: run pretrain first)"
+        )
+    return start.resolve()
+
+
 def _curve_models(work: Path) -> dict[str, Path]:
     """name -> model directory: the corpus stage's exports, its end, the title stage's end."""
     found: dict[str, Path] = {}
@@ -305,24 +317,17 @@ def curve(mode: Mode, env: dict[str, str]) -> str:
     log.unlink(missing_ok=True)
     uri = f"sqlite:///{mode.work / 'mlflow.db'}"
     sets = [f"tracking.uri={uri}"]
+    start = _start(mode, "curve")
     if mode.cpu:  # the pretrain part's toy model as the start, the toy corpus, a few steps
-        start = mode.work / "pretrain" / "model"
-        corpus = mode.work / "cpu-corpus.txt"
-        sets += [f"vars.corpora=[{corpus}]", "vars.tokens=1024", 'vars.budget=""']
+        sets += [f"vars.corpora=[{_toy_corpus(mode)}]", "vars.tokens=1024", 'vars.budget=""']
         sets += ["vars.exports=[512]", "vars.adapt_tokens=512", "engine.precision=fp32"]
         sets += ["engine.zero_stage=0"]
         sets += ["engine.threads=2", "pretrain.batch_size=8", "pretrain.seq_len=32"]
     else:
-        start = START
         sets += [f"vars.tokens={mode.tokens:.0f}", f"vars.budget={mode.minutes * 60:.0f}s"]
         sets += ["engine.num_workers=8"]
-    if not (start / "model.safetensors").exists():
-        raise SystemExit(
-            f"curve: no start model in {start} (device: copy vectors_proxy.yaml's pretrain "
-            "model directory to .bundle/start before `bundle`; CPU mode: run pretrain first)"
-        )
     args = ["pipeline", "run", str(CURVE_PIPELINE), "--workdir", str(work), "--tracking-uri", uri]
-    args += [f"--set=vars.start={start.resolve()}", *(f"--set={x}" for x in sets)]
+    args += [f"--set=vars.start={start}", *(f"--set={x}" for x in sets)]
     with timing.busy_share(mode.device, every_s=1.0) as busy:
         seconds = _tibnlp(args, env, log)
     models = _curve_models(work)
@@ -371,20 +376,19 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
     its two corpora prepared here)."""
     import yaml
 
-    from tibnlp.data.datadir import data_dir
+    from tibnlp.data.datadir import require
+    from tibnlp.pipeline.runner import DATA_PREFIX
     from tibnlp.pipeline.spec import load_pipeline
 
-    start = mode.work / "pretrain" / "model" if mode.cpu else START
-    if not (start / "model.safetensors").exists():
-        raise SystemExit(f"loop: no start model in {start} (see the curve part)")
+    start = _start(mode, "loop")
     log = mode.out / "loop.log"
     log.unlink(missing_ok=True)
-    spec = load_pipeline(CURVE_PIPELINE, [f"vars.start={start.resolve()}"])
+    spec = load_pipeline(CURVE_PIPELINE, [f"vars.start={start}"])
     corpus = mode.work / "loop-corpus"
     if mode.cpu:
         inputs = [_toy_corpus(mode)]
-    else:
-        inputs = [data_dir() / c.split(":", 1)[1] for c in spec.vars["corpora"]]
+    else:  # the curve's corpora, named data:FOLDER/FILE in the pipeline
+        inputs = [require(c.removeprefix(DATA_PREFIX)) for c in spec.vars["corpora"]]
     if not (corpus / "corpus.yaml").exists():
         ins = [a for p in inputs for a in ("--input", str(p))]
         _tibnlp(
@@ -396,8 +400,8 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
     cfg["pretrain"].update(
         {
             "corpus": str(corpus),
-            "vocab": str(start.resolve()),
-            "init_from": str(start.resolve()),
+            "vocab": str(start),
+            "init_from": str(start),
             "max_tokens": 0,
             "time_budget": "",
             "export_at_tokens": [],

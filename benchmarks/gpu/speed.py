@@ -291,9 +291,9 @@ def run_speed(s: SpeedSettings, emit: Emit | None = None) -> tuple[str, dict[str
             lambda: models.extend(model_rows(s, peak, ["transformers", *compiled])),
             lambda: layers.extend(layer_rows(s, True)),
         ]
+    payload = {"peak_flops": peak, "models": models, "layers": layers}  # filled block by block
     for block in blocks:
         block()
-        payload = {"peak_flops": peak, "models": models, "layers": layers}
         if emit is not None:
             emit(_text(s, peak, models, layers), payload)
-    return _text(s, peak, models, layers), {"peak_flops": peak, "models": models, "layers": layers}
+    return _text(s, peak, models, layers), payload
