@@ -140,6 +140,11 @@ class PretrainConfig:
     # mlm: predict the masked pieces. electra: a small generator fills the masks and the
     # encoder tells, for every real token, original from replaced (tibnlp.models.electra)
     objective: Literal["mlm", "electra"] = "mlm"
+    # weight of a same-document contrast beside MLM (tibnlp.models.pretraining): each example's
+    # two stretches become two rows that must find each other in the batch; 0: off. MLM only,
+    # sop off, no segment recurrence
+    contrastive: float = 0.0
+    contrastive_temperature: float = 0.05
     generator_ratio: float = 0.5  # electra: the generator's width / the encoder's
     rtd_weight: float = 50.0  # electra: weight of the detection loss beside the generator's
     # model.recurrence.mem_len > 0: consecutive seq_len segments of one document per example
@@ -186,6 +191,14 @@ class PretrainConfig:
                 not self.sop,
                 f"{prefix}.sop",
                 "must be false with objective electra (replaced-token detection has no pair task)",
+            )
+        check(self.contrastive >= 0, f"{prefix}.contrastive", "must be >= 0 (0: off)")
+        check(self.contrastive_temperature > 0, f"{prefix}.contrastive_temperature", "must be > 0")
+        if self.contrastive:
+            check(
+                not self.sop and self.objective == "mlm",
+                f"{prefix}.contrastive",
+                "needs pretrain.sop=false and objective mlm (its rows are the pair's segments)",
             )
         check(self.max_tokens >= 0, f"{prefix}.max_tokens", "must be >= 0 (0: no limit)")
         check(self.word_lr >= 0, f"{prefix}.word_lr", "must be >= 0 (0 = optimizer.lr)")

@@ -17,6 +17,10 @@ budget; span starts are visited in random order, each draws n with p(n) proporti
 (shortened when it would overrun the budget), spans overlapping earlier ones are skipped. Each
 chosen token becomes [MASK] with p=0.8, a random regular token with p=0.1, stays with p=0.1.
 
+Same-document pairs (`split_pairs`, for `pretrain.contrastive`): each example's A and B
+segments (two consecutive stretches of one document) become two rows, `[CLS] A [SEP]` and
+`[CLS] B [SEP]`, at 2i and 2i + 1, masked like any other row; the model reads them as a pair.
+
 Randomness is a `torch.Generator` seeded from (seed, batch_index) only, so a batch's masking is
 a pure function of (seed, batch_index, examples): a resumed run reproduces it exactly.
 """
@@ -30,7 +34,7 @@ from typing import Any, Protocol
 import torch
 
 from tibnlp.errors import DataError
-from tibnlp.text.special import CONTROL_IDS, MASK_ID, PAD_ID, UNK_ID
+from tibnlp.text.special import CONTROL_IDS, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
 IGNORE_INDEX = -100
 
@@ -115,6 +119,7 @@ class MlmCollator:
         max_ngram: int = 3,
         seed: int = 42,
         whole_word: bool = False,
+        split_pairs: bool = False,
     ) -> None:
         if not 0.0 < mask_prob < 1.0:
             raise ValueError("mask_prob must be in (0, 1)")
@@ -133,6 +138,27 @@ class MlmCollator:
         self.probs = ngram_probs(max_ngram)
         self.seed = seed
         self.unit_column = "word_start" if whole_word else "syllable_start"
+        self.split_pairs = split_pairs
+
+    def _split(self, ex: dict[str, Any]) -> list[dict[str, Any]]:
+        """`[CLS] A [SEP] B [SEP]` -> `[CLS] A [SEP]`, `[CLS] B [SEP]` (columns cut alike)."""
+        ids = [int(i) for i in ex["input_ids"]]
+        if SEP_ID not in ids[:-1]:
+            raise DataError(
+                "a pretraining example has no [SEP] between its segments",
+                "pretrain.contrastive reads A/B pair examples (not segment chains)",
+            )
+        cut = ids.index(SEP_ID) + 1
+        rows = []
+        for part in (slice(0, cut), slice(cut, None)):
+            row: dict[str, Any] = {"sop_label": 0}
+            for key in ("input_ids", "syllable_start", "word_start"):
+                if key in ex:
+                    col = list(ex[key])
+                    row[key] = col[part] if part.start == 0 else [col[0], *col[part]]
+            row["token_type_ids"] = [0] * len(row["input_ids"])
+            rows.append(row)
+        return rows
 
     def generator(self, batch_index: int) -> torch.Generator:
         # Distinct, reproducible streams per (seed, batch); the mix keeps neighbours apart.
@@ -141,6 +167,8 @@ class MlmCollator:
 
     def __call__(self, examples: list[dict[str, Any]], batch_index: int) -> dict[str, torch.Tensor]:
         g = self.generator(batch_index)
+        if self.split_pairs:
+            examples = [row for ex in examples for row in self._split(ex)]
         width = max(len(ex["input_ids"]) for ex in examples)
         batch = len(examples)
         input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)

@@ -11,6 +11,14 @@ vocabulary it is most of a tiny model's compute, and the other 85% of its output
 thrown away by the loss anyway. For the same reason the encoder's last layer runs only at the
 masked positions and [CLS] (`sparse_last_layer`, where the attention design allows it): keys
 and values from every position, so the outputs read are exactly the full computation's.
+
+Same-document contrast (`contrastive > 0`, DeCLUTR's idea: Giorgi et al. 2021): rows 2i and
+2i + 1 are two consecutive stretches of one document (`MlmCollator(split_pairs=True)`). Each
+row's mean last-layer state, through a projection, must pick its partner among the batch's
+other rows (InfoNCE, both directions); the loss is added to MLM with that weight. Titles are
+classified by topic, and MLM alone learns little of what a document is about; telling one
+document from the batch's others is about nothing else. The projection (`contrastive_proj`)
+is a pretraining head like SOP's: fine-tuning and exports leave it behind.
 """
 
 from __future__ import annotations
@@ -39,9 +47,15 @@ class AlbertForPretraining(nn.Module):
         sparse_last_layer: bool = True,
         segment_len: int = 0,
         sop: bool = True,
+        contrastive: float = 0.0,
+        temperature: float = 0.05,
     ) -> None:
         super().__init__()
+        if contrastive and (sop or segment_len):
+            raise ValueError("the same-document contrast reads split pairs: no SOP, no segments")
         self.cfg = cfg
+        self.contrastive = contrastive
+        self.temperature = temperature
         self.sparse_last_layer = sparse_last_layer
         self.segment_len = segment_len
         self.sop = sop
@@ -55,6 +69,9 @@ class AlbertForPretraining(nn.Module):
             self.sop_pooler = nn.Linear(d, d)
             self.sop_classifier = nn.Linear(d, 2)
             heads += [self.sop_pooler, self.sop_classifier]
+        if contrastive:
+            self.contrastive_proj = nn.Linear(d, d)
+            heads.append(self.contrastive_proj)
         for m in heads:
             init_weights(m, cfg.initializer_range)
 
@@ -72,7 +89,8 @@ class AlbertForPretraining(nn.Module):
             raise ValueError("sop_labels are needed unless the model reads segments")
         sel = mlm_labels != IGNORE
         read = None
-        if self.sparse_last_layer:  # the heads read the masked positions and [CLS] only
+        # the heads read the masked positions and [CLS] only; the contrast pools every state
+        if self.sparse_last_layer and not self.contrastive:
             read = sel.clone()
             read[:, 0] = self.sop
         out = self.encoder(input_ids, attention_mask, token_type_ids, outputs_at=read)
@@ -84,6 +102,11 @@ class AlbertForPretraining(nn.Module):
             "mask_accuracy": mask_acc.detach(),
             "route_large_fraction": out.route_large_fraction.detach(),
         }
+        if self.contrastive:
+            loss, accuracy = self.same_document(h, attention_mask)
+            result["loss"] = mask_loss + self.contrastive * loss
+            result["contrastive_loss"] = loss.detach()
+            result["contrastive_accuracy"] = accuracy.detach()
         if self.sop:
             assert sop_labels is not None
             sop_logits = self.sop_classifier(torch.tanh(self.sop_pooler(h[:, 0])))
@@ -92,6 +115,24 @@ class AlbertForPretraining(nn.Module):
             result["sop_loss"] = sop_loss.detach()
             result["sop_accuracy"] = (sop_logits.argmax(-1) == sop_labels).float().mean().detach()
         return result
+
+    def same_document(
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """InfoNCE of rows 2i and 2i + 1 against the batch's other rows (both directions), and
+        the share of rows whose nearest other row is their partner."""
+        rows = hidden.shape[0]
+        if rows % 2:
+            raise ValueError(f"the same-document contrast needs row pairs, got {rows} rows")
+        weight = attention_mask.to(hidden.dtype).unsqueeze(-1)
+        pooled = (hidden * weight).sum(1) / weight.sum(1).clamp(min=1.0)
+        z = F.normalize(self.contrastive_proj(pooled).float(), dim=-1)
+        scores = z @ z.T / self.temperature
+        scores = scores.masked_fill(torch.eye(rows, dtype=torch.bool, device=z.device), -1e4)
+        partner = torch.arange(rows, device=z.device) ^ 1  # 0<->1, 2<->3, ...
+        loss = F.cross_entropy(scores, partner)
+        accuracy = (scores.argmax(-1) == partner).float().mean()
+        return loss, accuracy
 
     def masked_lm(
         self, hidden: torch.Tensor, mlm_labels: torch.Tensor

@@ -230,7 +230,8 @@ def objective_of(state: dict[str, torch.Tensor]) -> str:
 def _load_initial(
     model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path, objective: str
 ) -> None:
-    """Strict, except for the sentence-order head, which one run may have and the other not.
+    """Strict, except for the sentence-order and contrast heads, which one run may have and
+    the other not.
 
     An MLM-pretrained encoder may start an ELECTRA run: it becomes the discriminator, and the
     generator and detection head start fresh (the generator's narrower shape has no source).
@@ -248,7 +249,7 @@ def _load_initial(
         )
     else:
         missing, unexpected = model.load_state_dict(state, strict=False)
-    bad = [k for k in [*missing, *unexpected] if not k.startswith("sop_")]
+    bad = [k for k in [*missing, *unexpected] if not k.startswith(("sop_", "contrastive_"))]
     if bad:
         raise DataError(
             f"pretrain.init_from: {source} does not fit a pretraining model of its own "
@@ -299,6 +300,11 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
     # segment recurrence: MLM over chains of consecutive segments (tibnlp.data.segment_chains)
     chain = cfg.pretrain.recurrence_segments if cfg.model.recurrence.enabled else 0
     electra = p.objective == "electra"
+    if p.contrastive and chain:
+        raise ConfigError(
+            "pretrain.contrastive does not read segment chains (model.recurrence.mem_len)",
+            "set pretrain.contrastive=0 for a recurrent model",
+        )
     if electra and chain:
         raise ConfigError(
             "pretrain.objective=electra does not read segment chains (model.recurrence.mem_len)",
@@ -337,7 +343,12 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         )
     else:
         model = AlbertForPretraining(
-            model_cfg, p.sparse_last_layer, segment_len=p.seq_len if chain else 0, sop=p.sop
+            model_cfg,
+            p.sparse_last_layer,
+            segment_len=p.seq_len if chain else 0,
+            sop=p.sop,
+            contrastive=p.contrastive,
+            temperature=p.contrastive_temperature,
         )
     if init_state is not None:
         _load_initial(model, init_state, Path(p.init_from), p.objective)
@@ -351,9 +362,10 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
     _seed_everything(p.seed + 7919 * world.rank)  # distinct dropout streams per rank
 
     whole_word = p.masking == "whole_word"
+    pairs = p.contrastive > 0  # each example's segments as two rows (same-document contrast)
     train = _batches(
         splits["train"],
-        MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed, whole_word),
+        MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed, whole_word, pairs),
         p.batch_size,
         p.seed,
         training,
@@ -362,7 +374,9 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
     if p.eval_batches and len(splits["heldout"]) >= p.batch_size:
         heldout = _batches(
             splits["heldout"],
-            MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed + EVAL_SEED_OFFSET, whole_word),
+            MlmCollator(
+                vocab, p.mask_prob, p.max_ngram, p.seed + EVAL_SEED_OFFSET, whole_word, pairs
+            ),
             p.batch_size,
             p.seed,
             training,
