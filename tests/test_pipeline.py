@@ -507,13 +507,15 @@ def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path
     planner = Planner(load_pipeline(path))
     step = planner.plan()[0]
     cfg = planner.config_dict(step.node, real=False)
-    # the key made before `engine`, `pretrain.init_from`, the ELECTRA and skip-gram settings
-    # existed is still the key
-    later = {"init_from", "objective", "generator_ratio", "rtd_weight", "skipgram"}
+    # the key made before `engine`, `pretrain.init_from`, the ELECTRA, skip-gram, word-table
+    # and contrast settings existed is still the key
+    later = {"init_from", "objective", "generator_ratio", "rtd_weight", "skipgram", "word_lr"}
+    later |= {"contrastive", "contrastive_temperature"}
     before = {k: v for k, v in cfg["pretrain"].items() if k not in later}
     old = {"model": cfg["model"], "pretrain": before}
     assert step.key == node_key("pretrain", old, {}, step.inputs)
     assert keys("pretrain.init_from=runs/m")["pretrain"] != base["pretrain"]
     assert keys("pretrain.skipgram.epochs=2")["pretrain"] != base["pretrain"]
+    assert keys("pretrain.word_lr=1e-4")["pretrain"] != base["pretrain"]
     mlm = keys("pretrain.sop=false")["pretrain"]
     assert keys("pretrain.sop=false", "pretrain.objective=electra")["pretrain"] != mlm

@@ -41,6 +41,9 @@ ADDED_WHEN_SET = frozenset(
         "pretrain.generator_ratio",
         "pretrain.rtd_weight",
         "pretrain.skipgram",
+        "pretrain.word_lr",
+        "pretrain.contrastive",
+        "pretrain.contrastive_temperature",
     }
 )
 
