@@ -1,18 +1,15 @@
-"""Same-document contrast beside MLM (`pretrain.contrastive`): split rows, the loss, the run."""
+"""Same-document contrast beside MLM (`pretrain.contrastive`): split rows, the loss, refusals
+(a pretraining run with it: `test_pretrain.py`)."""
 
 from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
 
 import pytest
 import torch
 from design_models import tiny
-from mlflow.tracking import MlflowClient
-from safetensors.torch import load_file
 from test_masking import CLS, IDS, SEP, _example
-from test_pretrain import _config_file, inputs  # noqa: F401  (the module fixture)
 
 from tibnlp.config import load_config
 from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
@@ -91,26 +88,3 @@ def test_contrast_needs_row_pairs_and_no_sop() -> None:
         load_config(None, ["pretrain.contrastive=-1", "pretrain.sop=false"])
     with pytest.raises(ConfigError, match=r"pretrain.contrastive_temperature"):
         load_config(None, ["pretrain.contrastive_temperature=0"])
-
-
-def test_pretraining_with_the_contrast_logs_it_and_leaves_the_head_behind(
-    inputs: Path,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    from tibnlp.training.pretrain import run_pretraining
-
-    out = tmp_path / "contrast"
-    cfg = _config_file(inputs, out, sop=False, contrastive=1.0, max_steps=4)
-    model_dir = run_pretraining(load_config(cfg))
-    saved = load_file(model_dir / "model.safetensors")
-    assert any(k.startswith("contrastive_proj.") for k in saved)
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
-    for split in ("train", "eval"):
-        assert f"{split}/contrastive_loss" in run.data.metrics
-        assert f"{split}/contrastive_accuracy" in run.data.metrics
-    # continued without the contrast (the title stage): the head is left behind, not refused
-    after = tmp_path / "after"
-    cfg2 = _config_file(inputs, after, sop=False, max_steps=2, init_from=str(model_dir))
-    continued = run_pretraining(load_config(cfg2))
-    assert not any(k.startswith("contrastive_") for k in load_file(continued / "model.safetensors"))

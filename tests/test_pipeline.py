@@ -483,6 +483,15 @@ stages:
 """
 
 
+KEYED_AT_DEFAULT = {
+    *("batch_size", "checkpoint_every", "corpus", "eval_batches", "eval_every"),
+    *("export_at_tokens", "keep_checkpoints", "log_every", "mask_prob", "masking", "max_ngram"),
+    *("max_steps", "max_tokens", "micro_batch_size", "optimizer", "output"),
+    *("recurrence_segments", "seed", "seq_len", "sop", "sop_prob", "sparse_last_layer"),
+    *("time_budget", "vocab", "warn_after"),
+}
+
+
 def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path: Path) -> None:
     """Precision enters the pretraining and fine-tuning keys; log cadence and speed knobs do
     not; a default engine, or no init_from, leaves the key as it was before they existed."""
@@ -512,6 +521,9 @@ def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path
     later = {"init_from", "objective", "generator_ratio", "rtd_weight", "skipgram", "word_lr"}
     later |= {"contrastive", "contrastive_temperature"}
     before = {k: v for k, v in cfg["pretrain"].items() if k not in later}
+    # a new pretraining setting must join ADDED_WHEN_SET (and `later`), or every cached
+    # pretraining stage would rerun after an upgrade: the keys that enter at their defaults
+    assert set(before) == KEYED_AT_DEFAULT
     old = {"model": cfg["model"], "pretrain": before}
     assert step.key == node_key("pretrain", old, {}, step.inputs)
     assert keys("pretrain.init_from=runs/m")["pretrain"] != base["pretrain"]

@@ -104,6 +104,28 @@ def test_mlm_only_run_exports_its_learning_curve(inputs: Path, tmp_path: Path) -
     assert not any("sop" in k for k in run.data.metrics)  # no sentence-order head
 
 
+def test_pretraining_with_the_contrast_logs_it_and_leaves_the_head_behind(
+    inputs: Path, tmp_path: Path
+) -> None:
+    from tibnlp.training.pretrain import run_pretraining
+
+    out = tmp_path / "contrast"
+    cfg = _config_file(inputs, out, sop=False, contrastive=1.0, max_steps=4)
+    model_dir = run_pretraining(load_config(cfg))
+    saved = load_file(model_dir / "model.safetensors")
+    assert any(k.startswith("contrastive_proj.") for k in saved)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
+    for split in ("train", "eval"):
+        assert f"{split}/contrastive_loss" in run.data.metrics
+        assert f"{split}/contrastive_accuracy" in run.data.metrics
+    # continued without the contrast (the title stage): the head is left behind, not refused
+    after = tmp_path / "after"
+    cfg2 = _config_file(inputs, after, sop=False, max_steps=2, init_from=str(model_dir))
+    continued = run_pretraining(load_config(cfg2))
+    assert not any(k.startswith("contrastive_") for k in load_file(continued / "model.safetensors"))
+
+
 def test_word_table_gets_its_own_learning_rate(inputs: Path, tmp_path: Path, built) -> None:
     """pretrain.word_lr: the word-piece table (the MLM decoder's tied weight) at its own
     peak rate, every other parameter at optimizer.lr; refused when negative."""

@@ -77,12 +77,20 @@ def profile_pretraining(
     original = loop_mod.TrainLoop.train_step
     busy_ctx = timing.busy_share(device, every_s=0.1)
     busy: dict[str, dict[str, float]] = {}  # the sampler's result, filled in when it stops
+    window_open: list[bool] = []
+
+    def close_window() -> None:  # after the last step, or when the run stops inside the window
+        if window_open:
+            host.disable()
+            busy_ctx.__exit__(None, None, None)
+            window_open.clear()
 
     def train_step(self: Any, over: bool) -> Any:
         i = len(step_s)
         if i == start:
             busy["window"] = busy_ctx.__enter__()
             host.enable()
+            window_open.append(True)
         feed = self.train_data
         if not getattr(feed, "_timed", False):  # the time the step waits for its batch
             plain = feed.next
@@ -100,9 +108,7 @@ def profile_pretraining(
         timing.sync(device)
         step_s.append(time.perf_counter() - t0)
         if i == steps - 1:
-            host.disable()
-            busy_ctx.__exit__(None, None, None)
-            busy["closed"] = {}
+            close_window()
         prof.step()
         return out
 
@@ -116,9 +122,7 @@ def profile_pretraining(
     finally:
         loop_mod.TrainLoop.train_step = original  # type: ignore[method-assign]
         loop_mod.Prefetched = prefetched  # type: ignore[misc]
-        if "window" in busy and "closed" not in busy:  # the run stopped inside the window
-            host.disable()
-            busy_ctx.__exit__(None, None, None)
+        close_window()
     window_steps, window_wait = step_s[start:], wait_s[start:]
     tokens = cfg.pretrain.batch_size * cfg.pretrain.seq_len
     step_ms = statistics.median(window_steps) * 1e3

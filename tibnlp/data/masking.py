@@ -140,25 +140,22 @@ class MlmCollator:
         self.unit_column = "word_start" if whole_word else "syllable_start"
         self.split_pairs = split_pairs
 
-    def _split(self, ex: dict[str, Any]) -> list[dict[str, Any]]:
+    def _split(self, ex: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """`[CLS] A [SEP] B [SEP]` -> `[CLS] A [SEP]`, `[CLS] B [SEP]` (columns cut alike)."""
-        ids = [int(i) for i in ex["input_ids"]]
+        ids = list(ex["input_ids"])
         if SEP_ID not in ids[:-1]:
             raise DataError(
                 "a pretraining example has no [SEP] between its segments",
                 "pretrain.contrastive reads A/B pair examples (not segment chains)",
             )
         cut = ids.index(SEP_ID) + 1
-        rows = []
-        for part in (slice(0, cut), slice(cut, None)):
-            row: dict[str, Any] = {"sop_label": 0}
-            for key in ("input_ids", "syllable_start", "word_start"):
-                if key in ex:
-                    col = list(ex[key])
-                    row[key] = col[part] if part.start == 0 else [col[0], *col[part]]
-            row["token_type_ids"] = [0] * len(row["input_ids"])
-            rows.append(row)
-        return rows
+        a: dict[str, Any] = {"sop_label": 0, "token_type_ids": [0] * cut}
+        b: dict[str, Any] = {"sop_label": 0, "token_type_ids": [0] * (len(ids) - cut + 1)}
+        for key in ("input_ids", "syllable_start", "word_start"):
+            if key in ex:
+                col = list(ex[key])
+                a[key], b[key] = col[:cut], col[:1] + col[cut:]  # B opens with A's [CLS]
+        return a, b
 
     def generator(self, batch_index: int) -> torch.Generator:
         # Distinct, reproducible streams per (seed, batch); the mix keeps neighbours apart.

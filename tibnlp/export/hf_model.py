@@ -117,8 +117,6 @@ def albert_state(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path) -
     out: dict[str, torch.Tensor] = {}
     d = cfg.hidden_size
     for key, value in state.items():
-        if key.startswith("contrastive_"):  # a pretraining head with no ALBERT counterpart
-            continue
         value = value.detach().to(torch.float32).contiguous()
         name, _, kind = key.rpartition(".")
         if key == "mlm_bias":

@@ -18,7 +18,8 @@ row's mean last-layer state, through a projection, must pick its partner among t
 other rows (InfoNCE, both directions); the loss is added to MLM with that weight. Titles are
 classified by topic, and MLM alone learns little of what a document is about; telling one
 document from the batch's others is about nothing else. The projection (`contrastive_proj`)
-is a pretraining head like SOP's: fine-tuning and exports leave it behind.
+is a pretraining head like SOP's: fine-tuning and a continuation without the contrast leave
+it behind.
 """
 
 from __future__ import annotations
