@@ -159,6 +159,38 @@ def test_masking_is_a_pure_function_of_seed_and_batch_index() -> None:
     assert not torch.equal(a["mlm_labels"], other_seed["mlm_labels"])
 
 
+def _reference_chosen(collate: MlmCollator, examples: list[dict], key: int) -> torch.Tensor:
+    """The tokens to predict, row by row with the readable per-row functions: each row's units
+    (`syllable_units`), then its spans (`sample_spans`), from the collator's generator."""
+    g = collate.generator(key)
+    width = max(len(e["input_ids"]) for e in examples)
+    chosen = torch.zeros((len(examples), width), dtype=torch.bool)
+    for row, ex in enumerate(examples):
+        special = [int(i) in collate.special_ids for i in ex["input_ids"]]
+        units = syllable_units(list(ex[collate.unit_column]), special)
+        budget = round((len(special) - sum(special)) * collate.mask_prob)
+        for span in sample_spans(units, max(1, budget), collate.probs, g):
+            for u in span:
+                chosen[row, units[u]] = True
+    return chosen
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_batched_collator_equals_the_per_row_algorithm(whole_word: bool) -> None:
+    """The collator lays a batch out as arrays and draws spans per row (host time per step);
+    what it picks must be exactly what the per-row reference picks."""
+    rng = random.Random(5)
+    for key, examples in enumerate(_batches(12, seed=3)):
+        for ex in examples:  # words: runs of 1-3 syllables
+            ex["word_start"] = [s and rng.random() < 0.6 for s in ex["syllable_start"]]
+            ex["word_start"][1] = True
+        collate = MlmCollator(IDS, mask_prob=0.3, seed=11, whole_word=whole_word)
+        out = collate(examples, key)
+        assert torch.equal(
+            out["mlm_labels"] != IGNORE_INDEX, _reference_chosen(collate, examples, key)
+        )
+
+
 def test_rejects_bad_settings() -> None:
     with pytest.raises(ValueError):
         MlmCollator(IDS, mask_prob=0.0)

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from tibnlp.errors import DataError
@@ -83,28 +85,41 @@ def sample_spans(
     generator: torch.Generator,
 ) -> list[list[int]]:
     """ALBERT span selection: lists of unit indices (each span n consecutive units)."""
-    if not units or budget <= 0:
+    return [
+        list(range(start, start + n))
+        for start, n in _span_starts([len(u) for u in units], budget, probs, generator)
+    ]
+
+
+def _span_starts(
+    sizes: list[int], budget: int, probs: torch.Tensor, generator: torch.Generator
+) -> list[tuple[int, int]]:
+    """`sample_spans` as (first unit, unit count) pairs, from the units' token counts.
+
+    The collator's hot path (about 64 rows a step): plain lists, a prefix sum for span sizes,
+    two generator calls per row. The draws and their order are `sample_spans`'s, so a batch's
+    masks do not depend on which of the two ran."""
+    count = len(sizes)
+    if not count or budget <= 0:
         return []
     max_n = len(probs)
-    order = torch.randperm(len(units), generator=generator).tolist()
-    draws = torch.multinomial(probs, len(units), replacement=True, generator=generator) + 1
-    draws_l = draws.tolist()
-    covered = [False] * len(units)
-    spans: list[list[int]] = []
+    order = torch.randperm(count, generator=generator).tolist()
+    draws = (torch.multinomial(probs, count, replacement=True, generator=generator) + 1).tolist()
+    ends = [0, *accumulate(sizes)]  # ends[u]: tokens in units [0, u)
+    covered = bytearray(count)
+    spans: list[tuple[int, int]] = []
     n_tokens = 0
-    for start, n in zip(order, draws_l, strict=True):
+    for start, n in zip(order, draws, strict=True):
         if n_tokens >= budget:
             break
-        n = min(n, max_n, len(units) - start)
-        size = sum(len(units[u]) for u in range(start, start + n))
-        while n > 1 and n_tokens + size > budget:  # shorten rather than overrun the budget
-            n -= 1
-            size -= len(units[start + n])
+        n = min(n, max_n, count - start)
+        while n > 1 and n_tokens + ends[start + n] - ends[start] > budget:
+            n -= 1  # shorten rather than overrun the budget
+        size = ends[start + n] - ends[start]
         if n_tokens + size > budget or any(covered[start : start + n]):
             continue
-        for u in range(start, start + n):
-            covered[u] = True
-        spans.append(list(range(start, start + n)))
+        covered[start : start + n] = b"\x01" * n
+        spans.append((start, n))
         n_tokens += size
     return spans
 
@@ -138,6 +153,7 @@ class MlmCollator:
         self.probs = ngram_probs(max_ngram)
         self.seed = seed
         self.unit_column = "word_start" if whole_word else "syllable_start"
+        self._special = np.array(sorted(self.special_ids), dtype=np.int64)
         self.split_pairs = split_pairs
 
     def _split(self, ex: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -166,30 +182,45 @@ class MlmCollator:
         g = self.generator(batch_index)
         if self.split_pairs:
             examples = [row for ex in examples for row in self._split(ex)]
-        width = max(len(ex["input_ids"]) for ex in examples)
-        batch = len(examples)
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        token_types = torch.zeros((batch, width), dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
-        chosen = torch.zeros((batch, width), dtype=torch.bool)
+        if any(self.unit_column not in ex for ex in examples):
+            raise DataError(
+                f"whole-word masking needs the example column {self.unit_column!r}",
+                "build the pretraining data with masking='whole_word' (pretrain.masking)",
+            )
+        lengths = [len(ex["input_ids"]) for ex in examples]
+        width, batch = max(lengths), len(examples)
+        # The batch is laid out once as arrays; only the span draw runs per row (a step's
+        # host time on a GPU: benchmarks/bench_collate.py).
+        ids = np.full((batch, width), self.pad_id, dtype=np.int64)
+        types = np.zeros((batch, width), dtype=np.int64)
+        unit_start = np.zeros((batch, width), dtype=bool)
         for row, ex in enumerate(examples):
-            ids = [int(i) for i in ex["input_ids"]]
-            n = len(ids)
-            input_ids[row, :n] = torch.tensor(ids, dtype=torch.long)
-            token_types[row, :n] = torch.as_tensor(list(ex["token_type_ids"]), dtype=torch.long)
-            attention[row, :n] = 1
-            special = [i in self.special_ids for i in ids]
-            if self.unit_column not in ex:
-                raise DataError(
-                    f"whole-word masking needs the example column {self.unit_column!r}",
-                    "build the pretraining data with masking='whole_word' (pretrain.masking)",
-                )
-            units = syllable_units(list(ex[self.unit_column]), special)
-            n_real = n - sum(special)
-            budget = max(1, round(n_real * self.mask_prob)) if n_real else 0
-            for span in sample_spans(units, budget, self.probs, g):
-                for u in span:
-                    chosen[row, units[u]] = True
+            n = lengths[row]
+            ids[row, :n] = ex["input_ids"]
+            types[row, :n] = ex["token_type_ids"]
+            unit_start[row, :n] = ex[self.unit_column]
+        real = np.arange(width)[None, :] < np.asarray(lengths)[:, None]
+        special = np.isin(ids, self._special) | ~real
+        # A unit (syllable or word) opens at a start flag or after a special token and runs
+        # over the regular tokens that follow (`syllable_units`); ids count units batch-wide.
+        prev_special = np.ones_like(special)
+        prev_special[:, 1:] = special[:, :-1]
+        begins = ~special & (unit_start | prev_special)
+        unit_of = np.cumsum(begins.reshape(-1)).reshape(batch, width) - 1
+        sizes = np.bincount(unit_of[~special], minlength=int(begins.sum())).tolist()
+        first = np.concatenate([[0], np.cumsum(begins.sum(axis=1))]).tolist()
+        n_real = (~special).sum(axis=1).tolist()
+        picked = np.zeros(len(sizes) + 1, dtype=bool)  # + 1: special positions read unit -1
+        for row in range(batch):
+            budget = max(1, round(n_real[row] * self.mask_prob)) if n_real[row] else 0
+            lo, hi = first[row], first[row + 1]
+            for start, count in _span_starts(sizes[lo:hi], budget, self.probs, g):
+                picked[lo + start : lo + start + count] = True
+        chosen_np = picked[unit_of] & ~special
+        input_ids = torch.from_numpy(ids)
+        token_types = torch.from_numpy(types)
+        attention = torch.from_numpy(real.astype(np.int64))
+        chosen = torch.from_numpy(chosen_np)
         labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
         roll = torch.rand((batch, width), generator=g)
         random_ids = self._regular[torch.randint(len(self._regular), (batch, width), generator=g)]
