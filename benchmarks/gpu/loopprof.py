@@ -130,6 +130,8 @@ def profile_pretraining(
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "threads": torch.get_num_threads(),
         "prefetch": prefetch,
+        "batch_size": cfg.pretrain.batch_size,
+        "seq_len": cfg.pretrain.seq_len,
         "steps": len(step_s),
         "window": len(window_steps),
         "step_ms_median": step_ms,
@@ -144,7 +146,8 @@ def profile_pretraining(
 
 def markdown(r: dict[str, Any]) -> str:
     lines = [
-        f"{r['device']}, {r['threads']} intra-op threads, prefetch "
+        f"{r['device']}, batch {r['batch_size']} x {r['seq_len']}, {r['threads']} intra-op "
+        f"threads, prefetch "
         f"{'on' if r['prefetch'] else 'off'}: {r['steps']} steps, window of the last "
         f"{r['window']}: step "
         f"{r['step_ms_median']:.1f} ms (median, synchronised), of which waiting for the batch "

@@ -322,7 +322,7 @@ def curve(mode: Mode, env: dict[str, str]) -> str:
         sets += [f"vars.corpora=[{_toy_corpus(mode)}]", "vars.tokens=1024", 'vars.budget=""']
         sets += ["vars.exports=[512]", "vars.adapt_tokens=512", "engine.precision=fp32"]
         sets += ["engine.zero_stage=0"]
-        sets += ["engine.threads=2", "pretrain.batch_size=8", "pretrain.seq_len=32"]
+        sets += ["engine.threads=2", "pretrain.batch_size=8", "vars.batch=8", "pretrain.seq_len=32"]
     else:
         sets += [f"vars.tokens={mode.tokens:.0f}", f"vars.budget={mode.minutes * 60:.0f}s"]
         sets += ["engine.num_workers=8"]
@@ -376,6 +376,7 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
     its two corpora prepared here)."""
     import yaml
 
+    from tibnlp.config.core import deep_merge
     from tibnlp.data.datadir import require
     from tibnlp.pipeline.runner import DATA_PREFIX
     from tibnlp.pipeline.spec import load_pipeline
@@ -396,7 +397,8 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
             env,
             log,
         )
-    cfg: dict[str, Any] = json.loads(json.dumps(spec.config))
+    stage = next(s for s in spec.stages if s.name == "pretrain")  # its batch and lr (vars)
+    cfg: dict[str, Any] = json.loads(json.dumps(deep_merge(spec.config, stage.config)))
     cfg["pretrain"].update(
         {
             "corpus": str(corpus),
@@ -415,20 +417,25 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
         cfg["pretrain"].update({"batch_size": 8, "seq_len": 32})
     else:
         cfg["engine"]["num_workers"] = 8
-    steps, window = ("8", "3") if mode.cpu else ("100", "40")
-    variants = {
-        "as configured": [],
-        "2 threads": ["--threads", "2"],
-        "no prefetch": ["--no-prefetch"],
+    steps, window = ("8", "3") if mode.cpu else ("80", "30")
+    batch = int(cfg["pretrain"]["batch_size"])
+    variants: dict[str, tuple[list[str], dict[str, Any]]] = {  # loopprof flags, pretrain keys
+        "as configured": ([], {}),
+        "2 threads": (["--threads", "2"], {}),
+        "no prefetch": (["--no-prefetch"], {}),
+        # the host's fixed cost per step spread over 4x the rows (pipelines/gpu_curve.yaml's
+        # vars.batch): what a GPU curve gains from a larger batch
+        f"batch {4 * batch}": ([], {"batch_size": 4 * batch}),
     }
     rows = ["| variant | step ms | of which batch wait ms | tokens/s at full rows | GPU busy |"]
     rows.append("|---|---:|---:|---:|---:|")
-    for i, (name, extra) in enumerate(variants.items()):
+    for i, (name, (extra, keys)) in enumerate(variants.items()):
         folder, output = mode.out / "loop" / f"v{i}", mode.work / f"loop-run-{i}"
         shutil.rmtree(output, ignore_errors=True)  # each variant a fresh run of its own
-        cfg["pretrain"]["output"] = str(output)
+        variant = json.loads(json.dumps(cfg))
+        variant["pretrain"].update({"output": str(output), **keys})
         path = mode.work / f"loop-{i}.yaml"
-        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        path.write_text(yaml.safe_dump(variant, sort_keys=False))
         cmd = [sys.executable, "-m", "benchmarks.gpu.loopprof", str(path), str(folder)]
         cmd += ["--steps", steps, "--window", window, *extra]
         with log.open("a") as fh:
