@@ -185,7 +185,7 @@ class AlbertForPretraining(nn.Module):
             "loss": loss,
             "mask_loss": loss.detach(),
             "mask_accuracy": (correct / max(count, 1)).detach(),
-            "segments": torch.tensor(n_seg),
+            "segments": torch.tensor(n_seg, device=loss.device),
         }
 
 

@@ -100,6 +100,12 @@ def _metric_keys(out: dict[str, Any]) -> list[str]:
     return sorted(keys)
 
 
+def _on(value: torch.Tensor, device: Any) -> torch.Tensor:
+    """A scalar metric as float64 on the engine's device (a model may return a count on the
+    CPU beside values on the GPU)."""
+    return value.detach().to(device=device, dtype=torch.float64)
+
+
 def _tokens(batch: dict[str, torch.Tensor]) -> float:
     mask = batch.get("attention_mask")
     if mask is not None:
@@ -156,13 +162,14 @@ class TrainLoop:
             if not self.keys:
                 self.keys = _metric_keys(out)
             self.engine.backward(out["loss"])
-            values = torch.stack([out[k].detach().double().cpu() for k in self.keys])
+            # on the device: one copy to the host a step, not one per metric and micro-batch
+            values = torch.stack([_on(out[k], self.engine.device) for k in self.keys])
             sums = values if sums is None else sums + values
             tokens += _tokens(raw)
             if i < len(micro_batches) - 1:
                 self.engine.step()  # inside accumulation: no update yet
         assert sums is not None
-        reduced = self._reduce(sums, len(micro_batches), [tokens, float(over_budget)])
+        reduced = self._reduce(sums.cpu(), len(micro_batches), [tokens, float(over_budget)])
         n = len(self.keys)
         metrics = {
             k: float(v) / self.world.size for k, v in zip(self.keys, reduced[:n], strict=True)
@@ -198,13 +205,13 @@ class TrainLoop:
             for raw in self.eval_data.next():
                 out = self.engine(**self._to_device(raw))
                 keys = keys or _metric_keys(out)
-                values = torch.stack([out[k].detach().double().cpu() for k in keys])
+                values = torch.stack([_on(out[k], self.engine.device) for k in keys])
                 sums = values if sums is None else sums + values
                 count += 1
         self.engine.train()
         if sums is None:
             return {}
-        reduced = self._reduce(sums, count, [])
+        reduced = self._reduce(sums.cpu(), count, [])
         return {k: float(v) / self.world.size for k, v in zip(keys, reduced, strict=True)}
 
     # ---- checkpoints ----------------------------------------------------------------
