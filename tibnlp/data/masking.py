@@ -94,11 +94,12 @@ def sample_spans(
 def _span_starts(
     sizes: list[int], budget: int, probs: torch.Tensor, generator: torch.Generator
 ) -> list[tuple[int, int]]:
-    """`sample_spans` as (first unit, unit count) pairs, from the units' token counts.
+    """ALBERT's span selection as (first unit, unit count) pairs, from the units' token counts.
 
     The collator's hot path (about 64 rows a step): plain lists, a prefix sum for span sizes,
-    two generator calls per row. The draws and their order are `sample_spans`'s, so a batch's
-    masks do not depend on which of the two ran."""
+    two generator calls per row (a permutation of the starts, then the n draws), in the order
+    the per-row collator before it used, so its masks are unchanged
+    (benchmarks/results/collate.md)."""
     count = len(sizes)
     if not count or budget <= 0:
         return []
