@@ -15,7 +15,7 @@ Two figures per implementation:
 
 Both collators must give identical tensors on every batch (asserted): the change is speed only.
 
-    python benchmarks/bench_collate.py --data RUN/model/data [--ref REV] [--json FILE]
+    python benchmarks/bench_collate.py --data RUN/model/data [--ref 177c8d2] [--json FILE]
 
 `--data`: the `data` folder of a pretraining run's output (`tibnlp pretrain` writes it beside
 the model); `--ref`: the revision whose `tibnlp/data/masking.py` is the baseline.
@@ -69,9 +69,9 @@ def load_reference(rev: str) -> Any:
 
 def time_collation(collate: Callable[[list, int], Any], batches: list[list[dict]]) -> float:
     times = []
-    for i, rows in enumerate(batches):
+    for i, examples in enumerate(batches):
         t0 = time.perf_counter()
-        collate(rows, i)
+        collate(examples, i)
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3
 
@@ -83,11 +83,12 @@ def step_ms(
     releases and retakes the GIL, as a kernel launch does) after taking the next batch from
     the loop's prefetcher (`tibnlp.training.prefetch.Prefetched`), which collates the batch
     after it in its thread. `collate=None`: the batches are ready, no thread (the floor)."""
-    plan = [list(range(len(batches)))]  # one "epoch" of batch indices, served in order
-    source = ShardedBatches(
-        lambda epoch: [[i] * len(batches[0]) for i in plan[0]],
-        lambda idx, key: (collate or (lambda rows, k: rows))(batches[idx[0]], key),
-        len(batches[0]),
+    rows = len(batches[0])
+    make = collate or (lambda ready, key: ready)
+    source = ShardedBatches(  # batch i of one epoch is `batches[i]`, served in order
+        lambda epoch: [[i] * rows for i in range(len(batches))],
+        lambda indices, key: make(batches[indices[0]], key),
+        rows,
         0,
         1,
         1,
@@ -102,14 +103,16 @@ def step_ms(
             x.add_(1.0)
         times.append(time.perf_counter() - t0)
     if collate:
-        feed._drop()
+        feed._drop()  # let the thread finish its last batch before the next measurement
     return statistics.median(times[2:]) * 1e3
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, required=True)
-    ap.add_argument("--ref", default="HEAD", help="git revision of the baseline collator")
+    ap.add_argument(
+        "--ref", default="177c8d2", help="git revision of the baseline (default: the per-row one)"
+    )
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--mask-prob", type=float, default=0.3)
@@ -128,19 +131,19 @@ def main() -> None:
     ref = load_reference(args.ref)
     ours = MlmCollator(ids, mask_prob=args.mask_prob, seed=42)
     theirs = ref.MlmCollator(ids, mask_prob=args.mask_prob, seed=42)
-    for i, rows in enumerate(batches):
-        a, b = ours(rows, i), theirs(rows, i)
+    for i, examples in enumerate(batches):
+        a, b = ours(examples, i), theirs(examples, i)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"batch {i}"
 
     keys = ("ref_ms", "ours_ms", "floor_step_ms", "ref_step_ms", "ours_step_ms")
-    rows: dict[str, list[float]] = {k: [] for k in keys}
+    timings: dict[str, list[float]] = {k: [] for k in keys}
     for _ in range(args.rounds):
-        rows["ref_ms"].append(time_collation(theirs, batches))
-        rows["ours_ms"].append(time_collation(ours, batches))
-        rows["floor_step_ms"].append(step_ms(None, batches, args.launches))
-        rows["ref_step_ms"].append(step_ms(theirs, batches, args.launches))
-        rows["ours_step_ms"].append(step_ms(ours, batches, args.launches))
-    med = {k: statistics.median(v) for k, v in rows.items()}
+        timings["ref_ms"].append(time_collation(theirs, batches))
+        timings["ours_ms"].append(time_collation(ours, batches))
+        timings["floor_step_ms"].append(step_ms(None, batches, args.launches))
+        timings["ref_step_ms"].append(step_ms(theirs, batches, args.launches))
+        timings["ours_step_ms"].append(step_ms(ours, batches, args.launches))
+    med = {k: statistics.median(v) for k, v in timings.items()}
     tokens = statistics.mean(sum(len(r["input_ids"]) for r in b) for b in batches)
     result = {
         "cpu": hardware_name(),
@@ -150,7 +153,7 @@ def main() -> None:
         "ref": args.ref,
         "batch_size": args.batch_size,
         "mean_tokens_per_batch": tokens,
-        "rounds": rows,
+        "rounds": timings,
         "median": med,
         "collation_speedup": med["ref_ms"] / med["ours_ms"],
         "launches": args.launches,

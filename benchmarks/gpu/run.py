@@ -20,6 +20,7 @@ gathers the small files into DIR/reports.tar after every part and moves the mode
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import lzma
@@ -432,7 +433,7 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
     for i, (name, (extra, keys)) in enumerate(variants.items()):
         folder, output = mode.out / "loop" / f"v{i}", mode.work / f"loop-run-{i}"
         shutil.rmtree(output, ignore_errors=True)  # each variant a fresh run of its own
-        variant = json.loads(json.dumps(cfg))
+        variant = copy.deepcopy(cfg)
         variant["pretrain"].update({"output": str(output), **keys})
         path = mode.work / f"loop-{i}.yaml"
         path.write_text(yaml.safe_dump(variant, sort_keys=False))

@@ -66,7 +66,10 @@ def ngram_probs(max_ngram: int) -> torch.Tensor:
 
 
 def syllable_units(syllable_start: Sequence[bool], is_special: Sequence[bool]) -> list[list[int]]:
-    """Token positions grouped into syllable units; special tokens belong to none."""
+    """Token positions grouped into syllable units; special tokens belong to none.
+
+    The per-row definition of a unit: `MlmCollator` finds the same units for a whole batch at
+    once with array operations (tests/test_masking.py holds the two equal)."""
     units: list[list[int]] = []
     for pos, (start, special) in enumerate(zip(syllable_start, is_special, strict=True)):
         if special:
