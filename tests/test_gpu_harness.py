@@ -148,6 +148,7 @@ def test_cpu_mode_runs_every_part(tmp_path: Path, require_data) -> None:
     assert list(cur["facts"]) == ["corpus-tokens-512", "corpus-end", "titles-end"]
     assert cur["facts"]["corpus-end"]["tokens"] >= 1024
     assert cur["facts"]["titles-end"]["init_from"].endswith("model")
+    assert "eval/mask_accuracy" in cur["metrics"]["titles-end"]
     # loop: the real step profiled over a window after warm-up
     profs = [json.loads((out / "loop" / f"v{i}" / "loop.json").read_text()) for i in range(4)]
     assert all(p["steps"] == 8 and p["window"] == 3 and p["step_ms_median"] > 0 for p in profs)
@@ -193,3 +194,43 @@ def test_a_failed_part_writes_its_error_and_the_next_still_runs(tmp_path, monkey
     assert "all well" in (tmp_path / "out" / "section-check.md").read_text()
     with tarfile.open(tmp_path / "pack" / "reports.tar") as tar:
         assert sorted(tar.getnames()) == ["section-check.md", "section-curve.md"]
+
+
+def test_loop_variants_are_picked_by_index() -> None:
+    from benchmarks.gpu.run import pick_variants
+
+    variants = {"as configured": 0, "2 threads": 1, "no prefetch": 2, "batch 256": 3}
+    assert [i for i, _ in pick_variants(variants, "")] == [0, 1, 2, 3]
+    assert pick_variants(variants, "3,0") == [(0, ("as configured", 0)), (3, ("batch 256", 3))]
+    for bad in ("4", "x", ","):
+        with pytest.raises(SystemExit, match="0: as configured, 1: 2 threads"):
+            pick_variants(variants, bad)
+
+
+def test_check_reports_pytests_tally_not_the_exit_warning() -> None:
+    from benchmarks.gpu.run import pytest_summary
+
+    log = "tests/a.py ....\n=== 27 passed, 51 warnings in 153.45s (0:02:33) ===\n"
+    log += "[rank0]: Warning: destroy_process_group() was not called\n"
+    assert pytest_summary(log) == "27 passed, 51 warnings in 153.45s (0:02:33)"
+    assert pytest_summary("ImportError: no torch\n") == "ImportError: no torch"
+
+
+def test_curve_rates_count_the_stage_alone(tmp_path: Path) -> None:
+    """Facts count from the chain's first stage (the skip-gram start's seconds included): the
+    curve's table subtracts the model each stage continued."""
+    import torch
+    from safetensors.torch import save_file
+
+    from benchmarks.gpu.run import stage_run
+
+    start = tmp_path / "start"
+    start.mkdir()
+    extra = {"tokens": 7396, "train_seconds": 438.2}
+    save_file(
+        {"w": torch.zeros(1)}, str(start / "model.safetensors"), {"tibnlp_extra": json.dumps(extra)}
+    )
+    facts = {"tokens": 39.45e6, "continued_tokens": 39.44e6, "train_seconds": 678.2}
+    assert stage_run({**facts, "init_from": str(start)}) == (39.44e6, pytest.approx(240.0))
+    gone = str(tmp_path / "elsewhere")  # the device's path, read here: nothing to subtract
+    assert stage_run({**facts, "init_from": gone}) == (39.44e6, 678.2)

@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--tokens", type=float, default=60e6, help="curve: corpus-stage tokens")
     r.add_argument("--compile", choices=["none", "ours", "all"], default="ours", help="speed")
     r.add_argument("--pack", type=Path, default=None, help="few files: reports.tar + parts")
+    r.add_argument("--variants", default="", help="loop: variants by index, e.g. 0,3 (all)")
     c = sub.add_parser("collect", help="here: the returned sections into results/gpu.md")
     c.add_argument("folder", type=Path)
     args = ap.parse_args(argv)
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = Mode(args.cpu, args.out.resolve(), args.work.resolve(), args.minutes)
     mode.tokens, mode.compile = args.tokens, args.compile
     mode.pack = args.pack.resolve() if args.pack else None
+    mode.variants = args.variants
     return 1 if run(args.parts, mode) else 0
 
 

@@ -26,6 +26,7 @@ import json
 import lzma
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,7 @@ class Mode:
     tokens: float = 60e6  # curve: the corpus stage's token budget
     compile: str = "ours"  # speed: none | ours | all
     pack: Path | None = None
+    variants: str = ""  # loop: the variants to run, by index ("0,3"); empty: all
 
     @property
     def device(self) -> str:
@@ -128,6 +130,14 @@ def environment() -> dict[str, Any]:
     return facts
 
 
+def pytest_summary(output: str) -> str:
+    """pytest's closing tally ("27 passed, 51 warnings in 153.45s"), not whatever a process
+    printed after it (NCCL's exit warnings); the last line when there is none."""
+    lines = output.strip().splitlines() or ["(no output)"]
+    tallies = [ln for ln in lines if re.search(r"\d+ (passed|failed|error|skipped|deselected)", ln)]
+    return (tallies or lines)[-1].strip("= ")
+
+
 def check(mode: Mode, env: dict[str, str]) -> str:
     from benchmarks.gpu import kernels
 
@@ -142,7 +152,7 @@ def check(mode: Mode, env: dict[str, str]) -> str:
     with log.open("w") as fh:  # streamed: a part killed at the lease's limit still shows it
         done = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True)
     output = log.read_text()
-    summary = (output.strip().splitlines() or ["(no output)"])[-1]
+    summary = pytest_summary(output)
     lines = ["Environment:", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in facts.items()]
     lines += ["", f"`pytest -m gpu` (exit {done.returncode}): {summary}", ""]
@@ -309,6 +319,35 @@ def _curve_models(work: Path) -> dict[str, Path]:
     return found
 
 
+def stage_run(extra: dict[str, Any]) -> tuple[float, float]:
+    """(tokens, seconds) of the stage that wrote a model: its facts count from the first
+    stage of the chain (the skip-gram start's seconds included), so the model it continued
+    (`init_from`, read when it is still there) is subtracted."""
+    from tibnlp.models.io import read_extra
+
+    tokens = float(extra.get("continued_tokens", extra.get("tokens", 0)))
+    seconds = float(extra.get("train_seconds", 0))
+    parent = Path(str(extra.get("init_from", "")))
+    if extra.get("init_from") and (parent / "model.safetensors").exists():
+        seconds -= float(read_extra(parent).get("train_seconds", 0))
+    return tokens, seconds
+
+
+def _stage_metrics(uri: str, facts: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """model name -> the last eval/* metrics of the MLflow run that wrote it (the stages' ends;
+    the tracking store stays on the device, so the section carries them)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    found: dict[str, dict[str, float]] = {}
+    for name, extra in facts.items():
+        run_id = extra.get("mlflow_run_id")
+        if run_id:
+            values = client.get_run(run_id).data.metrics
+            found[name] = {k: v for k, v in values.items() if k.startswith("eval/")}
+    return found
+
+
 def curve(mode: Mode, env: dict[str, str]) -> str:
     from tibnlp.models.io import read_extra
 
@@ -336,25 +375,37 @@ def curve(mode: Mode, env: dict[str, str]) -> str:
     for name, path in models.items():
         extra = read_extra(path)
         facts[name] = extra
-        tokens, seconds_in = float(extra.get("tokens", 0)), float(extra.get("train_seconds", 0))
+        tokens, seconds_in = stage_run(extra)
         rows.append(
             f"| {name} | {extra.get('step', '')} | {tokens:,.0f} | {seconds_in:.0f} | "
             f"{tokens / max(seconds_in, 1e-9):,.0f} | {extra.get('stopped_by', '')} |"
         )
+    metrics = _stage_metrics(uri, facts)
     staged = mode.work / "curve-models"
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir()
     for name, path in models.items():
         shutil.copytree(path, staged / name)
     parts = _split_into(staged, mode.out, "curve")
-    _dump(mode, "curve", {"facts": facts, "busy": busy, "parts": parts, "seconds": seconds})
+    _dump(
+        mode,
+        "curve",
+        {"facts": facts, "metrics": metrics, "busy": busy, "parts": parts, "seconds": seconds},
+    )
     lines = [
         f"`tibnlp pipeline run {CURVE_PIPELINE}` ({' '.join(sets[1:])}): {seconds:.0f} s, "
         f"GPU busy (NVML, whole command) {100 * busy['busy']:.0f}%.",
         "",
-        "| model | step | tokens | train s | tokens/s | stopped by |",
+        "| model | step | stage tokens | stage s | tokens/s | stopped by |",
         "|---|---:|---:|---:|---:|---|",
         *rows,
+        "",
+        *(
+            f"Last held-out metrics, {name}: "
+            + ", ".join(f"{k} {v:.4g}" for k, v in sorted(values.items()))
+            + "."
+            for name, values in metrics.items()
+        ),
         "",
         f"Models returned as {', '.join(parts)} (a tar of the folder curve-models/).",
     ]
@@ -430,7 +481,7 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
     }
     rows = ["| variant | step ms | of which batch wait ms | tokens/s at full rows | GPU busy |"]
     rows.append("|---|---:|---:|---:|---:|")
-    for i, (name, (extra, keys)) in enumerate(variants.items()):
+    for i, (name, (extra, keys)) in pick_variants(variants, mode.variants):
         folder, output = mode.out / "loop" / f"v{i}", mode.work / f"loop-run-{i}"
         shutil.rmtree(output, ignore_errors=True)  # each variant a fresh run of its own
         variant = copy.deepcopy(cfg)
@@ -450,8 +501,25 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
             f"{100 * r['gpu_busy']:.0f}% |"
         )
         _pack(mode)  # each variant's profile comes back even if a later one is cut off
-    detail = (mode.out / "loop" / "v0" / "loop.md").read_text()
-    return "\n".join(rows) + "\n\nThe first variant in detail:\n\n" + detail
+    first = min(i for i, _ in pick_variants(variants, mode.variants))
+    detail = (mode.out / "loop" / f"v{first}" / "loop.md").read_text()
+    return "\n".join(rows) + f"\n\nVariant {first} in detail:\n\n" + detail
+
+
+def pick_variants(variants: dict[str, Any], spec: str) -> list[tuple[int, tuple[str, Any]]]:
+    """(index, (name, value)) of the variants `spec` names by index ("0,3"; empty: all), so a
+    short lease can run the one that matters first and the rest when time is left."""
+    items = list(enumerate(variants.items()))
+    if not spec.strip():
+        return items
+    try:
+        wanted = sorted({int(x) for x in spec.split(",") if x.strip()})
+    except ValueError:
+        wanted = [-1]
+    if not wanted or not all(0 <= i < len(items) for i in wanted):
+        names = ", ".join(f"{i}: {name}" for i, (name, _) in items)
+        raise SystemExit(f"loop: --variants {spec!r}: give indices among {names}")
+    return [items[i] for i in wanted]
 
 
 # ---- finetune ----------------------------------------------------------------------------
