@@ -238,8 +238,9 @@ def test_long_document_errors(env) -> None:
 
 @pytest.mark.parametrize(("mode", "extra"), [("segments", []), ("memory", MEMORY)])
 def test_readings_run_with_the_weights_in_bf16(env, mode, extra) -> None:
-    """DeepSpeed's bf16 mode casts the whole classifier to bf16 (on the GPU: found on an H100,
-    where the head's conv refused the float32 states the readings gathered)."""
+    """DeepSpeed's 16-bit modes cast the whole classifier (found on an H100 in its bf16 mode,
+    since replaced by autocast, where the head's conv refused the float32 states the readings
+    gathered; fp16 on a GPU without bf16 still casts)."""
     setup = prepare(_cfg(env, mode, *extra), load_tncc("title"))
     model = build_classifier(setup.meta)
     if mode == "memory":

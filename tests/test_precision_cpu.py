@@ -48,6 +48,17 @@ def test_bf16_cpu_config_is_deepspeed_autocast_with_fp32_comms() -> None:
     assert engine_mod.resolve_precision("auto") == "fp32"
 
 
+def test_bf16_on_a_gpu_is_the_same_autocast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not DeepSpeed's bf16 mode: that one kept bf16 weights (exports lost the fp32 masters)
+    and ran a per-parameter overflow check every step (benchmarks/results/precision_ops.md)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    ds = engine_mod.deepspeed_config(EngineConfig(precision="bf16"), OptimizerConfig(), 8, 0, 1)
+    assert "bf16" not in ds and ds["torch_autocast"]["dtype"] == "bfloat16"
+    assert "fp16" in engine_mod.deepspeed_config(
+        EngineConfig(precision="fp16"), OptimizerConfig(), 8, 0, 1
+    )
+
+
 @needs_bf16
 def test_bf16_engine_runs_matmuls_in_bf16_and_keeps_fp32_state() -> None:
     world = engine_mod.init_distributed(EngineConfig(threads=1))

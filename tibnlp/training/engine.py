@@ -5,8 +5,12 @@
   gloo on CPU, NCCL on CUDA (the NCCL and bf16/fp16 paths follow DeepSpeed's documented
   config but were not run on a GPU in this project's CI).
 - `deepspeed_config`: ZeRO stage, precision, gradient accumulation and clipping as a dict.
-  bf16 on CPU is DeepSpeed's `torch_autocast` section (fp32 master weights and optimizer);
-  on GPU it is DeepSpeed's bf16 mode.
+  bf16 is DeepSpeed's `torch_autocast` section on every device: bf16 matmuls, fp32 weights,
+  gradients and optimizer. DeepSpeed's bf16 mode (bf16 weights, fp32 masters inside the
+  optimizer) was the GPU path until an H200 lease showed what it costs at this model size: a
+  per-parameter overflow check and bf16/fp32 copies every step in a loop that is host-bound
+  (benchmarks/results/precision_ops.md), and exports that kept the bf16 weights, not the fp32
+  masters.
 - `safe_checkpoint_loading`: DeepSpeed 0.19.8 reads checkpoints with `torch.load(...,
   weights_only=False)` (runtime/checkpoint_engine/torch_checkpoint_engine.py), which would
   unpickle anything. We swap its loader for `weights_only=True` with an allowlist of the few
@@ -179,17 +183,15 @@ def deepspeed_config(
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
     }
-    if precision == "bf16" and not torch.cuda.is_available():
+    if precision == "bf16":
         # DeepSpeed's own autocast around the module's forward (train and eval): bf16 matmuls,
-        # fp32 weights and optimizer. No "lower precision safe" modules: gradients are
-        # all-reduced in fp32, as in an fp32 run.
+        # fp32 weights and optimizer, so a saved model holds the weights the optimizer updates.
+        # No "lower precision safe" modules: gradients are all-reduced in fp32, as in fp32.
         config["torch_autocast"] = {
             "enabled": True,
             "dtype": "bfloat16",
             "lower_precision_safe_modules": [],
         }
-    elif precision == "bf16":
-        config["bf16"] = {"enabled": True}
     elif precision == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     return config

@@ -81,8 +81,8 @@ def run_segments(
 
 
 def weight_dtype(module: nn.Module) -> torch.dtype:
-    """The dtype the document's states are gathered in: the weights' (bf16 when DeepSpeed's bf16
-    mode cast the whole classifier, so the head takes them; fp32 under autocast)."""
+    """The dtype the document's states are gathered in: the weights' (16-bit when DeepSpeed's
+    fp16 mode casts the whole classifier, so the head takes them; fp32 under autocast)."""
     return next(module.parameters()).dtype
 
 

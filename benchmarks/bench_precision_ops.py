@@ -1,0 +1,195 @@
+"""Host work per optimizer step of DeepSpeed's two bf16 paths, on the GPU curve's model.
+
+The H200 lease of 2026-11-26 found the pretraining loop host-bound (about 40 ms a step for
+ALBERT-tiny at batch 64 x 128, about 1,600 kernel launches a step) with DeepSpeed's bf16 mode
+(bf16 weights, fp32 masters in the ZeRO optimizer) checking every gradient tensor for
+overflow (`isfinite`, `amax`, `amin`, logical ops: five kernels a tensor) and copying between
+the bf16 and fp32 copies every step. The other path is DeepSpeed's `torch_autocast` section
+(fp32 weights, bf16 matmuls), which the CPU already used. The host's cost per step is the
+number of operators it dispatches (each a kernel launch or more on a GPU), which does not
+depend on the device, so it is counted here on the CPU: aten operators per optimizer step,
+split into the step's phases, with the dtype an export would save. Both variants run in
+fresh processes (one DeepSpeed world each), side by side in one run.
+
+    PYTHONPATH=. python benchmarks/bench_precision_ops.py --out benchmarks/results/precision_ops.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+VARIANTS = {
+    "DeepSpeed bf16 mode (bf16 weights, fp32 masters)": "bf16-mode",
+    "DeepSpeed torch_autocast (fp32 weights, bf16 matmuls)": "autocast",
+}
+
+
+def child(variant: str, zero: int, steps: int) -> dict:
+    """One variant in this process: ops per step by phase, CPU ms per step, weight dtype."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from tibnlp.config import EngineConfig, OptimizerConfig
+    from tibnlp.config.model import HeadsConfig, ModelConfig
+    from tibnlp.data.masking import IGNORE_INDEX
+    from tibnlp.models.pretraining import AlbertForPretraining
+    from tibnlp.training import engine as engine_mod
+    from tibnlp.training.optim import build_optimizer
+
+    world = engine_mod.init_distributed(EngineConfig(threads=1))
+    torch.manual_seed(0)
+    cfg = ModelConfig(  # the curve's start (vectors_proxy.yaml): pre-LN, relative positions
+        vocab_size=14245,
+        embedding_size=128,
+        hidden_size=128,
+        num_layers=4,
+        ffn_size=512,
+        max_len=128,
+        dropout=0.0,
+        attention_dropout=0.0,
+        norm="pre",
+        position="relative",
+        share_layers=False,
+        heads=HeadsConfig(small=4, large=4),
+    )
+    model = AlbertForPretraining(cfg, sparse_last_layer=True, sop=False)
+    optim = OptimizerConfig(warmup_steps=0)
+    ds = engine_mod.deepspeed_config(EngineConfig(zero_stage=zero), optim, 8, 0, world.size)
+    ds.pop("torch_autocast", None)
+    if variant == "bf16-mode":
+        ds["bf16"] = {"enabled": True}
+    else:
+        ds["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
+        ds["torch_autocast"]["lower_precision_safe_modules"] = []
+    import deepspeed
+
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=build_optimizer(model, optim), config=ds
+    )
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, cfg.vocab_size, (8, 32), generator=g)
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    sel = torch.rand(ids.shape, generator=g) < 0.3
+    labels[sel] = ids[sel]
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": None}
+
+    def step() -> None:
+        with torch.profiler.record_function("phase:forward"):
+            out = engine(**batch, mlm_labels=labels)
+        with torch.profiler.record_function("phase:backward"):
+            engine.backward(out["loss"])
+        with torch.profiler.record_function("phase:optimizer step"):
+            engine.step()
+
+    for _ in range(3):  # warm-up: DeepSpeed's first steps set up buckets and state
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(1e3 * (time.perf_counter() - t0))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    ops: Counter[str] = Counter()
+    phases: Counter[str] = Counter()
+    spans = [
+        (e.name.split(":", 1)[1], e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if e.name.startswith("phase:")
+    ]
+    for e in prof.events():
+        if not e.name.startswith("aten::"):
+            continue
+        ops[e.name] += 1
+        for name, start, end in spans:  # backward's autograd ops run on another thread
+            if start <= e.time_range.start <= end:
+                phases[name] += 1
+                break
+        else:
+            phases["backward"] += 1
+    weights = {str(p.dtype) for p in engine.module.parameters()}
+    times.sort()
+    return {
+        "ops_per_step": sum(ops.values()) / steps,
+        "phases": {k: v / steps for k, v in phases.items()},
+        "top": [(k, v / steps) for k, v in ops.most_common(8)],
+        "cpu_ms_median": times[len(times) // 2],
+        "weights": sorted(weights),
+        "parameters": sum(1 for _ in model.parameters()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--zero", type=int, default=1, help="ZeRO stage (the curve's: 1)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--child", choices=sorted(VARIANTS.values()))
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.zero, args.steps)))
+        return
+    from tibnlp.training.engine import hardware_name
+
+    results = {}
+    for label, key in VARIANTS.items():
+        cmd = [sys.executable, __file__, "--child", key, "--zero", str(args.zero)]
+        cmd += ["--steps", str(args.steps)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+        results[label] = json.loads(done.stdout.strip().splitlines()[-1])
+    labels = list(results)
+    base = results[labels[0]]
+    lines = [
+        "# Host work per step: DeepSpeed's bf16 mode against its torch_autocast",
+        "",
+        f"`PYTHONPATH=. python benchmarks/bench_precision_ops.py` on {hardware_name()}, one "
+        f"thread, DeepSpeed ZeRO {args.zero}, one process. The GPU curve's model (vocab 14245, "
+        f"E=128, D=128, 4 layers, relative positions, pre-LN, sparse MLM, no SOP; "
+        f"{base['parameters']} parameter tensors), batch 8 x 32 (operator counts do not "
+        f"depend on the batch), {args.steps} profiled steps after 3 warm-up steps.",
+        "",
+        "| variant | aten ops per step | forward | backward | optimizer step | CPU ms per step "
+        "(median) | weights (what an export saves) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for label, r in results.items():
+        p = r["phases"]
+        lines.append(
+            f"| {label} | {r['ops_per_step']:,.0f} | {p.get('forward', 0):,.0f} | "
+            f"{p.get('backward', 0):,.0f} | {p.get('optimizer step', 0):,.0f} | "
+            f"{r['cpu_ms_median']:.1f} | {', '.join(r['weights'])} |"
+        )
+    other = results[labels[1]]
+    lines += [
+        "",
+        f"Ratio (bf16 mode / autocast): {base['ops_per_step'] / other['ops_per_step']:.2f}x "
+        f"the operators, {base['cpu_ms_median'] / other['cpu_ms_median']:.2f}x the CPU time "
+        "per step (this CPU computes the step too, so the time ratio mixes compute with host "
+        "work; on a GPU the operator count is what the host pays).",
+        "",
+        "Most frequent operators per step:",
+        "",
+    ]
+    for label, r in results.items():
+        top = ", ".join(f"`{k}` {v:.0f}" for k, v in r["top"])
+        lines.append(f"- {label}: {top}")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(args.out)
+
+
+if __name__ == "__main__":
+    main()
