@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call of about 600 s (device tool: `run`, carry [".bundle"], timeout_s 600,
-# command `bash benchmarks/gpu/lease.sh`; MIN=minutes of corpus stage, default 4): the loop
-# profile alone, then the curve with `check` beside it on its own cores, then the other loop
-# variants while time is left. Everything comes back packed into $OUT (at most 8 files).
+# command `bash benchmarks/gpu/lease.sh`; PART=curve (default) or pretrain, MIN=its minutes of
+# pretraining, default 4): the loop profile alone, then PART with `check` beside it on its own
+# cores, then the other loop variants while time is left. Everything comes back packed into
+# $OUT (at most 8 files).
 set -u
 export PYTHONUNBUFFERED=1 W=.gpu-run
 G="python3 -m benchmarks.gpu run"
@@ -17,9 +18,10 @@ if command -v taskset >/dev/null; then A="taskset -c 0-9"; B="taskset -c 10-15";
 mkdir -p $W/oc
 OMP_NUM_THREADS=6 timeout 330 $B $G check --out $W/oc --work $W/c --pack $OUT/check >$W/oc/check-stdout.log 2>&1 &
 CK=$!
-timeout $((END - SECONDS - 25)) $A $G curve --minutes ${MIN:-4} --tokens 60e6 --out $W/o --work $W --pack $OUT
-echo "curve done at ${SECONDS}s rc $?"
-if ! ls $OUT/curve.tar.part* >/dev/null 2>&1; then  # cut off: whatever models exist
+P=${PART:-curve}
+timeout $((END - SECONDS - 25)) $A $G $P --minutes ${MIN:-4} --tokens 60e6 --out $W/o --work $W --pack $OUT
+echo "$P done at ${SECONDS}s rc $?"
+if [ "$P" = curve ] && ! ls $OUT/curve.tar.part* >/dev/null 2>&1; then  # cut off: the models so far
   (cd $W/curve && tar cf - $(find . -name model.safetensors -printf '%h\n' | sort -u) 2>/dev/null) | split -b 15M - $OUT/curvex.tar.part
 fi
 wait $CK; echo "check done at ${SECONDS}s"
