@@ -237,3 +237,22 @@ def test_accumulation_averages_the_micro_batches_mean_losses(tmp_path) -> None:
     w = {p.parent.name: torch.load(p, weights_only=True) for p in tmp_path.glob("*/weights.pt")}
     assert _max_rel(w["two-True"], w["one-True"]) <= 1e-6
     assert _max_rel(w["two-False"], w["one-False"]) > 1e-3
+
+
+def test_a_local_world_is_left_at_exit() -> None:
+    """The local world of one stays up for a process's later stages and is destroyed at exit
+    (NCCL warns of a leak otherwise); a child process shows both."""
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit, torch.distributed as dist\n"
+        "from tibnlp.config import EngineConfig\n"
+        "from tibnlp.training.engine import init_distributed\n"
+        "init_distributed(EngineConfig(threads=1)); init_distributed(EngineConfig(threads=1))\n"
+        "print(dist.is_initialized()); atexit._run_exitfuncs(); print(dist.is_initialized())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.split()[-2:] == ["True", "False"], done.stdout + done.stderr
