@@ -67,9 +67,9 @@ class EngineConfig:
 
     There is no torch.compile knob: measured on CPU (torch 2.13, inductor), compiling the
     shared layer gave no tokens/s at ALBERT-tiny's shape (the GEMMs dominate and already run
-    in oneDNN) after a ~80 s first step, and compiling the whole model splits it into 18
-    graphs at the data-dependent steps (padding cut, head routing, masked-position selection)
-    and ran a tiny model 8x slower than eager. Revisit on GPU.
+    in oneDNN) after a ~80 s first step. Under compile the encoder now skips its host-side
+    steps, so the dense and relative pretraining models trace as one graph
+    (tests/test_compile.py); whether that pays is the GPU speed benchmark's compiled half.
     """
 
     zero_stage: int = 0

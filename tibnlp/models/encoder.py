@@ -179,9 +179,14 @@ class Encoder(nn.Module):
         masked tokens and [CLS] in pretraining). Where the attention allows it, the last layer
         then runs queries, FFN and norms at those positions only (keys and values still at
         all), and `hidden` is zero elsewhere; the selected outputs equal the full run's.
+
+        Under `torch.compile` the steps that read the data on the host (the right-padding
+        check, the padding cut, the sparse last layer) are left out, so the forward traces as
+        one graph: same outputs at every position a caller reads, padding computed.
         """
         mask = attention_mask.bool()
-        if mask.shape[1] > 1 and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+        compiling = torch.compiler.is_compiling()
+        if not compiling and mask.shape[1] > 1 and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
             raise ValueError("attention_mask must mark real tokens as a prefix (right padding)")
         lengths = mask.sum(1)
         n = input_ids.shape[1]
@@ -189,7 +194,8 @@ class Encoder(nn.Module):
             raise ValueError(f"sequence length {n} exceeds model.max_len {self.cfg.max_len}")
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        keep = max(int(lengths.max()), 1)  # cut shared padding: it would only cost compute
+        # cut shared padding: it would only cost compute (not under compile: a host sync)
+        keep = n if compiling else max(int(lengths.max()), 1)
         large = choose_large(lengths, self.routing)
         x = self.embeddings(input_ids[:, :keep], token_type_ids[:, :keep])
         real = mask[:, :keep]
@@ -201,7 +207,7 @@ class Encoder(nn.Module):
         if memory is not None and not recurrent:
             raise ValueError("memory given to an encoder without model.recurrence.mem_len")
         want = None
-        if outputs_at is not None and self.supports_sparse_outputs:
+        if outputs_at is not None and self.supports_sparse_outputs and not compiling:
             want = outputs_at[:, :keep].bool() & real[:, k:]
             queries, valid = _query_positions(want)
         layer_inputs = []

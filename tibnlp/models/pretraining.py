@@ -142,7 +142,9 @@ class AlbertForPretraining(nn.Module):
         accuracy; with no masked token, a zero loss that still touches the graph."""
         sel = mlm_labels != IGNORE
         targets = mlm_labels[sel]
-        if not targets.numel():
+        # (under torch.compile the count is a symbol no branch may read; a pretraining batch
+        # always holds a masked token)
+        if not torch.compiler.is_compiling() and not targets.numel():
             return None, hidden.sum() * 0.0, hidden.new_zeros(())
         logits = self.mlm_logits(hidden[sel])
         accuracy = (logits.argmax(-1) == targets).float().mean()
