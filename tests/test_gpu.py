@@ -148,3 +148,27 @@ def test_long_document_readings_run_on_cuda(env, mode: str) -> None:  # noqa: F8
     seed = result.seeds[0]
     assert seed.metrics["test"].count == 12
     assert torch.cuda.max_memory_allocated() > 0
+
+
+@pytest.mark.parametrize("name", ["dense", "relative"])
+def test_compiled_pretraining_on_cuda_equals_eager(name: str) -> None:
+    """Inductor on CUDA, the way benchmarks/gpu/speed.py compiles (one graph: see
+    tests/test_compile.py): loss and gradients equal eager CUDA's in fp32 within 1e-4."""
+    import torch._dynamo as dynamo
+
+    from tests.test_compile import FLAGS
+
+    design = next(d for d in designs() if d.name == name)
+    eager = build(design).cuda()
+    traced = copy.deepcopy(eager)
+    inputs = batch(design, LENGTHS, device="cuda")
+    loss_e, g_e = _loss_and_grads(eager, inputs)
+    dynamo.reset()
+    with dynamo.config.patch(**FLAGS):
+        loss_c = torch.compile(traced, fullgraph=True)(**inputs)["loss"]
+        loss_c.backward()
+    g_c = {n: p.grad for n, p in traced.named_parameters() if p.grad is not None}
+    assert _rel(loss_c, loss_e) <= 1e-4
+    assert g_c.keys() == g_e.keys()
+    for key in g_e:
+        assert _rel(g_c[key], g_e[key]) <= 1e-4, key
