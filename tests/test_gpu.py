@@ -156,7 +156,7 @@ def test_compiled_pretraining_on_cuda_equals_eager(name: str) -> None:
     tests/test_compile.py): loss and gradients equal eager CUDA's in fp32 within 1e-4."""
     import torch._dynamo as dynamo
 
-    from tests.test_compile import FLAGS
+    from tibnlp.models.pretraining import DYNAMO_CAPTURE
 
     design = next(d for d in designs() if d.name == name)
     eager = build(design).cuda()
@@ -164,7 +164,7 @@ def test_compiled_pretraining_on_cuda_equals_eager(name: str) -> None:
     inputs = batch(design, LENGTHS, device="cuda")
     loss_e, g_e = _loss_and_grads(eager, inputs)
     dynamo.reset()
-    with dynamo.config.patch(**FLAGS):
+    with dynamo.config.patch(**DYNAMO_CAPTURE):
         loss_c = torch.compile(traced, fullgraph=True)(**inputs)["loss"]
         loss_c.backward()
     g_c = {n: p.grad for n, p in traced.named_parameters() if p.grad is not None}

@@ -481,7 +481,8 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
     }
     rows = ["| variant | step ms | of which batch wait ms | tokens/s at full rows | GPU busy |"]
     rows.append("|---|---:|---:|---:|---:|")
-    for i, (name, (extra, keys)) in pick_variants(variants, mode.variants):
+    picked = pick_variants(variants, mode.variants)
+    for i, (name, (extra, keys)) in picked:
         folder, output = mode.out / "loop" / f"v{i}", mode.work / f"loop-run-{i}"
         shutil.rmtree(output, ignore_errors=True)  # each variant a fresh run of its own
         variant = copy.deepcopy(cfg)
@@ -501,7 +502,7 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
             f"{100 * r['gpu_busy']:.0f}% |"
         )
         _pack(mode)  # each variant's profile comes back even if a later one is cut off
-    first = min(i for i, _ in pick_variants(variants, mode.variants))
+    first = picked[0][0]
     detail = (mode.out / "loop" / f"v{first}" / "loop.md").read_text()
     return "\n".join(rows) + f"\n\nVariant {first} in detail:\n\n" + detail
 
@@ -513,9 +514,9 @@ def pick_variants(variants: dict[str, Any], spec: str) -> list[tuple[int, tuple[
     if not spec.strip():
         return items
     try:
-        wanted = sorted({int(x) for x in spec.split(",") if x.strip()})
-    except ValueError:
-        wanted = [-1]
+        wanted = sorted({int(x) for x in spec.split(",")})
+    except ValueError:  # "x", "," or "1,"
+        wanted = []
     if not wanted or not all(0 <= i < len(items) for i in wanted):
         names = ", ".join(f"{i}: {name}" for i, (name, _) in items)
         raise SystemExit(f"loop: --variants {spec!r}: give indices among {names}")

@@ -118,8 +118,10 @@ def _compile(module: torch.nn.Module) -> Callable[..., Any]:
     layer distribution: room for every one instead of dynamo's 8 recompiles."""
     import torch._dynamo as dynamo
 
-    dynamo.config.capture_dynamic_output_shape_ops = True
-    dynamo.config.capture_scalar_outputs = True
+    from tibnlp.models.pretraining import DYNAMO_CAPTURE
+
+    for key, value in DYNAMO_CAPTURE.items():  # global: compiling is lazy, at the first step
+        setattr(dynamo.config, key, value)
     dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
     return torch.compile(module)
 

@@ -35,6 +35,12 @@ from tibnlp.models.long_documents.windows import run_segments
 IGNORE = -100
 
 
+# torch._dynamo settings under which the pretraining model traces as one graph: the masked-LM
+# selection's data-dependent shape is captured instead of breaking the graph (the encoder
+# skips its own host-side steps under compile; tests/test_compile.py).
+DYNAMO_CAPTURE = {"capture_dynamic_output_shape_ops": True, "capture_scalar_outputs": True}
+
+
 class AlbertForPretraining(nn.Module):
     """`forward(...) -> dict` with ALBERT's five metrics and the large-route share.
 

@@ -174,6 +174,14 @@ def accumulation_steps(batch_size: int, micro_batch_size: int, world_size: int) 
     return batch_size // (micro * world_size)
 
 
+# DeepSpeed's section for `engine.precision: bf16` (see deepspeed_config)
+AUTOCAST_BF16: dict[str, Any] = {
+    "enabled": True,
+    "dtype": "bfloat16",
+    "lower_precision_safe_modules": [],
+}
+
+
 def deepspeed_config(
     engine: EngineConfig,
     optimizer: OptimizerConfig,
@@ -196,11 +204,7 @@ def deepspeed_config(
         # DeepSpeed's own autocast around the module's forward (train and eval): bf16 matmuls,
         # fp32 weights and optimizer, so a saved model holds the weights the optimizer updates.
         # No "lower precision safe" modules: gradients are all-reduced in fp32, as in fp32.
-        config["torch_autocast"] = {
-            "enabled": True,
-            "dtype": "bfloat16",
-            "lower_precision_safe_modules": [],
-        }
+        config["torch_autocast"] = dict(AUTOCAST_BF16)
     elif precision == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     return config
