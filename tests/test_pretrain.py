@@ -179,6 +179,47 @@ def test_init_from_continues_a_model_with_its_own_shape(inputs: Path, tmp_path: 
     assert any(not torch.equal(other[k], before[k]) for k in other)  # a fresh start differs
 
 
+def test_eval_only_scores_a_model_as_its_run_last_did(inputs: Path, tmp_path: Path) -> None:
+    """`--eval-only`: the held-out evaluation of a finished model, no step taken; it equals
+    the run's own last evaluation (same held-out rows, same fixed masks, same weights)."""
+    import json
+
+    from tibnlp.training.pretrain import run_pretraining
+
+    model_dir = run_pretraining(load_config(_config_file(inputs, tmp_path / "a", sop=False)))
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
+    last = {
+        m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/mask_accuracy")
+    }
+    cfg = load_config(_config_file(inputs, tmp_path / "b", sop=False, init_from=str(model_dir)))
+    cfg.pretrain.vocab = str(model_dir)
+    out = run_pretraining(cfg, eval_only=True)
+    scores = json.loads(out.read_text("utf-8"))
+    assert out == tmp_path / "b" / "eval.json" and scores["rows"] == 2 * 8
+    assert scores["eval/mask_accuracy"] == pytest.approx(last[12], abs=1e-6)
+    assert 0 < scores["eval/unigram_accuracy"] < 1 and "eval/mask_loss" in scores
+    assert not (tmp_path / "b" / "checkpoints").exists() and not (tmp_path / "b" / "model").exists()
+    with pytest.raises(ConfigError, match="--eval-only scores a model"):
+        run_pretraining(load_config(_config_file(inputs, tmp_path / "c")), eval_only=True)
+
+
+def test_eval_only_flag_reaches_the_run(monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+    from tibnlp.training import pretrain as pretrain_mod
+
+    seen = {}
+    monkeypatch.setattr(
+        pretrain_mod, "run_pretraining", lambda cfg, **kw: seen.update(kw) or Path("x/eval.json")
+    )
+    out = CliRunner().invoke(app, ["pretrain", "--eval-only"])
+    assert out.exit_code == 0, out.output
+    assert seen == {"resume": False, "wait": False, "eval_only": True}
+    assert "scores: x/eval.json" in out.output
+
+
 def test_init_from_with_another_vocabulary_is_refused(inputs: Path, tmp_path: Path) -> None:
     from tibnlp.training.pretrain import run_pretraining
 

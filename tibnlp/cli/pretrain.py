@@ -24,6 +24,14 @@ def pretrain(
         bool,
         typer.Option("--wait", help="If another run holds the output folder, wait for it."),
     ] = False,
+    eval_only: Annotated[
+        bool,
+        typer.Option(
+            "--eval-only",
+            help="Score pretrain.init_from on the corpus's held-out split (MLM accuracy and "
+            "loss, fixed masks) without training; writes OUTPUT/eval.json.",
+        ),
+    ] = False,
 ) -> None:
     """Pretrain the encoder (MLM + SOP) on DeepSpeed; one process by default.
 
@@ -35,6 +43,6 @@ def pretrain(
 
     extra = [f"pretrain.time_budget={time_budget}"] if time_budget is not None else []
     cfg = resolve_config(config, overrides, *extra)
-    model_dir = run_pretraining(cfg, resume=resume, wait=wait)
+    out = run_pretraining(cfg, resume=resume, wait=wait, eval_only=eval_only)
     if os.environ.get("RANK", "0") == "0":  # once per run, not once per process
-        console.print(f"model: {model_dir}")
+        console.print(f"{'scores' if eval_only else 'model'}: {out}")

@@ -18,6 +18,7 @@ tokens, FLOPs or CPU-hours.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import random
 import shutil
@@ -40,6 +41,7 @@ from tibnlp.data.pretraining import (
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.word_order import is_order_blind, order_accuracies
 from tibnlp.folder_lock import hold_folder
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.electra import ElectraForPretraining
 from tibnlp.models.io import load_pretrained, read_extra, save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
@@ -179,8 +181,12 @@ class LearningCheck:
             self.tracker.set_tags({"warning": kind, "warning.detail": message})
 
 
-def run_pretraining(cfg: Config, resume: bool = False, wait: bool = False) -> Path:
+def run_pretraining(
+    cfg: Config, resume: bool = False, wait: bool = False, eval_only: bool = False
+) -> Path:
     """Train (or continue) the run that `cfg.pretrain.output` names; returns OUTPUT/model.
+    With `eval_only`, score `pretrain.init_from` on the corpus's held-out split instead (no
+    step, no checkpoint) and return OUTPUT/eval.json.
 
     The main process holds the output folder (`tibnlp.folder_lock`) for the whole run, so a
     second run on it refuses at once (or with `wait`, starts when the first is done) instead
@@ -193,11 +199,16 @@ def run_pretraining(cfg: Config, resume: bool = False, wait: bool = False) -> Pa
             "and a vocabulary directory",
             "e.g. --set pretrain.corpus=runs/corpus --set pretrain.vocab=runs/vocab",
         )
+    if eval_only and (resume or not p.init_from):
+        raise ConfigError(
+            "--eval-only scores a model: it needs pretrain.init_from and takes no --resume",
+            "e.g. --eval-only --set pretrain.init_from=runs/pretrain/model",
+        )
     world = init_distributed(cfg.engine)
     if not world.is_main:
-        return _pretrain(cfg, resume, world)
+        return _pretrain(cfg, resume, world, eval_only)
     with hold_folder(Path(p.output), wait=wait, notify=_note):
-        return _pretrain(cfg, resume, world)
+        return _pretrain(cfg, resume, world, eval_only)
 
 
 def _initial_weights(
@@ -287,7 +298,7 @@ def _note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
+def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) -> Path:
     p = cfg.pretrain
     budget = parse_duration(p.time_budget)
     output = Path(p.output)
@@ -496,6 +507,26 @@ def _pretrain(cfg: Config, resume: bool, world: World) -> Path:
         check.tracker = open_tracker(run_id)
         return check.tracker
 
+    if eval_only:
+        if heldout is None:
+            raise DataError(
+                f"{p.corpus}: its held-out split has fewer rows than one batch "
+                f"(pretrain.batch_size={p.batch_size}) or pretrain.eval_batches is 0",
+                "lower pretrain.batch_size or prepare with a larger corpus.heldout_fraction",
+            )
+        scores = {f"eval/{k}": v for k, v in loop.evaluate().items()}
+        scores["eval/unigram_accuracy"] = check.unigram
+        if world.is_main:
+            tracker = open_tracker(None)
+            tracker.log_metrics(scores, 0)
+            tracker.set_tags({"eval_only": "true", "init_from": p.init_from})
+            tracker.end()
+            rows = min(p.eval_batches, len(heldout)) * p.batch_size
+            report = {"model": p.init_from, "corpus": p.corpus, "rows": rows, **scores}
+            atomic_write_text(output / "eval.json", json.dumps(report, indent=2) + "\n")
+            print(json.dumps(report, indent=2))
+        shutdown(world)
+        return output / "eval.json"
     result = fit(loop, resume, open_and_watch, on_eval=check)
     model_dir = output / "model"
     if world.is_main:
