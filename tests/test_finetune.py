@@ -12,6 +12,7 @@ import torch
 from tests.ft_fixtures import TINY_MODEL, make_data_dir, make_model_dir, make_vocab
 from tibnlp.config import load_config
 from tibnlp.errors import ConfigError, DataError
+from tibnlp.evaluation.significance import compare_rows
 from tibnlp.training import finetune as ft_mod
 from tibnlp.training.finetune import run_finetune
 
@@ -60,6 +61,13 @@ def test_scratch_textcnn_trains_and_aggregates_seeds(env) -> None:
         assert (seed_dir / name).is_file()
     saved = json.loads((result.output / "results.json").read_text("utf-8"))
     assert saved["aggregate"]["test"]["macro_f1"]["mean"] == pytest.approx(mean)
+    # item-level predictions are kept: a paired bootstrap can compare this run with another
+    test = result.seeds[0].metrics["test"]
+    assert saved["targets"]["test"] == test.targets and len(test.targets) == test.count
+    assert [s["predictions"]["test"] for s in saved["seeds"]] == [
+        s.metrics["test"].predictions for s in result.seeds
+    ]
+    assert compare_rows(saved, saved).diff == 0
 
 
 def test_encoder_dropout_overrides_the_models_own(env) -> None:

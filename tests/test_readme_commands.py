@@ -147,7 +147,7 @@ def test_readme_stage_commands_run_as_written(tmp_path: Path) -> None:
     assert (tmp_path / "datadir" / "tncc").is_symlink()
     assert (work / "work/corpus").is_dir() and (work / "work/vocab").is_dir()
     assert (work / "work/pretrain/model/model.safetensors").is_file()
-    assert len(list((work / "runs/finetune/tncc-title").glob("*/seed-[123]"))) == 3
+    assert len(list((work / "runs/finetune/tncc-title").glob("*/seed-[123]"))) == 6  # + twin
     assert list((work / "runs/finetune").glob("tusa/*/seed-1"))
     predictions = [json.loads(x) for x in (work / "out.jsonl").read_text("utf-8").splitlines()]
     assert len(predictions) == 3 and all(p.get("label") for p in predictions)

@@ -9,7 +9,9 @@ import typer
 from rich.console import Console
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
+from tibnlp.errors import DataError
 from tibnlp.evaluation.report import load_results, rich_table, select_best, summary_dict
+from tibnlp.evaluation.significance import compare_rows
 from tibnlp.training.finetune import run_finetune
 
 app = typer.Typer(help="Fine-tune and evaluate classifiers.", no_args_is_help=True)
@@ -118,3 +120,40 @@ def report(
     """Put several runs (pretrained model and baselines) in one table."""
     rows = load_results(paths)
     _print_table(select_best(rows) if select else rows)
+
+
+@app.command("compare")
+def compare(
+    result_a: Annotated[Path, typer.Argument(help="System A: a results.json or its folder.")],
+    result_b: Annotated[Path, typer.Argument(help="System B, scored on the same items.")],
+    part: Annotated[str, typer.Option(help="test or validation (or advts, ...).")] = "test",
+    metric: Annotated[str, typer.Option(help="macro_f1, weighted_f1 or accuracy.")] = "macro_f1",
+    resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
+    level: Annotated[float, typer.Option(min=0.5, max=0.999, help="Interval level.")] = 0.95,
+    seed: Annotated[int, typer.Option(help="The resampling's random seed.")] = 0,
+) -> None:
+    """Is A above B? The difference of their seed-mean scores, with a paired-bootstrap interval
+    over the items (the seeds' spread does not show how much another test sample would move it)."""
+    row_a, row_b = (_single(path) for path in (result_a, result_b))
+    d = compare_rows(row_a, row_b, part, metric, resamples, level, seed)
+    name = f"{part} {metric.replace('_', '-')}"
+    console.print(
+        f"{row_a['dataset']} {name} over {d.items} items, {len(row_a['seeds'])} and "
+        f"{len(row_b['seeds'])} seeds, {d.resamples} paired resamples of the items"
+    )
+    for tag, row, score in (("A", row_a, d.a), ("B", row_b, d.b)):
+        console.print(f"  {tag} {row['system']}: {100 * score:.2f} (mean over seeds)")
+    console.print(
+        f"  A - B: {100 * d.diff:+.2f}, {100 * d.level:g}% interval {d.interval()}; "
+        f"A is not above B in {100 * d.not_above:.1f}% of resamples"
+    )
+
+
+def _single(path: Path) -> dict:
+    rows = load_results([path])
+    if len(rows) != 1:
+        systems = ", ".join(f"{r['dataset']} {r['system']}" for r in rows)
+        raise DataError(
+            f"{path} holds {len(rows)} results ({systems})", "give one system's results.json"
+        )
+    return rows[0]

@@ -37,13 +37,19 @@ SUMMARY_KEYS = (
 
 @dataclass
 class Metrics:
-    """Scores of one prediction set; `summary` holds the scalar metrics (fractions, not %)."""
+    """Scores of one prediction set; `summary` holds the scalar metrics (fractions, not %).
+
+    The item-level `targets` and `predictions` are kept so that two systems scored on the same
+    items can be compared by a paired bootstrap (`evaluation.significance`); records written
+    before they were kept load with both empty."""
 
     summary: dict[str, float]
     per_class: dict[str, dict[str, float]] = field(default_factory=dict)
     confusion: list[list[int]] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
     count: int = 0
+    targets: list[int] = field(default_factory=list)
+    predictions: list[int] = field(default_factory=list)
 
     def __getitem__(self, key: str) -> float:
         return self.summary[key]
@@ -77,6 +83,8 @@ def compute_metrics(y_true: Sequence[int], y_pred: Sequence[int], labels: Sequen
         confusion=cm.tolist(),
         labels=list(labels),
         count=len(true),
+        targets=true.tolist(),
+        predictions=pred.tolist(),
     )
 
 

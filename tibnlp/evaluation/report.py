@@ -18,6 +18,7 @@ from rich.table import Table
 from tibnlp.errors import DataError
 from tibnlp.evaluation.anchors import TNCC_TITLE_MACRO_F1
 from tibnlp.evaluation.metrics import not_learning
+from tibnlp.evaluation.significance import compare_rows
 from tibnlp.fsutil import atomic_write_text
 
 RESULTS_JSON = "results.json"
@@ -52,6 +53,7 @@ class _ResultLike(Protocol):
 
 def summary_dict(result: _ResultLike) -> dict[str, Any]:
     seeds = getattr(result, "seeds", [])
+    first = seeds[0].metrics if seeds else {}
     return {
         "system": result.system,
         "dataset": result.dataset,
@@ -64,9 +66,13 @@ def summary_dict(result: _ResultLike) -> dict[str, Any]:
                 "metrics": {p: m.summary for p, m in s.metrics.items()},
                 "per_class": {p: m.per_class for p, m in s.metrics.items()},
                 "counts": {p: m.count for p, m in s.metrics.items()},
+                "predictions": {p: m.predictions for p, m in s.metrics.items() if m.predictions},
             }
             for s in seeds
         ],
+        # the items every seed was scored on, once (the paired bootstrap checks them)
+        "targets": {p: m.targets for p, m in first.items() if m.targets},
+        "labels": next((m.labels for m in first.values() if m.labels), []),
         "aggregate": {
             p: {k: {"mean": m, "std": sd} for k, (m, sd) in v.items()}
             for p, v in result.aggregate.items()
@@ -192,16 +198,14 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
         if _kind(r["system"]) == "random"
     }
     head = ["dataset", "system", "pretraining tokens", "seeds", "test macro-F1",
-            "test weighted-F1", "val macro-F1", "Δ test macro-F1 vs random init"]  # fmt: skip
+            "test weighted-F1", "val macro-F1",
+            "Δ test macro-F1 vs random init [95% interval over test items]"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         kind, n = _kind(r["system"]), len(r["seeds"])
         tokens = {"pretrained": f"{_tokens(r):,.0f}", "random": "0", "textcnn": "none"}[kind]
         twin = twins.get((r["dataset"], r["system"].partition("+")[2]))
-        gain = "-"
-        if kind == "pretrained" and twin is not None:
-            diff = _mean(r, "test", "macro_f1") - _mean(twin, "test", "macro_f1")
-            gain = f"{100 * diff:+.2f}"
+        gain = _gain(r, twin) if kind == "pretrained" and twin is not None else "-"
         cells = [r["dataset"], system_cell(r), tokens, str(n)]
         cells += [_cell(r["aggregate"], "test", "macro_f1", n)]
         cells += [_cell(r["aggregate"], "test", "weighted_f1", n)]
@@ -209,6 +213,16 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     title = "Fine-tuning results (%, mean ± std over seeds; selection on validation only)"
     return "\n".join([title, "", *lines, *_anchor_lines(rows)]) + "\n"
+
+
+def _gain(row: dict[str, Any], twin: dict[str, Any]) -> str:
+    """The test macro-F1 gain over the twin, with its paired-bootstrap interval when both rows
+    kept their predictions (`evaluation.significance`)."""
+    diff = _mean(row, "test", "macro_f1") - _mean(twin, "test", "macro_f1")
+    try:
+        return f"{100 * diff:+.2f} {compare_rows(row, twin).interval()}"
+    except DataError:  # results written before predictions were kept: the point gain only
+        return f"{100 * diff:+.2f}"
 
 
 def rich_table(rows: Sequence[dict[str, Any]]) -> Table:

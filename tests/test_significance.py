@@ -1,0 +1,123 @@
+"""Paired bootstrap over test items (`tibnlp finetune compare`, the result table's interval)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.metrics import accuracy_score, f1_score
+from typer.testing import CliRunner
+
+from tibnlp.cli.main import app
+from tibnlp.errors import DataError
+from tibnlp.evaluation.report import summary_table
+from tibnlp.evaluation.significance import compare_rows, paired_bootstrap, resampled_scores
+
+LABELS = 4
+
+
+def _data(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    true = rng.integers(0, LABELS - 1, n)  # class 3 never occurs: it still counts in macro
+    noisy = np.where(rng.random(n) < 0.6, true, rng.integers(0, LABELS, n))
+    return true, noisy
+
+
+@pytest.mark.parametrize("metric", ["macro_f1", "weighted_f1", "accuracy"])
+def test_scores_equal_scikit_learns_on_every_resample(metric) -> None:
+    true, pred = _data()
+    index = np.random.default_rng(1).integers(0, len(true), size=(5, len(true)))
+    got = resampled_scores(true, pred, index, LABELS, metric)
+    for row, score in zip(index, got, strict=True):
+        t, p = true[row], pred[row]
+        if metric == "accuracy":
+            want = accuracy_score(t, p)
+        else:
+            average = metric.split("_")[0]
+            want = f1_score(t, p, labels=range(LABELS), average=average, zero_division=0)
+        assert score == pytest.approx(want, abs=1e-12)
+
+
+def test_identical_systems_differ_by_nothing_and_a_better_one_is_found() -> None:
+    true, pred = _data()
+    same = paired_bootstrap(true, [pred, pred], [pred], LABELS, resamples=300)
+    assert same.diff == 0 and same.low == 0 and same.high == 0 and same.not_above == 1
+    better = np.where(np.arange(len(true)) % 2 == 0, true, pred)  # half the errors fixed
+    d = paired_bootstrap(true, [better], [pred, pred], LABELS, resamples=500)
+    assert d.diff > 0 and 0 < d.low < d.diff < d.high and d.not_above == 0
+    assert d.a == pytest.approx(f1_score(true, better, labels=range(LABELS), average="macro"))
+    again = paired_bootstrap(true, [better], [pred, pred], LABELS, resamples=500)
+    assert again == d  # the resampling is seeded
+
+
+def test_small_differences_get_an_interval_across_zero() -> None:
+    true, pred = _data(n=900)
+    flipped = pred.copy()
+    flipped[:6] = true[:6]  # a handful of items: not a difference this test set can resolve
+    d = paired_bootstrap(true, [flipped], [pred], LABELS, resamples=1000)
+    assert d.low <= 0 < d.high and d.diff > 0
+
+
+def _row(system: str, true: np.ndarray, preds: list[np.ndarray], dataset="tncc-title") -> dict:
+    from sklearn.metrics import f1_score as f1
+
+    scores = [f1(true, p, labels=range(LABELS), average="macro", zero_division=0) for p in preds]
+    std = float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0
+    agg = {"mean": float(np.mean(scores)), "std": std}
+    return {
+        "system": system,
+        "dataset": dataset,
+        "seeds": [{"seed": i, "predictions": {"test": p.tolist()}} for i, p in enumerate(preds)],
+        "aggregate": {s: {"macro_f1": agg, "weighted_f1": agg} for s in ("test", "validation")},
+        "targets": {"test": true.tolist()},
+        "labels": [f"c{i}" for i in range(LABELS)],
+        "notes": {},
+    }
+
+
+def test_rows_from_other_items_or_without_predictions_are_refused() -> None:
+    true, pred = _data()
+    a = _row("albert-pretrained(m)+cnn", true, [pred])
+    other = _row("albert-random(m)+cnn", true[::-1].copy(), [pred[::-1].copy()])
+    with pytest.raises(DataError, match="not scored on the same test items"):
+        compare_rows(a, other)
+    old = {**a, "seeds": [{"seed": 1}]}  # a results.json written before predictions were kept
+    with pytest.raises(DataError, match="no item-level test predictions"):
+        compare_rows(old, a)
+    with pytest.raises(DataError, match="unknown metric"):
+        compare_rows(a, a, metric="f2")
+
+
+def test_summary_table_gives_the_gain_over_the_twin_an_interval() -> None:
+    true, pred = _data()
+    better = np.where(np.arange(len(true)) % 2 == 0, true, pred)
+    rows = [
+        _row("albert-pretrained(m)+cnn", true, [better]),
+        _row("albert-random(m)+cnn", true, [pred]),
+    ]
+    line = next(ln for ln in summary_table(rows).splitlines() if "albert-pretrained" in ln)
+    gain = line.rstrip(" |").split(" | ")[-1]
+    d = compare_rows(rows[0], rows[1])
+    assert gain == f"{100 * d.diff:+.2f} {d.interval()}" and d.low > 0
+    old = [{**r, "targets": {}} for r in rows]  # old results: the point gain alone
+    line = next(ln for ln in summary_table(old).splitlines() if "albert-pretrained" in ln)
+    assert line.rstrip(" |").split(" | ")[-1] == f"{100 * d.diff:+.2f}"
+
+
+def test_compare_command(tmp_path) -> None:
+    true, pred = _data()
+    better = np.where(np.arange(len(true)) % 2 == 0, true, pred)
+    for name, row in (
+        ("a", _row("sys-a", true, [better, better])),
+        ("b", _row("sys-b", true, [pred])),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(row), "utf-8")
+    runner = CliRunner()
+    out = runner.invoke(app, ["finetune", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert out.exit_code == 0, out.output
+    assert "over 300 items, 2 and 1 seeds" in out.output and "A - B: +" in out.output
+    assert "95% interval [+" in out.output
+    both = runner.invoke(app, ["finetune", "compare", str(tmp_path), str(tmp_path / "b")])
+    assert isinstance(both.exception, DataError) and "holds 2 results" in str(both.exception)
