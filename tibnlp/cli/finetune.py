@@ -139,13 +139,17 @@ def compare(
     name = f"{part} {metric.replace('_', '-')}"
     console.print(
         f"{row_a['dataset']} {name} over {d.items} items, {len(row_a['seeds'])} and "
-        f"{len(row_b['seeds'])} seeds, {d.resamples} paired resamples of the items"
+        f"{len(row_b['seeds'])} seeds, {d.resamples} paired resamples of the items",
+        soft_wrap=True,
     )
     for tag, row, score in (("A", row_a, d.a), ("B", row_b, d.b)):
-        console.print(f"  {tag} {row['system']}: {100 * score:.2f} (mean over seeds)")
+        console.print(
+            f"  {tag} {row['system']}: {100 * score:.2f} (mean over seeds)", soft_wrap=True
+        )
     console.print(
         f"  A - B: {100 * d.diff:+.2f}, {100 * d.level:g}% interval {d.interval()}; "
-        f"A is not above B in {100 * d.not_above:.1f}% of resamples"
+        f"A is not above B in {100 * d.not_above:.1f}% of resamples",
+        soft_wrap=True,
     )
 
 

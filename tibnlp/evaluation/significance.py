@@ -82,6 +82,8 @@ def paired_bootstrap(
     `preds_a` / `preds_b`: one prediction list per seed, each aligned with `true`."""
     if metric not in METRICS:
         raise DataError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+    if resamples < 1 or not 0 < level < 1:
+        raise DataError(f"resamples={resamples}, level={level}", "resamples >= 1, 0 < level < 1")
     y = np.asarray(true, dtype=np.int64)
     a = [np.asarray(p, dtype=np.int64) for p in preds_a]
     b = [np.asarray(p, dtype=np.int64) for p in preds_b]
