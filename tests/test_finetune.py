@@ -68,6 +68,9 @@ def test_scratch_textcnn_trains_and_aggregates_seeds(env) -> None:
         s.metrics["test"].predictions for s in result.seeds
     ]
     assert compare_rows(saved, saved).diff == 0
+    lines = (result.output / "results.json").read_text("utf-8").splitlines()
+    one_line = [ln for ln in lines if ln.strip().startswith('"test": [') and "]" in ln]
+    assert len(one_line) == 1 + len(result.seeds)  # the targets, then each seed's predictions
 
 
 def test_encoder_dropout_overrides_the_models_own(env) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +23,17 @@ from tibnlp.evaluation.significance import compare_rows
 from tibnlp.fsutil import atomic_write_text
 
 RESULTS_JSON = "results.json"
+_NUMBER_LIST = re.compile(r"\[[-+0-9.eE,\s]*\]")  # a JSON list of numbers only
+
+
+def result_json(data: Any, indent: int = 2) -> str:
+    """JSON with every list of numbers on one line: the per-item predictions and confusion
+    rows stay readable beside the scores instead of one number a line."""
+    text = json.dumps(data, indent=indent, ensure_ascii=False)
+    return _NUMBER_LIST.sub(
+        lambda m: re.sub(r"\s+", " ", m.group(0)).replace("[ ", "[").replace(" ]", "]"), text
+    )
+
 
 # (part, metric, column header)
 COLUMNS = (
@@ -245,7 +257,7 @@ def write_results(result: _ResultLike, directory: Path) -> list[Path]:
     data = summary_dict(result)
     directory = Path(directory)
     json_path, md_path = directory / RESULTS_JSON, directory / "results.md"
-    atomic_write_text(json_path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(json_path, result_json(data) + "\n")
     notes = "\n".join(f"- {k}: {v}" for k, v in result.notes.items())
     atomic_write_text(md_path, markdown_table([data]) + "\n" + notes + "\n")
     return [json_path, md_path]

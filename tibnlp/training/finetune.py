@@ -39,7 +39,7 @@ from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.metrics import Metrics, aggregate, compute_metrics, majority_macro_f1
 from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
-from tibnlp.evaluation.report import write_results
+from tibnlp.evaluation.report import result_json, write_results
 from tibnlp.evaluation.robustness import suffix_flip_rates
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.classifier import head_config
@@ -411,7 +411,7 @@ def _run_seed(
         "epochs_run": epochs_run,
         "metrics": {p: dataclasses.asdict(m) for p, m in metrics.items()},
     }
-    atomic_write_text(directory / SEED_FILE, json.dumps(saved, ensure_ascii=False, indent=1))
+    atomic_write_text(directory / SEED_FILE, result_json(saved, indent=1))
     _log_seed(run, metrics)
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
