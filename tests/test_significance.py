@@ -12,7 +12,12 @@ from typer.testing import CliRunner
 from tibnlp.cli.main import app
 from tibnlp.errors import DataError
 from tibnlp.evaluation.report import summary_table
-from tibnlp.evaluation.significance import compare_rows, paired_bootstrap, resampled_scores
+from tibnlp.evaluation.significance import (
+    compare_rows,
+    paired_bootstrap,
+    pool_rows,
+    resampled_scores,
+)
 
 LABELS = 4
 
@@ -121,3 +126,27 @@ def test_compare_command(tmp_path) -> None:
     assert "95% interval [+" in out.output
     both = runner.invoke(app, ["finetune", "compare", str(tmp_path), str(tmp_path / "b")])
     assert isinstance(both.exception, DataError) and "holds 2 results" in str(both.exception)
+
+
+def test_runs_of_one_system_pool_their_seeds(tmp_path) -> None:
+    true, pred = _data()
+    better = np.where(np.arange(len(true)) % 2 == 0, true, pred)
+    rows = {
+        "s1": _row("sys-a", true, [better]),
+        "s2": _row("sys-a", true, [pred, better]),
+        "b": _row("sys-b", true, [pred]),
+        "other": _row("sys-c", true, [pred]),
+    }
+    for name, row in rows.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(row), "utf-8")
+    pooled = pool_rows([rows["s1"], rows["s2"]])
+    assert len(pooled["seeds"]) == 3
+    want = paired_bootstrap(true, [better, pred, better], [pred], LABELS)
+    assert compare_rows(pooled, rows["b"]) == want
+    args = ["finetune", "compare", str(tmp_path / "s1"), str(tmp_path / "b")]
+    out = CliRunner().invoke(app, [*args, "--pool", str(tmp_path / "s2")])
+    assert out.exit_code == 0, out.output
+    assert "3 and 1 seeds" in out.output and f"A - B: {100 * want.diff:+.2f}" in out.output
+    with pytest.raises(DataError, match="cannot be pooled"):
+        pool_rows([rows["s1"], rows["other"]])

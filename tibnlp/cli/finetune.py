@@ -11,7 +11,7 @@ from rich.console import Console
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
 from tibnlp.errors import DataError
 from tibnlp.evaluation.report import load_results, rich_table, select_best, summary_dict
-from tibnlp.evaluation.significance import compare_rows
+from tibnlp.evaluation.significance import compare_rows, pool_rows
 from tibnlp.training.finetune import run_finetune
 
 app = typer.Typer(help="Fine-tune and evaluate classifiers.", no_args_is_help=True)
@@ -131,10 +131,15 @@ def compare(
     resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
     level: Annotated[float, typer.Option(min=0.5, max=0.999, help="Interval level.")] = 0.95,
     seed: Annotated[int, typer.Option(help="The resampling's random seed.")] = 0,
+    pool: Annotated[
+        list[Path] | None,
+        typer.Option(help="More runs of system A (e.g. other pretraining seeds): seeds pooled."),
+    ] = None,
 ) -> None:
     """Is A above B? The difference of their seed-mean scores, with a paired-bootstrap interval
     over the items (the seeds' spread does not show how much another test sample would move it)."""
-    row_a, row_b = (_single(path) for path in (result_a, result_b))
+    row_a = pool_rows([_single(path) for path in [result_a, *(pool or [])]])
+    row_b = _single(result_b)
     d = compare_rows(row_a, row_b, part, metric, resamples, level, seed)
     name = f"{part} {metric.replace('_', '-')}"
     console.print(

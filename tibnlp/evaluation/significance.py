@@ -41,12 +41,18 @@ class Difference:
         return f"[{scale * self.low:+.2f}, {scale * self.high:+.2f}]"
 
 
+def _check_metric(metric: str) -> None:
+    if metric not in METRICS:
+        raise DataError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+
+
 def resampled_scores(
     true: np.ndarray, pred: np.ndarray, index: np.ndarray, n_labels: int, metric: str
 ) -> np.ndarray:
     """`metric` of `pred` against `true` on each row of `index` (resamples x items), as
     scikit-learn computes it over the full label list (a class absent from both sides of a
     resample scores F1 0 and still counts in the macro mean)."""
+    _check_metric(metric)
     t, p = true[index], pred[index]
     rows, n = index.shape
     if metric == "accuracy":
@@ -63,9 +69,7 @@ def resampled_scores(
     f1 = np.divide(2 * hits, denom, out=np.zeros(denom.shape), where=denom > 0)
     if metric == "macro_f1":
         return np.asarray(f1.mean(axis=1), dtype=np.float64)
-    if metric == "weighted_f1":
-        return np.asarray((f1 * support).sum(axis=1) / n, dtype=np.float64)
-    raise DataError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+    return np.asarray((f1 * support).sum(axis=1) / n, dtype=np.float64)  # weighted_f1
 
 
 def paired_bootstrap(
@@ -80,8 +84,7 @@ def paired_bootstrap(
 ) -> Difference:
     """A - B of the seed-mean `metric`, with its percentile interval over item resamples.
     `preds_a` / `preds_b`: one prediction list per seed, each aligned with `true`."""
-    if metric not in METRICS:
-        raise DataError(f"unknown metric {metric!r}", f"use one of {', '.join(METRICS)}")
+    _check_metric(metric)
     if resamples < 1 or not 0 < level < 1:
         raise DataError(f"resamples={resamples}, level={level}", "resamples >= 1, 0 < level < 1")
     y = np.asarray(true, dtype=np.int64)
@@ -124,7 +127,7 @@ def row_predictions(row: dict[str, Any], part: str) -> tuple[list[int], list[lis
     name = f"{row.get('dataset')} {row.get('system')}"
     targets = row.get("targets", {}).get(part)
     preds = [s.get("predictions", {}).get(part) for s in row.get("seeds", [])]
-    if not targets or not preds or any(p is None for p in preds):
+    if not targets or not row.get("labels") or not preds or any(p is None for p in preds):
         raise DataError(
             f"{name}: no item-level {part} predictions in its results.json",
             "fine-tune it again with this version (results written before they were kept "
@@ -151,6 +154,21 @@ def compare_rows(
             f"({row_a['dataset']}: {len(true_a)}, {row_b['dataset']}: {len(true_b)})",
             "compare results of one dataset and split",
         )
-    seen = 1 + max(max(p) for p in [true_a, *preds_a, *preds_b])
-    n_labels = len(row_a.get("labels") or []) or seen
-    return paired_bootstrap(true_a, preds_a, preds_b, n_labels, metric, resamples, level, seed)
+    labels = len(row_a["labels"])
+    return paired_bootstrap(true_a, preds_a, preds_b, labels, metric, resamples, level, seed)
+
+
+def pool_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One system's results from several runs (e.g. its pretraining seeds) as one row whose
+    seeds are all of theirs, for `compare_rows`; refused unless every run is the same system
+    scored on the same items."""
+    first = rows[0]
+    for row in rows[1:]:
+        same = (row["dataset"], row["system"]) == (first["dataset"], first["system"])
+        if not same or row.get("targets") != first.get("targets"):
+            raise DataError(
+                f"{row['dataset']} {row['system']} cannot be pooled with "
+                f"{first['dataset']} {first['system']}",
+                "pool runs of one system on one dataset and split",
+            )
+    return {**first, "seeds": [s for row in rows for s in row["seeds"]]}
