@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-PARTS = ("check", "speed", "pretrain", "curve", "loop", "finetune")
+PARTS = ("check", "speed", "pretrain", "curve", "wide", "loop", "finetune")
 
 
 def main(argv: list[str] | None = None) -> int:

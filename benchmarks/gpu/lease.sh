@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call of about 600 s (device tool: `run`, carry [".bundle"], timeout_s 600,
-# command `bash benchmarks/gpu/lease.sh`; PART=curve (default) or pretrain, MIN=its minutes of
-# pretraining, default 4): the loop profile alone, then PART with `check` beside it on its own
-# cores, then the other loop variants while time is left. Everything comes back packed into
-# $OUT (at most 8 files).
+# command `bash benchmarks/gpu/lease.sh`; PART=curve (default), wide or pretrain, MIN=its
+# minutes of pretraining, default 4; LOOP=0 leaves the loop profiles out): the loop profile
+# alone, then PART with `check` beside it on its own cores, then the other loop variants while
+# time is left. Everything comes back packed into $OUT (at most 8 files).
 set -u
 export PYTHONUNBUFFERED=1 W=.gpu-run
 G="python3 -m benchmarks.gpu run"
@@ -11,8 +11,10 @@ END=${END:-588}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "from benchmarks.gpu.run import install; install()" || exit 1
 echo "installed at ${SECONDS}s"
-timeout 120 $G loop --variants 0 --out $W/o --work $W --pack $OUT
-echo "loop v0 done at ${SECONDS}s"
+if [ "${LOOP:-1}" = 1 ]; then
+  timeout 120 $G loop --variants 0 --out $W/o --work $W --pack $OUT
+  echo "loop v0 done at ${SECONDS}s"
+fi
 A=""; B=""
 if command -v taskset >/dev/null; then A="taskset -c 0-9"; B="taskset -c 10-15"; fi
 mkdir -p $W/oc
@@ -24,7 +26,12 @@ echo "$P done at ${SECONDS}s rc $?"
 if [ "$P" = curve ] && ! ls $OUT/curve.tar.part* >/dev/null 2>&1; then  # cut off: the models so far
   (cd $W/curve && tar cf - $(find . -name model.safetensors -printf '%h\n' | sort -u) 2>/dev/null) | split -b 15M - $OUT/curvex.tar.part
 fi
+if [ "$P" = wide ] && ! ls $OUT/wide-model.tar.part* >/dev/null 2>&1; then  # cut off: the last
+  M=$(ls -dt $W/wide/adapt/out-*/model/model $W/wide/pretrain/out-*/model/model 2>/dev/null | head -1)
+  R=$(cd $W/wide 2>/dev/null && find . -path '*tncc-title*' -name results.json)  # model, results
+  [ -n "$M" ] && tar cf - -C "$(dirname $M)" model -C $W/wide $R | split -b 15M - $OUT/widex.tar.part
+fi
 wait $CK; echo "check done at ${SECONDS}s"
 left=$((END - SECONDS))
-if [ $left -gt 45 ]; then timeout $left $G loop --variants 1,3,2 --out $W/o2 --work $W --pack $OUT/loop2; fi
+if [ "${LOOP:-1}" = 1 ] && [ $left -gt 45 ]; then timeout $left $G loop --variants 1,3,2 --out $W/o2 --work $W --pack $OUT/loop2; fi
 echo "end at ${SECONDS}s"; ls -la $OUT $OUT/* 2>/dev/null | head -30

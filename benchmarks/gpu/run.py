@@ -348,6 +348,22 @@ def _stage_metrics(uri: str, facts: dict[str, dict[str, Any]]) -> dict[str, dict
     return found
 
 
+def _command_line(pipeline: Path, sets: list[str], seconds: float, busy: dict) -> str:
+    return (
+        f"`tibnlp pipeline run {pipeline}` ({' '.join(sets)}): {seconds:.0f} s, "
+        f"GPU busy (NVML, whole command) {100 * busy['busy']:.0f}%."
+    )
+
+
+def _metric_lines(metrics: dict[str, dict[str, float]]) -> list[str]:
+    return [
+        f"Last held-out metrics, {name}: "
+        + ", ".join(f"{k} {v:.4g}" for k, v in sorted(values.items()))
+        + "."
+        for name, values in metrics.items()
+    ]
+
+
 def curve(mode: Mode, env: dict[str, str]) -> str:
     from tibnlp.models.io import read_extra
 
@@ -393,22 +409,137 @@ def curve(mode: Mode, env: dict[str, str]) -> str:
         {"facts": facts, "metrics": metrics, "busy": busy, "parts": parts, "seconds": seconds},
     )
     lines = [
-        f"`tibnlp pipeline run {CURVE_PIPELINE}` ({' '.join(sets[1:])}): {seconds:.0f} s, "
-        f"GPU busy (NVML, whole command) {100 * busy['busy']:.0f}%.",
+        _command_line(CURVE_PIPELINE, sets[1:], seconds, busy),
         "",
         "| model | step | stage tokens | stage s | tokens/s | stopped by |",
         "|---|---:|---:|---:|---:|---|",
         *rows,
         "",
-        *(
-            f"Last held-out metrics, {name}: "
-            + ", ".join(f"{k} {v:.4g}" for k, v in sorted(values.items()))
-            + "."
-            for name, values in metrics.items()
-        ),
+        *_metric_lines(metrics),
         "",
         f"Models returned as {', '.join(parts)} (a tar of the folder curve-models/).",
     ]
+    return "\n".join(lines)
+
+
+# ---- wide --------------------------------------------------------------------------------
+WIDE_PIPELINE = Path("pipelines/gpu_wide.yaml")
+WIDE_CPU = {  # toy sizes: the stages' code paths, not a measurement
+    "vars.tokens": "1024",
+    "vars.budget": '""',
+    "vars.adapt_tokens": "512",
+    "vars.batch": "8",
+    "vars.vocab_size": "300",
+    "engine.precision": "fp32",
+    "engine.zero_stage": "0",
+    "engine.threads": "2",
+    "engine.num_workers": "0",
+    "model.hidden_size": "32",
+    "model.embedding_size": "16",
+    "model.ffn_size": "64",
+    "model.num_layers": "2",
+    "model.heads": "{small: 4, large: 4}",
+    "pretrain.seq_len": "32",
+    "finetune.seeds": "[1]",
+    "finetune.epochs": "1",
+    "finetune.limit_train": "64",
+    "finetune.cnn_channels": "8",
+    "finetune.max_len": "32",
+}
+
+
+def _stage_out(work: Path, stage: str) -> Path | None:
+    """The newest output folder of a pipeline stage (None: the stage never finished)."""
+    outs = sorted((work / stage).glob("out-*"), key=lambda p: p.stat().st_mtime)
+    return outs[-1] if outs else None
+
+
+def wide(mode: Mode, env: dict[str, str]) -> str:
+    """pipelines/gpu_wide.yaml end to end: the main job at the paper's width on all nine
+    corpora, fine-tuned on TNCC titles beside its random-init twin; the results.json files
+    (predictions included, for `finetune compare` here) and the title stage's model come back.
+    The models are packed even when a later stage fails."""
+    from tibnlp.models.io import read_extra
+
+    work = mode.work / "wide"
+    shutil.rmtree(work, ignore_errors=True)
+    log = mode.out / "wide.log"
+    log.unlink(missing_ok=True)
+    uri = f"sqlite:///{mode.work / 'mlflow.db'}"
+    sets = [f"tracking.uri={uri}"]
+    if mode.cpu:
+        sets += [f"vars.corpora=[{_toy_corpus(mode)}]"]
+        sets += [f"{k}={v}" for k, v in WIDE_CPU.items()]
+    else:
+        sets += [f"vars.budget={mode.minutes * 60:.0f}s"]
+    args = ["pipeline", "run", str(WIDE_PIPELINE), "--workdir", str(work), "--tracking-uri", uri]
+    args += [f"--set={x}" for x in sets]
+    error = ""
+    with timing.busy_share(mode.device, every_s=1.0) as busy:
+        try:
+            seconds = _tibnlp(args, env, log)
+        except SystemExit as exc:  # still return what the finished stages wrote
+            error, seconds = str(exc), float("nan")
+    facts: dict[str, dict[str, Any]] = {}
+    rows, parts, results_dirs = [], [], []
+    for stage in ("pretrain", "adapt"):
+        out = _stage_out(work, stage)
+        if out is None or not (out / "model" / "model" / "model.safetensors").exists():
+            continue
+        extra = read_extra(out / "model" / "model")
+        facts[stage] = extra
+        tokens, seconds_in = stage_run(extra)
+        rows.append(
+            f"| {stage} | {extra.get('step', '')} | {tokens:,.0f} | {seconds_in:.0f} | "
+            f"{tokens / max(seconds_in, 1e-9):,.0f} | {extra.get('stopped_by', '')} | "
+            f"{extra.get('hardware', '')} |"
+        )
+    metrics = _stage_metrics(uri, facts)
+    if "adapt" in facts:  # the fine-tuned model (pretrain's weights are inside its history)
+        adapt_out = _stage_out(work, "adapt")
+        assert adapt_out is not None
+        parts = _split_into(adapt_out / "model" / "model", mode.out, "wide-model")
+    for stage in ("finetune", "twin"):
+        out = _stage_out(work, stage)  # the run's own results.json (per-seed predictions)
+        found = sorted(out.glob("finetune/tncc-title/*/results.json")) if out else []
+        if found:
+            target = mode.out / "wide-results" / stage
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(found[0], target / "results.json")
+            results_dirs.append(target)
+    tables = ""
+    if len(results_dirs) == 2:
+        cli = [sys.executable, "-m", "tibnlp.cli.main", "finetune"]
+        for cmd in (["report", *map(str, results_dirs)], ["compare", *map(str, results_dirs)]):
+            done = subprocess.run(
+                cli + cmd,
+                env={**env, "COLUMNS": "250"},  # rich wraps the table at 80 columns otherwise
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            tables += done.stdout.strip() + "\n\n"
+    _dump(
+        mode,
+        "wide",
+        {"facts": facts, "metrics": metrics, "busy": busy, "parts": parts, "seconds": seconds},
+    )
+    lines = [
+        _command_line(WIDE_PIPELINE, sets[1:], seconds, busy),
+        "",
+        "| stage | step | stage tokens | stage s | tokens/s | stopped by | hardware |",
+        "|---|---:|---:|---:|---:|---|---|",
+        *rows,
+        "",
+        *_metric_lines(metrics),
+        "",
+        tables.strip(),
+        "",
+        f"Title stage's model returned as {', '.join(parts) or 'nothing'}; fine-tuning results "
+        "as wide-results/{finetune,twin}/results.json in reports.tar.",
+    ]
+    if error:
+        raise SystemExit("\n".join([*lines, "", f"(after the stages above) {error}"]))
     return "\n".join(lines)
 
 
@@ -623,6 +754,7 @@ PARTS = {
     "speed": speed,
     "pretrain": pretrain,
     "curve": curve,
+    "wide": wide,
     "loop": loop,
     "finetune": finetune,
 }
