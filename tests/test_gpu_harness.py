@@ -234,3 +234,34 @@ def test_curve_rates_count_the_stage_alone(tmp_path: Path) -> None:
     assert stage_run({**facts, "init_from": str(start)}) == (39.44e6, pytest.approx(240.0))
     gone = str(tmp_path / "elsewhere")  # the device's path, read here: nothing to subtract
     assert stage_run({**facts, "init_from": gone}) == (39.44e6, 678.2)
+
+
+@pytest.mark.slow
+def test_wide_part_runs_the_pipeline_and_returns_both_results(tmp_path: Path, require_data) -> None:
+    """`run wide --cpu`: pipelines/gpu_wide.yaml at toy sizes; the fine-tuned and the twin's
+    results.json (per-seed predictions, for `finetune compare` here) and the title stage's
+    model come back packed."""
+    for name in ("corpora", "tncc"):
+        require_data(name)
+    out, work, pack = tmp_path / "out", tmp_path / "work", tmp_path / "pack"
+    cmd = [sys.executable, "-m", "benchmarks.gpu", "run", "wide", "--cpu"]
+    cmd += ["--out", str(out), "--work", str(work), "--pack", str(pack)]
+    cmd += ["--set", "pretrain.seed=3"]  # an override passed through to the pipeline
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    wide = json.loads((out / "wide.json").read_text())
+    assert set(wide["facts"]) == {"pretrain", "adapt"}
+    assert wide["facts"]["adapt"]["init_from"].endswith("model")
+    assert "eval/mask_accuracy" in wide["metrics"]["pretrain"]
+    assert wide["parts"] == ["wide-model.tar.part0"]
+    for stage, init in (("finetune", "pretrained"), ("twin", "random")):
+        res = json.loads((out / "wide-results" / stage / "results.json").read_text())
+        assert res["seeds"][0]["predictions"]["test"] and res["targets"]["test"], stage
+        assert f"albert-{init}" in res["system"], stage
+    section = (out / "section-wide.md").read_text()
+    assert "| pretrain |" in section and "vs random init" in section
+    assert "pretrain.seed=3" in section
+    assert sorted(p.name for p in pack.iterdir()) == ["reports.tar", "wide-model.tar.part0"]
+    with tarfile.open(pack / "wide-model.tar.part0") as tar:
+        assert "wide-model/model.safetensors" in tar.getnames()

@@ -16,7 +16,9 @@ from tibnlp.pipeline.stages import slice_corpus
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 
 
-@pytest.mark.parametrize("name", ["smoke", "quickstart", "dma_grid", "paper_tiny", "vectors_proxy"])
+@pytest.mark.parametrize(
+    "name", ["smoke", "quickstart", "dma_grid", "paper_tiny", "vectors_proxy", "gpu_wide"]
+)
 def test_shipped_pipeline_plans(name: str, corpus_dir: Path, tmp_path: Path) -> None:
     spec = load_pipeline(PIPELINES / f"{name}.yaml")
     steps = Planner(spec, tmp_path / "work").plan()
@@ -25,6 +27,34 @@ def test_shipped_pipeline_plans(name: str, corpus_dir: Path, tmp_path: Path) -> 
     kinds = [s.node.stage.kind for s in steps]
     assert {"prepare", "vocab", "pretrain", "finetune"} <= set(kinds)
     assert str(corpus_dir) not in (PIPELINES / f"{name}.yaml").read_text()
+
+
+def test_gpu_wide_is_the_main_job_at_the_papers_width(corpus_dir: Path) -> None:
+    """gpu_wide.yaml changes width, corpus, vocabulary, batch and precision; the rest of the
+    main job's recipe (the thing its result is compared with) is the same."""
+
+    def configs(name: str) -> dict[str, dict]:
+        spec = load_pipeline(PIPELINES / f"{name}.yaml")
+        planner = Planner(spec)
+        return {n.stage.name: planner.config_dict(n, real=False) for n in expand(spec)}
+
+    main, wide = configs("quickstart"), configs("gpu_wide")
+    assert set(wide) == set(main) - {"vectors"}
+    changed = {"hidden_size", "ffn_size", "heads"}
+    m, w = main["pretrain"]["model"], wide["pretrain"]["model"]
+    assert {k for k in m if m[k] != w[k]} == changed
+    assert (w["hidden_size"], w["ffn_size"], w["heads"]["small"]) == (384, 1536, 12)
+    a, b = main["pretrain"]["pretrain"], wide["pretrain"]["pretrain"]
+    for key in ("seq_len", "mask_prob", "sop"):
+        assert a[key] == b[key], key
+    warm = [c["optimizer"]["warmup_steps"] / c["max_steps"] for c in (a, b)]
+    assert warm[0] == warm[1] and a["optimizer"]["schedule"] == b["optimizer"]["schedule"]
+    for stage in ("finetune", "twin"):
+        a, b = main[stage]["finetune"], wide[stage]["finetune"]
+        recipe = ("head", "layers", "epochs", "patience", "seeds", "optimizer", "init", "task")
+        assert {k: a[k] for k in recipe} == {k: b[k] for k in recipe}, stage
+    assert wide["vocab"]["vocab"]["vocab_size"] == 30000
+    assert len(load_pipeline(PIPELINES / "gpu_wide.yaml").vars["corpora"]) == 9
 
 
 def test_dma_grid_is_the_papers_ten_models_plus_multiscale(corpus_dir: Path) -> None:

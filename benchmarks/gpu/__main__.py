@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--compile", choices=["none", "ours", "all"], default="ours", help="speed")
     r.add_argument("--pack", type=Path, default=None, help="few files: reports.tar + parts")
     r.add_argument("--variants", default="", help="loop: variants by index, e.g. 0,3 (all)")
+    r.add_argument(
+        "--set", action="append", default=[], help="curve, wide: a pipeline override (KEY=VALUE)"
+    )
     c = sub.add_parser("collect", help="here: the returned sections into results/gpu.md")
     c.add_argument("folder", type=Path)
     args = ap.parse_args(argv)
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = Mode(args.cpu, args.out.resolve(), args.work.resolve(), args.minutes)
     mode.tokens, mode.compile = args.tokens, args.compile
     mode.pack = args.pack.resolve() if args.pack else None
-    mode.variants = args.variants
+    mode.variants, mode.sets = args.variants, list(args.set)
     return 1 if run(args.parts, mode) else 0
 
 

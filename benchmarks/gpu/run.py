@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ class Mode:
     compile: str = "ours"  # speed: none | ours | all
     pack: Path | None = None
     variants: str = ""  # loop: the variants to run, by index ("0,3"); empty: all
+    sets: list[str] = field(default_factory=list)  # curve, wide: pipeline overrides, last
 
     @property
     def device(self) -> str:
@@ -382,6 +383,7 @@ def curve(mode: Mode, env: dict[str, str]) -> str:
     else:
         sets += [f"vars.tokens={mode.tokens:.0f}", f"vars.budget={mode.minutes * 60:.0f}s"]
         sets += ["engine.num_workers=8"]
+    sets += mode.sets
     args = ["pipeline", "run", str(CURVE_PIPELINE), "--workdir", str(work), "--tracking-uri", uri]
     args += [f"--set=vars.start={start}", *(f"--set={x}" for x in sets)]
     with timing.busy_share(mode.device, every_s=1.0) as busy:
@@ -472,6 +474,7 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
         sets += [f"{k}={v}" for k, v in WIDE_CPU.items()]
     else:
         sets += [f"vars.budget={mode.minutes * 60:.0f}s"]
+    sets += mode.sets
     args = ["pipeline", "run", str(WIDE_PIPELINE), "--workdir", str(work), "--tracking-uri", uri]
     args += [f"--set={x}" for x in sets]
     error = ""
@@ -481,7 +484,8 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
         except SystemExit as exc:  # still return what the finished stages wrote
             error, seconds = str(exc), float("nan")
     facts: dict[str, dict[str, Any]] = {}
-    rows, parts, results_dirs = [], [], []
+    rows: list[str] = []
+    parts: list[str] = []
     for stage in ("pretrain", "adapt"):
         out = _stage_out(work, stage)
         if out is None or not (out / "model" / "model" / "model.safetensors").exists():
@@ -506,19 +510,11 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
             target = mode.out / "wide-results" / stage
             target.mkdir(parents=True, exist_ok=True)
             shutil.copy2(found[0], target / "results.json")
-            results_dirs.append(target)
-    tables = ""
-    if len(results_dirs) == 2:
-        cli = [sys.executable, "-m", "tibnlp.cli.main", "finetune"]
-        for cmd in (["report", *map(str, results_dirs)], ["compare", *map(str, results_dirs)]):
-            done = subprocess.run(
-                cli + cmd,
-                env={**env, "COLUMNS": "250"},  # rich wraps the table at 80 columns otherwise
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            tables += done.stdout.strip() + "\n\n"
+    # the pipeline's own result table (gain over the twin with its interval), read from its
+    # log: running `finetune report` / `compare` after it would cost the lease ~15 s more
+    text = log.read_text()
+    start = text.find("Fine-tuning results")
+    table = text[start : text.find("\n\n", text.find("\n|", start))] if start >= 0 else ""
     _dump(
         mode,
         "wide",
@@ -533,7 +529,7 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
         "",
         *_metric_lines(metrics),
         "",
-        tables.strip(),
+        table.strip(),
         "",
         f"Title stage's model returned as {', '.join(parts) or 'nothing'}; fine-tuning results "
         "as wide-results/{finetune,twin}/results.json in reports.tar.",
