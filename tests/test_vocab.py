@@ -147,6 +147,20 @@ def test_a_rebuild_gives_the_same_bytes(
     assert b"syllable_rules" not in first
 
 
+def test_the_default_thread_count_is_the_same_on_every_machine(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Threads change SentencePiece's scores, so the default may not follow the core count."""
+    import tibnlp.text.vocab_build as vb
+
+    monkeypatch.setattr(vb.os, "cpu_count", lambda: 16)
+    report = build_vocabulary(corpus, tmp_path / "v", VocabConfig(vocab_size=SIZE))
+    assert report["num_threads"] == VocabConfig().num_threads == 2
+    assert report["sentencepiece"] == __import__("sentencepiece").__version__
+    report = build_vocabulary(corpus, tmp_path / "w", _config(num_threads=0))
+    assert report["num_threads"] == 16  # 0 asks for one per core
+
+
 def test_load_rejects_other_folders(tmp_path: Path, corpus: Path) -> None:
     with pytest.raises(DataError, match="not a tibnlp vocabulary"):
         Vocabulary.load(tmp_path)
