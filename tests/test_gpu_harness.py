@@ -138,6 +138,7 @@ def test_cpu_mode_runs_every_part(tmp_path: Path, require_data) -> None:
     assert {r["design"] for r in speed["layers"]} == {
         "dense",
         "multi-scale",
+        "multi-scale, FFN-free",
         "dynamic (8/12), batch rule",
     }
     pre = json.loads((out / "pretrain.json").read_text())
