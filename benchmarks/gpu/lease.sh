@@ -22,7 +22,7 @@ mkdir -p $W/oc
 OMP_NUM_THREADS=6 timeout 330 $B $G check --out $W/oc --work $W/c --pack $OUT/check >$W/oc/check-stdout.log 2>&1 &
 CK=$!
 P=${PART:-curve}
-timeout $((END - SECONDS - 25)) $A $G $P --minutes ${MIN:-4} --tokens 60e6 ${ARGS:-} --out $W/o --work $W --pack $OUT
+timeout $((END - SECONDS - 12)) $A $G $P --minutes ${MIN:-4} --tokens 60e6 ${ARGS:-} --out $W/o --work $W --pack $OUT
 echo "$P done at ${SECONDS}s rc $?"
 if [ "$P" = curve ] && ! ls $OUT/curve.tar.part* >/dev/null 2>&1; then  # cut off: the models so far
   (cd $W/curve && tar cf - $(find . -name model.safetensors -printf '%h\n' | sort -u) 2>/dev/null) | split -b 15M - $OUT/curvex.tar.part
