@@ -484,13 +484,14 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
         except SystemExit as exc:  # still return what the finished stages wrote
             error, seconds = str(exc), float("nan")
     facts: dict[str, dict[str, Any]] = {}
+    models: dict[str, Path] = {}
     rows: list[str] = []
-    parts: list[str] = []
     for stage in ("pretrain", "adapt"):
         out = _stage_out(work, stage)
         if out is None or not (out / "model" / "model" / "model.safetensors").exists():
             continue
-        extra = read_extra(out / "model" / "model")
+        models[stage] = out / "model" / "model"
+        extra = read_extra(models[stage])
         facts[stage] = extra
         tokens, seconds_in = stage_run(extra)
         rows.append(
@@ -499,10 +500,9 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
             f"{extra.get('hardware', '')} |"
         )
     metrics = _stage_metrics(uri, facts)
-    if "adapt" in facts:  # the fine-tuned model (pretrain's weights are inside its history)
-        adapt_out = _stage_out(work, "adapt")
-        assert adapt_out is not None
-        parts = _split_into(adapt_out / "model" / "model", mode.out, "wide-model")
+    parts = []  # the fine-tuned model (pretrain's weights are inside its history)
+    if "adapt" in models:
+        parts = _split_into(models["adapt"], mode.out, "wide-model")
     for stage in ("finetune", "twin"):
         out = _stage_out(work, stage)  # the run's own results.json (per-seed predictions)
         found = sorted(out.glob("finetune/tncc-title/*/results.json")) if out else []

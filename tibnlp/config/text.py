@@ -57,8 +57,8 @@ class VocabConfig:
     max_sentence_length: int = 8192  # bytes; longer sentences are skipped by SentencePiece
     # SentencePiece's threads change the trained scores (the same pieces, in another order:
     # 1,622 of 19,558 moved between 2 and 16 threads on the nine corpora), so the default is
-    # fixed rather than one per core: a vocabulary is the same on any machine. 2 is what every
-    # vocabulary in benchmarks/results was built with. 0: one per core (faster, per machine).
+    # fixed rather than one per core: a vocabulary is the same on any machine. 2 is what the
+    # 2-core CPU runs (the main job's included) built with. 0: one per core (faster, per machine).
     num_threads: int = 2
     special_tokens: list[str] = field(default_factory=lambda: list(SPECIAL_PIECES))
     seed: int = 42

@@ -57,6 +57,10 @@ def _sentences(split: Any) -> Iterator[str]:
             yield from (s for s in sentences if s.strip())
 
 
+def _threads(config: VocabConfig) -> int:
+    return config.num_threads or os.cpu_count() or 1
+
+
 def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> bytes:
     model = io.BytesIO()
     specials = config.special_tokens
@@ -77,7 +81,7 @@ def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> byte
             input_sentence_size=config.input_sentence_size,
             shuffle_input_sentence=True,
             max_sentence_length=config.max_sentence_length,
-            num_threads=config.num_threads or os.cpu_count() or 1,
+            num_threads=_threads(config),
             seed_sentencepiece_size=max(1_000_000, config.vocab_size * 10),
             pad_id=PAD_ID,
             pad_piece=specials[0],
@@ -184,7 +188,7 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
         "split_on_tsheg": config.split_on_tsheg,
         "sha256": vocab.sha256,
         "sentencepiece": spm.__version__,
-        "num_threads": config.num_threads or os.cpu_count() or 1,
+        "num_threads": _threads(config),
         "corpus": str(corpus_dir.resolve()),
         **evaluate(vocab, heldout),
     }
