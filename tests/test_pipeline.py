@@ -531,3 +531,44 @@ def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path
     assert keys("pretrain.word_lr=1e-4")["pretrain"] != base["pretrain"]
     mlm = keys("pretrain.sop=false")["pretrain"]
     assert keys("pretrain.sop=false", "pretrain.objective=electra")["pretrain"] != mlm
+
+
+def test_until_runs_a_stage_and_what_it_reads_only(toy: tuple[Path, str]) -> None:
+    """`--until pretrain` is a make target: text and both pretrain variants run, finetune is
+    left out (shown in the plan); the full run afterwards reuses them and runs finetune."""
+    path, _ = toy
+    lines: list[str] = []
+    run_pipeline(load_pipeline(path), dry_run=True, echo=lines.append, until=["pretrain"])
+    plan = {ln.split()[1]: ln.split()[0] for ln in lines[1:]}
+    assert [n for n, a in plan.items() if a == "run"] == [
+        "text",
+        "pretrain[small=6]",
+        "pretrain[small=12]",
+    ]
+    assert [n for n, a in plan.items() if a == "left"] == [
+        "finetune[small=6,head=cnn]",
+        "finetune[small=6,head=linear]",
+        "finetune[small=12,head=cnn]",
+        "finetune[small=12,head=linear]",
+    ]
+    assert "not needed by --until pretrain" in lines[-1]
+    first = run_pipeline(load_pipeline(path), echo=lambda _: None, until=["pretrain"])
+    assert first.ran == ["text", "pretrain[small=6]", "pretrain[small=12]"]
+    assert sorted(CALLS) == sorted(first.ran)
+    CALLS.clear()
+    rest = run_pipeline(load_pipeline(path), echo=lambda _: None)
+    assert rest.skipped == first.ran and len(rest.ran) == 4 and sorted(CALLS) == sorted(rest.ran)
+
+
+def test_until_names_an_unknown_stage(toy: tuple[Path, str]) -> None:
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    path, _ = toy
+    with pytest.raises(ConfigError, match="--until twin: the pipeline has no such stage") as err:
+        run_pipeline(load_pipeline(path), dry_run=True, echo=lambda _: None, until=["twin"])
+    assert "text, pretrain, finetune" in (err.value.hint or "")
+    result = CliRunner().invoke(app, ["pipeline", "run", str(path), "--until", "text"])
+    assert result.exit_code == 0, result.output
+    assert "left  pretrain[small=6]" in result.output and CALLS == ["text"]

@@ -37,6 +37,13 @@ def run(
         bool,
         typer.Option("--wait", help="If another run holds the work dir, wait for it to finish."),
     ] = False,
+    until: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--until",
+            help="Run only this stage and the stages it reads (repeatable); leave the rest.",
+        ),
+    ] = None,
 ) -> None:
     """Run a pipeline; a stage whose config and inputs are unchanged is skipped."""
     spec = load_pipeline(file, overrides or [])
@@ -48,6 +55,7 @@ def run(
         echo=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
         workdir=workdir,
         wait=wait,
+        until=until or [],
     )
     if not dry_run:
         console.print(

@@ -74,6 +74,7 @@ class Planner:
         self.base = spec.source.parent if spec.source else Path.cwd()
         self.keys: dict[int, str] = {}
         self.outputs: dict[int, Path] = {}
+        self.left_out: list[Node] = []  # nodes that `until` does not need
 
     def data_path(self, text: str, where: str) -> Path:
         rel = text[len(DATA_PREFIX) :].strip().lstrip("/")
@@ -161,11 +162,39 @@ class Planner:
                 exc.hint,
             ) from exc
 
-    def plan(self, force: Iterable[str] = ()) -> list[Step]:
+    def needed(self, nodes: list[Node], until: Iterable[str]) -> set[int] | None:
+        """The nodes of the stages in `until` and every node they read, transitively
+        (None: no `until`, every node)."""
+        targets = set(until)
+        if not targets:
+            return None
+        names = [st.name for st in self.spec.stages]
+        unknown = sorted(targets - set(names))
+        if unknown:
+            raise ConfigError(
+                f"{self.spec.source}: --until {', '.join(unknown)}: the pipeline has no such stage",
+                f"its stages: {', '.join(names)}",
+            )
+        keep: set[int] = set()
+        todo = [n for n in nodes if n.stage.name in targets]
+        while todo:
+            node = todo.pop()
+            if id(node) not in keep:
+                keep.add(id(node))
+                todo.extend(node.reads())
+        return keep
+
+    def plan(self, force: Iterable[str] = (), until: Iterable[str] = ()) -> list[Step]:
+        """The steps to take, in order; with `until`, only those its stages need."""
         forced = set(force)
         steps: list[Step] = []
         stale: set[int] = set()
-        for node in expand(self.spec):
+        nodes = expand(self.spec)
+        keep = self.needed(nodes, until)
+        self.left_out = [n for n in nodes if keep is not None and id(n) not in keep]
+        for node in nodes:
+            if keep is not None and id(node) not in keep:
+                continue
             sdef = stage_def(node.stage.kind)
             config = self.config_dict(node, real=False)
             inputs = self._inputs(node, real=False)
@@ -222,8 +251,11 @@ def run_pipeline(
     echo: Callable[[str], None] = print,
     workdir: Path | None = None,
     wait: bool = False,
+    until: Iterable[str] = (),
 ) -> PipelineRun:
     """Run what is not cached, in order; print the plan first (only the plan with dry_run).
+    With `until`, run only those stages and what they read (a make target: e.g. the main
+    job without its comparison stages).
 
     A run holds its work dir (`tibnlp.folder_lock`) from planning to the end: a second run on
     the same folder refuses at once, or with `wait` starts when the first is done (and then
@@ -231,9 +263,9 @@ def run_pipeline(
     """
     planner = Planner(spec, workdir)
     if dry_run:
-        return _plan_and_run(planner, spec, True, force, tracking_uri, echo)
+        return _plan_and_run(planner, spec, True, force, tracking_uri, echo, until)
     with hold_folder(planner.workdir, wait=wait, notify=echo):
-        return _plan_and_run(planner, spec, False, force, tracking_uri, echo)
+        return _plan_and_run(planner, spec, False, force, tracking_uri, echo, until)
 
 
 def _plan_and_run(
@@ -243,13 +275,17 @@ def _plan_and_run(
     force: Iterable[str],
     tracking_uri: str,
     echo: Callable[[str], None],
+    until: Iterable[str] = (),
 ) -> PipelineRun:
-    steps = planner.plan(force)
+    steps = planner.plan(force, until)
     result = PipelineRun(steps)
-    width = max(len(s.node.name) for s in steps)
+    width = max(len(n.name) for n in [*(s.node for s in steps), *planner.left_out])
     echo(f"pipeline {spec.name}: {len(steps)} stage runs, work dir {planner.workdir}")
     for s in steps:
         echo(f"  {s.action:4}  {s.node.name:{width}}  {s.reason}")
+    targets = ", ".join(sorted(set(until)))
+    for node in planner.left_out:
+        echo(f"  {'left':4}  {node.name:{width}}  not needed by --until {targets}")
     if dry_run:
         return result
     if all(s.action == "skip" for s in steps):  # nothing to log: no empty parent run
