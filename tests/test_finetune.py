@@ -282,6 +282,40 @@ def test_rerun_resumes_finished_seeds(env) -> None:
     assert changed.seeds[0].metrics["test"].count == 30
 
 
+def _strip_predictions(seed_dir, macro_f1: float | None = None) -> None:
+    """Rewrite a seed record as versions before item-level predictions wrote it."""
+    path = seed_dir / ft_mod.SEED_FILE
+    record = json.loads(path.read_text())
+    for m in record["metrics"].values():
+        m.pop("targets"), m.pop("predictions")
+        if macro_f1 is not None:
+            m["summary"]["macro_f1"] = macro_f1
+    path.write_text(json.dumps(record))
+
+
+def test_rerun_rescores_a_seed_recorded_without_predictions(env) -> None:
+    """An older finished seed gets its predictions from its saved classifier (not trained
+    again), so `compare` can pair it; one whose classifier does not give the recorded scores
+    is trained again."""
+    cfg = _cfg(env, "finetune.epochs=1", "finetune.seeds=[1,2]", "finetune.eval_also=[advts]")
+    first = run_finetune(cfg, "tncc")
+    one, two = (s.directory for s in first.seeds)
+    stamps = [(d / "model.safetensors").stat().st_mtime_ns for d in (one, two)]
+    _strip_predictions(one)
+    _strip_predictions(two, macro_f1=0.123)  # not what its classifier gives
+    again = run_finetune(cfg, "tncc")
+    assert (one / "model.safetensors").stat().st_mtime_ns == stamps[0]  # re-scored only
+    assert (two / "model.safetensors").stat().st_mtime_ns != stamps[1]  # trained again
+    for old, new in zip(first.seeds, again.seeds, strict=True):
+        for part, m in old.metrics.items():
+            assert new.metrics[part].predictions == m.predictions and m.predictions
+            assert new.metrics[part].summary == pytest.approx(m.summary)
+    kept = json.loads((one / ft_mod.SEED_FILE).read_text())["metrics"]["test"]["predictions"]
+    assert kept == first.seeds[0].metrics["test"].predictions  # written back
+    row = json.loads((again.output / "results.json").read_text())
+    assert compare_rows(row, row).diff == 0.0
+
+
 def test_seed_fingerprint_holds_precision_not_speed_knobs(env) -> None:
     """A finished seed is reused only when the engine would train it the same way."""
     setup = ft_mod.prepare(_cfg(env), ft_mod.load_task_data("tncc", "title"))

@@ -130,8 +130,8 @@ def row_predictions(row: dict[str, Any], part: str) -> tuple[list[int], list[lis
     if not targets or not row.get("labels") or not preds or any(p is None for p in preds):
         raise DataError(
             f"{name}: no item-level {part} predictions in its results.json",
-            "fine-tune it again with this version (results written before they were kept "
-            "have only the scores)",
+            "run its fine-tuning command again with this version: finished seeds are "
+            "re-scored from their saved classifiers, not trained again",
         )
     return list(targets), [list(p) for p in preds]
 

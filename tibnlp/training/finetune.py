@@ -46,6 +46,7 @@ from tibnlp.models.classifier import head_config
 from tibnlp.models.classifier_io import (
     ClassifierMeta,
     build_classifier,
+    load_classifier,
     read_length,
     save_classifier,
 )
@@ -343,6 +344,8 @@ def _run_seed(
     ft = cfg.finetune
     fingerprint = _fingerprint(setup, cfg, seed, advts is not None)
     done = _load_seed(directory, fingerprint)
+    if done is not None and _lacks_predictions(done):
+        done = _rescore(done, setup, ft, unseen, advts, fingerprint)
     if done is not None:
         run.set_tags({"resumed": "true"})
         _log_seed(run, done.metrics)
@@ -371,34 +374,7 @@ def _run_seed(
         on_epoch,
     )
 
-    def predict(x: Sequence[Sequence[int]]) -> list[int]:
-        probs = predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id, ft.eval_routing)
-        return probs.argmax(1).tolist()
-
-    def evaluate(x: Sequence[Sequence[int]], y: Sequence[int]) -> Metrics:
-        return compute_metrics(y, predict(x), labels)
-
-    def predict_raw(texts: list[str]) -> list[int]:  # as `tibnlp predict` receives them
-        read = read_length(setup.meta)
-        return predict(
-            encode_texts(setup.vocab, [model_text(t, ft.text_form) for t in texts], read)
-        )
-
-    y_test = data.targets("test")
-    test_pred = predict(ids["test"])  # the only time the test split is scored
-    test = compute_metrics(y_test, test_pred, labels)
-    test.summary.update(suffix_flip_rates(predict_raw, data.texts("test"), test_pred))
-    metrics = {
-        "validation": validation,  # scored when its epoch was selected
-        "test": test,
-        "test_unseen": compute_metrics(
-            [y_test[i] for i in unseen], [test_pred[i] for i in unseen], labels
-        ),
-    }
-    if advts is not None:
-        for part, key in (("original", "advts_original"), ("adversarial", "advts")):
-            x = encode_texts(setup.vocab, texts(advts, part, ft.text_form), read_length(setup.meta))
-            metrics[key] = evaluate(x, advts.targets(part))
+    metrics = _score(setup, ft, model, unseen, advts, validation)
     save_classifier(directory, model, setup.meta, setup.vocab_dir)
     for part, m in metrics.items():
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
@@ -442,6 +418,85 @@ def _fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
         "advts": advts,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _score(
+    setup: Setup,
+    ft: FinetuneConfig,
+    model: torch.nn.Module,
+    unseen: list[int],
+    advts: LabelledSet | None,
+    validation: Metrics | None = None,
+) -> dict[str, Metrics]:
+    """Every part's metrics of a trained classifier; `validation` as scored when its epoch
+    was selected (None: scored here)."""
+    data, ids, labels = setup.data, setup.ids, setup.data.labels
+
+    def predict(x: Sequence[Sequence[int]]) -> list[int]:
+        probs = predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id, ft.eval_routing)
+        return probs.argmax(1).tolist()
+
+    def evaluate(x: Sequence[Sequence[int]], y: Sequence[int]) -> Metrics:
+        return compute_metrics(y, predict(x), labels)
+
+    def predict_raw(texts: list[str]) -> list[int]:  # as `tibnlp predict` receives them
+        read = read_length(setup.meta)
+        return predict(
+            encode_texts(setup.vocab, [model_text(t, ft.text_form) for t in texts], read)
+        )
+
+    y_test = data.targets("test")
+    test_pred = predict(ids["test"])  # scored after training only, never to select
+    test = compute_metrics(y_test, test_pred, labels)
+    test.summary.update(suffix_flip_rates(predict_raw, data.texts("test"), test_pred))
+    metrics = {
+        "validation": validation or evaluate(ids["validation"], data.targets("validation")),
+        "test": test,
+        "test_unseen": compute_metrics(
+            [y_test[i] for i in unseen], [test_pred[i] for i in unseen], labels
+        ),
+    }
+    if advts is not None:
+        for part, key in (("original", "advts_original"), ("adversarial", "advts")):
+            x = encode_texts(setup.vocab, texts(advts, part, ft.text_form), read_length(setup.meta))
+            metrics[key] = evaluate(x, advts.targets(part))
+    return metrics
+
+
+def _lacks_predictions(done: SeedResult) -> bool:
+    """A seed record written before item-level predictions were kept."""
+    return any(m.count and not m.predictions for m in done.metrics.values())
+
+
+def _rescore(
+    done: SeedResult,
+    setup: Setup,
+    ft: FinetuneConfig,
+    unseen: list[int],
+    advts: LabelledSet | None,
+    fingerprint: str,
+) -> SeedResult | None:
+    """An older finished seed with its predictions added, scored again from its saved
+    classifier (inference is deterministic), so `finetune compare` can pair it; None (train
+    the seed again) when the classifier is missing or does not give the recorded scores."""
+    try:
+        model, _ = load_classifier(done.directory)
+    except (OSError, ValueError, KeyError, DataError):
+        return None
+    metrics = _score(setup, ft, model, unseen, advts)
+    for part, old in done.metrics.items():
+        new = metrics.get(part)
+        if new is None or abs(new.summary["macro_f1"] - old.summary["macro_f1"]) > 1e-9:
+            return None
+    saved = {
+        "fingerprint": fingerprint,
+        "seed": done.seed,
+        "best_epoch": done.best_epoch,
+        "epochs_run": done.epochs_run,
+        "metrics": {p: dataclasses.asdict(m) for p, m in metrics.items()},
+    }
+    atomic_write_text(done.directory / SEED_FILE, result_json(saved, indent=1))
+    return dataclasses.replace(done, metrics=metrics)
 
 
 def _load_seed(directory: Path, fingerprint: str) -> SeedResult | None:
