@@ -189,12 +189,11 @@ class Planner:
         forced = set(force)
         steps: list[Step] = []
         stale: set[int] = set()
-        nodes = expand(self.spec)
-        keep = self.needed(nodes, until)
-        self.left_out = [n for n in nodes if keep is not None and id(n) not in keep]
+        every = expand(self.spec)
+        keep = self.needed(every, until)
+        nodes = [n for n in every if keep is None or id(n) in keep]
+        self.left_out = [n for n in every if keep is not None and id(n) not in keep]
         for node in nodes:
-            if keep is not None and id(node) not in keep:
-                continue
             sdef = stage_def(node.stage.kind)
             config = self.config_dict(node, real=False)
             inputs = self._inputs(node, real=False)

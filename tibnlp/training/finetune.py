@@ -380,14 +380,7 @@ def _run_seed(
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
         run.log_artifact(png, "confusion")
     result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
-    saved = {
-        "fingerprint": fingerprint,
-        "seed": seed,
-        "best_epoch": best_epoch,
-        "epochs_run": epochs_run,
-        "metrics": {p: dataclasses.asdict(m) for p, m in metrics.items()},
-    }
-    atomic_write_text(directory / SEED_FILE, result_json(saved, indent=1))
+    _save_seed(result, fingerprint)
     _log_seed(run, metrics)
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
@@ -449,8 +442,10 @@ def _score(
     test_pred = predict(ids["test"])  # scored after training only, never to select
     test = compute_metrics(y_test, test_pred, labels)
     test.summary.update(suffix_flip_rates(predict_raw, data.texts("test"), test_pred))
+    if validation is None:
+        validation = evaluate(ids["validation"], data.targets("validation"))
     metrics = {
-        "validation": validation or evaluate(ids["validation"], data.targets("validation")),
+        "validation": validation,
         "test": test,
         "test_unseen": compute_metrics(
             [y_test[i] for i in unseen], [test_pred[i] for i in unseen], labels
@@ -488,15 +483,21 @@ def _rescore(
         new = metrics.get(part)
         if new is None or abs(new.summary["macro_f1"] - old.summary["macro_f1"]) > 1e-9:
             return None
+    rescored = dataclasses.replace(done, metrics=metrics)
+    _save_seed(rescored, fingerprint)
+    return rescored
+
+
+def _save_seed(result: SeedResult, fingerprint: str) -> None:
+    """The seed's record (`_load_seed` reads it back on a rerun), written atomically."""
     saved = {
         "fingerprint": fingerprint,
-        "seed": done.seed,
-        "best_epoch": done.best_epoch,
-        "epochs_run": done.epochs_run,
-        "metrics": {p: dataclasses.asdict(m) for p, m in metrics.items()},
+        "seed": result.seed,
+        "best_epoch": result.best_epoch,
+        "epochs_run": result.epochs_run,
+        "metrics": {p: dataclasses.asdict(m) for p, m in result.metrics.items()},
     }
-    atomic_write_text(done.directory / SEED_FILE, result_json(saved, indent=1))
-    return dataclasses.replace(done, metrics=metrics)
+    atomic_write_text(result.directory / SEED_FILE, result_json(saved, indent=1))
 
 
 def _load_seed(directory: Path, fingerprint: str) -> SeedResult | None:
