@@ -266,3 +266,27 @@ def test_wide_part_runs_the_pipeline_and_returns_both_results(tmp_path: Path, re
     assert sorted(p.name for p in pack.iterdir()) == ["reports.tar", "wide-model.tar.part0"]
     with tarfile.open(pack / "wide-model.tar.part0") as tar:
         assert "wide-model/model.safetensors" in tar.getnames()
+
+
+def test_wide_until_stops_the_pipeline_on_the_device(tmp_path: Path, monkeypatch) -> None:
+    """`run wide --until adapt` (an H100 lease is too short for the whole pipeline): the
+    pipeline gets `--until adapt`, the part's section says so, and with no fine-tuning run no
+    results are claimed."""
+    from benchmarks.gpu import run
+
+    seen: list[list[str]] = []
+
+    def fake(args: list[str], env: dict[str, str], log: Path) -> float:
+        seen.append(args)
+        log.write_text("pipeline gpu_wide: pretrained only\n")
+        return 1.0
+
+    monkeypatch.setattr(run, "_tibnlp", fake)
+    mode = run.Mode(False, tmp_path / "out", tmp_path / "work", minutes=2.0, until="adapt")
+    mode.out.mkdir()
+    text = run.wide(mode, {})
+    (args,) = seen
+    assert args[args.index("--until") + 1] == "adapt"
+    assert "--set=vars.budget=120s" in args
+    assert "--until adapt" in text
+    assert not (mode.out / "wide-results").exists()

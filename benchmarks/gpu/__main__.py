@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument(
         "--set", action="append", default=[], help="curve, wide: a pipeline override (KEY=VALUE)"
     )
+    r.add_argument("--until", default="", help="wide: the last pipeline stage run (all)")
     c = sub.add_parser("collect", help="here: the returned sections into results/gpu.md")
     c.add_argument("folder", type=Path)
     args = ap.parse_args(argv)
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = Mode(args.cpu, args.out.resolve(), args.work.resolve(), args.minutes)
     mode.tokens, mode.compile = args.tokens, args.compile
     mode.pack = args.pack.resolve() if args.pack else None
-    mode.variants, mode.sets = args.variants, list(args.set)
+    mode.variants, mode.sets, mode.until = args.variants, list(args.set), args.until
     return 1 if run(args.parts, mode) else 0
 
 

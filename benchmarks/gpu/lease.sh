@@ -2,7 +2,7 @@
 # One device call of about 600 s (device tool: `run`, carry [".bundle"], timeout_s 600,
 # command `bash benchmarks/gpu/lease.sh`; PART=curve (default), wide or pretrain, MIN=its
 # minutes of pretraining, default 4; LOOP=0 leaves the loop profiles out; ARGS: more of the
-# part's options, e.g. ARGS="--set pretrain.seed=2"): the loop profile alone, then PART with
+# part's options, e.g. ARGS="--set pretrain.seed=2 --until adapt"): the loop profile alone, then PART with
 # `check` beside it on its own cores, then the other loop variants while time is left.
 # Everything comes back packed into $OUT (at most 8 files).
 set -u
@@ -29,7 +29,7 @@ if [ "$P" = curve ] && ! ls $OUT/curve.tar.part* >/dev/null 2>&1; then  # cut of
 fi
 if [ "$P" = wide ] && ! ls $OUT/wide-model.tar.part* >/dev/null 2>&1; then  # cut off: the log,
   R=$(cd $W/wide 2>/dev/null && find . -path '*tncc-title*' -name results.json)  # the results
-  tar cf $OUT/wide-left.tar -C $W o/wide.log -C "$PWD/$W/wide" $R  # and the last model
+  tar cf $OUT/wide-left.tar -C $W o/wide.log ${R:+-C "$PWD/$W/wide" $R}  # and the last model
   M=$(ls -dt $W/wide/adapt/out-*/model/model $W/wide/pretrain/out-*/model/model 2>/dev/null | head -1)
   [ -n "$M" ] && tar cf - -C "$M/.." model | split -b 15M - $OUT/widex.tar.part
 fi

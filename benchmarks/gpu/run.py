@@ -57,6 +57,7 @@ class Mode:
     pack: Path | None = None
     variants: str = ""  # loop: the variants to run, by index ("0,3"); empty: all
     sets: list[str] = field(default_factory=list)  # curve, wide: pipeline overrides, last
+    until: str = ""  # wide: the last pipeline stage run on the device (empty: all)
 
     @property
     def device(self) -> str:
@@ -477,6 +478,8 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
     sets += mode.sets
     args = ["pipeline", "run", str(WIDE_PIPELINE), "--workdir", str(work), "--tracking-uri", uri]
     args += [f"--set={x}" for x in sets]
+    if mode.until:  # e.g. adapt: pretrain on the device, fine-tune here (an H100 lease is
+        args += ["--until", mode.until]  # too short for the whole pipeline: gpu_wide.md)
     error = ""
     with timing.busy_share(mode.device, every_s=1.0) as busy:
         try:
@@ -521,7 +524,9 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
         {"facts": facts, "metrics": metrics, "busy": busy, "parts": parts, "seconds": seconds},
     )
     lines = [
-        _command_line(WIDE_PIPELINE, sets[1:], seconds, busy),
+        _command_line(
+            WIDE_PIPELINE, sets[1:] + [f"--until {mode.until}"] * bool(mode.until), seconds, busy
+        ),
         "",
         "| stage | step | stage tokens | stage s | tokens/s | stopped by | hardware |",
         "|---|---:|---:|---:|---:|---|---|",
