@@ -12,7 +12,8 @@ for both models: transformers' dense MLM projection is its own waste, not extra 
 activations). GPU busy share: NVML utilisation sampled during the timed rounds.
 
 Layers (one shared ALBERT layer, forward + backward, N=512): dense, multi-scale (the paper's
-windows; FlexAttention on CUDA) and dynamic heads (8/12), eager and compiled.
+windows; FlexAttention on CUDA) and dynamic heads (8/12), eager and compiled; and, where the
+layer takes FlexAttention, its per-call `BlockMask` build timed alone (a share of its time).
 
 Blocks run eager first and compiled last, and `run_speed` hands the table so far to `emit` after
 each: a lease that runs out during compilation still brings the eager figures back.
@@ -240,13 +241,52 @@ def layer_rows(s: SpeedSettings, compiled: bool, n: int = 512) -> list[dict[str,
         for key, (step, calls) in steps.items():
             times[key].append(timing.timed(step, s.device, s.steps) / calls)
     rows = []
+    base = statistics.median(times[("dense", compiled)])
     for (name, c), ts in times.items():
-        base = statistics.median(times[("dense", compiled)])
         med = statistics.median(ts)
         rows.append(
             {"n": n, "design": name, "compiled": c, "ms": med * 1e3, "vs_dense": med / base}
         )
+    if not compiled:  # where multi-scale's time goes: its FlexAttention mask, built per call
+        mask = mask_build_seconds(steps[("multi-scale", False)][0], s)
+        if mask is not None:
+            rows.append(
+                {
+                    "n": n,
+                    "design": "multi-scale: its BlockMask build alone",
+                    "compiled": False,
+                    "ms": mask * 1e3,
+                    "vs_dense": mask / base,
+                }
+            )
     return rows
+
+
+def mask_build_seconds(step: Callable[[], None], s: SpeedSettings) -> float | None:
+    """Seconds per call of `flex.window_mask` with the arguments one multi-scale layer step
+    passes it (captured from the step, then rebuilt alone); None where the layer does not take
+    FlexAttention (the CPU)."""
+    from tibnlp.models.attention import flex
+
+    captured: list[tuple[Any, ...]] = []
+    real = flex.window_mask
+
+    def spy(*args: Any) -> Any:
+        captured.append(args)
+        return real(*args)
+
+    flex.window_mask = spy  # type: ignore[assignment]
+    try:
+        step()
+    finally:
+        flex.window_mask = real  # type: ignore[assignment]
+    if not captured:
+        return None
+    total = 0.0
+    for args in captured:  # one per layer distribution: the mean per layer call
+        real(*args)  # warm (inductor compiles the mask function once per shape)
+        total += timing.timed(lambda a=args: real(*a), s.device, s.steps)
+    return total / len(captured)
 
 
 def _num(x: float, unit: str = "") -> str:
