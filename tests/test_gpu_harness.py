@@ -288,5 +288,5 @@ def test_wide_until_stops_the_pipeline_on_the_device(tmp_path: Path, monkeypatch
     (args,) = seen
     assert args[args.index("--until") + 1] == "adapt"
     assert "--set=vars.budget=120s" in args
-    assert "--until adapt" in text
+    assert "--until adapt" in text and "no fine-tuning on the device" in text
     assert not (mode.out / "wide-results").exists()

@@ -536,8 +536,12 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
         "",
         table.strip(),
         "",
-        f"Title stage's model returned as {', '.join(parts) or 'nothing'}; fine-tuning results "
-        "as wide-results/{finetune,twin}/results.json in reports.tar.",
+        f"Title stage's model returned as {', '.join(parts) or 'nothing'}; "
+        + (
+            f"no fine-tuning on the device (--until {mode.until})."
+            if mode.until
+            else "fine-tuning results as wide-results/{finetune,twin}/results.json in reports.tar."
+        ),
     ]
     if error:
         raise SystemExit("\n".join([*lines, "", f"(after the stages above) {error}"]))
