@@ -2,8 +2,9 @@
 # One device call of about 600 s (device tool: `run`, carry [".bundle"], timeout_s 600,
 # command `bash benchmarks/gpu/lease.sh`; PART=curve (default), wide or pretrain, MIN=its
 # minutes of pretraining, default 4; LOOP=0 leaves the loop profiles out; ARGS: more of the
-# part's options, e.g. ARGS="--set pretrain.seed=2 --until adapt"): the loop profile alone, then PART with
-# `check` beside it on its own cores, then the other loop variants while time is left.
+# part's options, e.g. ARGS="--set pretrain.seed=2 --until adapt"): the loop profile alone,
+# then PART with `check` beside it on its own cores, then the other loop variants while time
+# is left.
 # Everything comes back packed into $OUT (at most 8 files).
 set -u
 export PYTHONUNBUFFERED=1 W=.gpu-run

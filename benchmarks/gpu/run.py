@@ -477,9 +477,10 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
         sets += [f"vars.budget={mode.minutes * 60:.0f}s"]
     sets += mode.sets
     args = ["pipeline", "run", str(WIDE_PIPELINE), "--workdir", str(work), "--tracking-uri", uri]
-    args += [f"--set={x}" for x in sets]
-    if mode.until:  # e.g. adapt: pretrain on the device, fine-tune here (an H100 lease is
-        args += ["--until", mode.until]  # too short for the whole pipeline: gpu_wide.md)
+    # --until adapt: pretrain on the device, fine-tune here (an H100 call is too short for the
+    # whole pipeline: gpu_wide.md)
+    until = ["--until", mode.until] if mode.until else []
+    args += [f"--set={x}" for x in sets] + until
     error = ""
     with timing.busy_share(mode.device, every_s=1.0) as busy:
         try:
@@ -524,9 +525,7 @@ def wide(mode: Mode, env: dict[str, str]) -> str:
         {"facts": facts, "metrics": metrics, "busy": busy, "parts": parts, "seconds": seconds},
     )
     lines = [
-        _command_line(
-            WIDE_PIPELINE, sets[1:] + [f"--until {mode.until}"] * bool(mode.until), seconds, busy
-        ),
+        _command_line(WIDE_PIPELINE, [*sets[1:], *until], seconds, busy),
         "",
         "| stage | step | stage tokens | stage s | tokens/s | stopped by | hardware |",
         "|---|---:|---:|---:|---:|---|---|",
