@@ -83,3 +83,34 @@ def test_speed_times_the_block_mask_a_layer_step_builds() -> None:
     assert seconds is not None and seconds > 0
     assert flex.window_mask is real
     assert mask_build_seconds(lambda: None, settings) is None
+
+
+@pytest.mark.parametrize("n", [1, 40, 128, 129, 300, 512])
+def test_window_mask_tiles_equal_create_block_mask(n: int) -> None:
+    """`window_mask` classifies the 128-tiles from the windows' geometry; `create_block_mask`,
+    evaluating the same mask on every pair, is the oracle: the same partial and full tiles
+    (queries' and keys' views), whatever the radius (0, inside, beyond N) and row length."""
+    g = torch.Generator().manual_seed(n)
+    for _ in range(8):
+        lengths = torch.randint(1, n + 1, (3,), generator=g)
+        lengths[0] = n
+        radius = torch.randint(0, n + 2, (3, 5), generator=g)
+        radius[:, 0] = 0
+        _same_tiles(radius, lengths, n)
+
+
+def _same_tiles(radius: torch.Tensor, lengths: torch.Tensor, n: int) -> None:
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def mask_mod(b, h, q, k):
+        inside = ((q - k).abs() <= radius[b, h]) & (k < lengths[b])
+        return inside | ((q == k) & (q >= lengths[b]))
+
+    want = create_block_mask(mask_mod, 3, 5, n, n, device="cpu", _compile=False)
+    got = flex.window_mask(radius, lengths, n)
+    for name in ("kv_num_blocks", "full_kv_num_blocks", "q_num_blocks", "full_q_num_blocks"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    assert torch.equal(got.to_dense(), want.to_dense())
+    for num, idx in (("kv_num_blocks", "kv_indices"), ("full_kv_num_blocks", "full_kv_indices")):
+        keep = torch.arange(got.kv_indices.shape[-1]) < getattr(got, num)[..., None]
+        assert torch.equal(getattr(got, idx)[keep], getattr(want, idx)[keep]), idx

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.gpu import bundle, results
+from benchmarks.gpu.speed import SpeedSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,6 +142,7 @@ def test_cpu_mode_runs_every_part(tmp_path: Path, require_data) -> None:
         "multi-scale, FFN-free",
         "dynamic (8/12), batch rule",
     }
+    assert {r["batch"] for r in speed["layers"]} == set(SpeedSettings.tiny().layer_batches)
     pre = json.loads((out / "pretrain.json").read_text())
     assert pre["facts"]["step"] == 3 and pre["parts"] == ["model.tar.part0"]
     assert (work / "pretrain" / "model").is_dir()

@@ -45,13 +45,15 @@ class SpeedSettings:
     rounds: int = 3
     steps: int = 10
     compile: str = "ours"  # none | ours | all (transformers compiled too: minutes more)
-    layer_batch: int = 16
+    # one layer at N=512: batch 16 (the first leases' rows, launch-bound: dense does ~5 % of the
+    # card's peak) and 64 (the model rows' batch at 512, where the layer's work shows)
+    layer_batches: tuple[int, ...] = (16, 64)
     peak_n: int = 8192
 
     @classmethod
     def tiny(cls) -> SpeedSettings:
         """CPU mode: every code path at toy sizes (no compile: minutes of inductor on CPU)."""
-        return cls("cpu", 500, 16, 32, 2, 4, 64, ((16, 4), (32, 2)), 2, 1, "none", 2, 256)
+        return cls("cpu", 500, 16, 32, 2, 4, 64, ((16, 4), (32, 2)), 2, 1, "none", (2,), 256)
 
     def __post_init__(self) -> None:
         if self.compile not in ("none", "ours", "all"):
@@ -194,7 +196,7 @@ def model_rows(s: SpeedSettings, peak: float, names: list[str]) -> list[dict[str
 
 
 def _layer_step(
-    cfg: ModelConfig, s: SpeedSettings, n: int, compiled: bool
+    cfg: ModelConfig, s: SpeedSettings, b: int, n: int, compiled: bool
 ) -> tuple[Callable[[], None], int]:
     """One step of the layer and the number of layer calls in it (multi-scale: one per layer
     distribution, so its time per call is comparable with dense's one call)."""
@@ -203,7 +205,6 @@ def _layer_step(
 
     torch.manual_seed(0)
     layer = SharedLayer(cfg).to(s.device)
-    b = s.layer_batch
     x = torch.randn(b, n, cfg.hidden_size, device=s.device, requires_grad=True)
     lens = torch.full((b,), n, device=s.device)
     mask = torch.ones(b, n, dtype=torch.bool, device=s.device)
@@ -233,32 +234,29 @@ def layer_rows(s: SpeedSettings, compiled: bool, n: int = 512) -> list[dict[str,
     }
     if s.device == "cpu":
         n = max(shape[0] for shape in s.shapes)
-    steps = {(name, compiled): _layer_step(cfg, s, n, compiled) for name, cfg in designs.items()}
-    for step, _ in steps.values():
-        step()
-    times: dict[tuple[str, bool], list[float]] = {k: [] for k in steps}
-    for _ in range(s.rounds):
-        for key, (step, calls) in steps.items():
-            times[key].append(timing.timed(step, s.device, s.steps) / calls)
     rows = []
-    base = statistics.median(times[("dense", compiled)])
-    for (name, c), ts in times.items():
-        med = statistics.median(ts)
-        rows.append(
-            {"n": n, "design": name, "compiled": c, "ms": med * 1e3, "vs_dense": med / base}
-        )
-    if not compiled:  # where multi-scale's time goes: its FlexAttention mask, built per call
-        mask = mask_build_seconds(steps[("multi-scale", False)][0], s)
-        if mask is not None:
+    for b in s.layer_batches:
+        steps = {name: _layer_step(cfg, s, b, n, compiled) for name, cfg in designs.items()}
+        for step, _ in steps.values():
+            step()
+        times: dict[str, list[float]] = {k: [] for k in steps}
+        for _ in range(s.rounds):
+            for key, (step, calls) in steps.items():
+                times[key].append(timing.timed(step, s.device, s.steps) / calls)
+        base = statistics.median(times["dense"])
+        for name, ts in times.items():
+            med = statistics.median(ts)
             rows.append(
-                {
-                    "n": n,
-                    "design": "multi-scale: its BlockMask build alone",
-                    "compiled": False,
-                    "ms": mask * 1e3,
-                    "vs_dense": mask / base,
-                }
+                {"n": n, "batch": b, "design": name, "compiled": compiled, "ms": med * 1e3}
+                | {"vs_dense": med / base}
             )
+        if not compiled:  # where multi-scale's time goes: its FlexAttention mask, built per call
+            mask = mask_build_seconds(steps["multi-scale"][0], s)
+            if mask is not None:
+                rows.append(
+                    {"n": n, "batch": b, "design": "multi-scale: its BlockMask build alone"}
+                    | {"compiled": False, "ms": mask * 1e3, "vs_dense": mask / base}
+                )
     return rows
 
 
@@ -315,16 +313,16 @@ def _text(s: SpeedSettings, peak: float, models: list[dict], layers: list[dict])
         )
     lines += [
         "",
-        "One shared layer, forward + backward, batch "
-        f"{s.layer_batch}, time per layer call (multi-scale: windows {WINDOWS}, the mean over "
-        "the layer distributions, one call each):",
+        "One shared layer, forward + backward, time per layer call (multi-scale: windows "
+        f"{WINDOWS}, the mean over the layer distributions, one call each):",
         "",
-        "| N | design | compiled | ms | vs dense (same compile) |",
-        "|---|---|---|---:|---:|",
+        "| N | batch | design | compiled | ms | vs dense (same batch and compile) |",
+        "|---|---:|---|---|---:|---:|",
     ]
     for r in layers:
         lines.append(
-            f"| {r['n']} | {r['design']} | {'yes' if r['compiled'] else 'no'} | {r['ms']:.2f} | "
+            f"| {r['n']} | {r['batch']} | {r['design']} | {'yes' if r['compiled'] else 'no'} | "
+            f"{r['ms']:.2f} | "
             f"{r['vs_dense']:.2f}x |"
         )
     if layers:

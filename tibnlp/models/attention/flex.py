@@ -34,19 +34,51 @@ def _compiled() -> Any:
     return torch.compile(flex_attention, dynamic=False)
 
 
-def window_mask(radius: torch.Tensor, lengths: torch.Tensor, n: int, compile: bool) -> Any:
+BLOCK = 128  # FlexAttention's default tile (queries and keys)
+
+
+def window_mask(radius: torch.Tensor, lengths: torch.Tensor, n: int) -> Any:
     """The `BlockMask` of windows: query i of row b, head h sees keys j with |i - j| <=
-    radius[b, h] inside the row's real length; a padding query sees only itself (as in
-    multiscale._allowed, so no row is empty)."""
-    from torch.nn.attention.flex_attention import create_block_mask
+    radius[b, h] inside the row's real length; a padding query also sees itself (as in
+    multiscale._allowed, so no row is empty).
+
+    Built from the windows' geometry on the [B, H, N/128, N/128] tile grid, not by evaluating
+    the mask on every (query, key) pair as `create_block_mask` does: that build alone took
+    0.74x a dense layer's whole step at N=512 on an H200 (benchmarks/results/gpu.md). Tiles
+    are classified exactly as `create_block_mask` does (tests/test_flex_window.py); the
+    mask function still decides inside the partial tiles."""
+    from torch.nn.attention.flex_attention import BlockMask
 
     def mask_mod(b: Any, h: Any, q: Any, k: Any) -> Any:
         length = lengths[b]
         inside = ((q - k).abs() <= radius[b, h]) & (k < length)
         return inside | ((q == k) & (q >= length))
 
-    b, heads = radius.shape
-    return create_block_mask(mask_mod, b, heads, n, n, device=radius.device, _compile=compile)
+    tiles = (n + BLOCK - 1) // BLOCK
+    start = torch.arange(tiles, device=radius.device) * BLOCK
+    last = (start + BLOCK - 1).clamp(max=n - 1)  # the tile's last real position
+    qs, qe = start[:, None], last[:, None]  # query tiles down, key tiles across
+    ks, ke = start[None, :], last[None, :]
+    r = radius[:, :, None, None]
+    length = lengths.to(radius.device)[:, None, None, None]
+    key_end = torch.minimum(ke, length - 1)  # the last real key of the tile
+    gap = torch.maximum(ks - qe, qs - key_end).clamp(min=0)  # nearest (query, real key) pair
+    near = (ks < length) & (gap <= r)
+    diagonal = torch.maximum(torch.maximum(qs, ks), length) <= torch.minimum(qe, ke)
+    # full: a whole tile inside the sequence, every key real, every pair within the radius
+    whole = (start + BLOCK <= n)[:, None] & (start + BLOCK <= n)[None, :]
+    span = torch.maximum(qe - ks, ke - qs)
+    full = whole & (ke < length) & (span <= r)
+    partial = (near | diagonal) & ~full
+
+    def ordered(tiles_on: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        count = tiles_on.sum(-1, dtype=torch.int32)
+        order = torch.argsort(tiles_on.to(torch.int8), dim=-1, descending=True, stable=True)
+        return count, order.to(torch.int32)
+
+    return BlockMask.from_kv_blocks(
+        *ordered(partial), *ordered(full), BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(n, n)
+    )
 
 
 def flex_window_attention(
@@ -65,6 +97,6 @@ def flex_window_attention(
 
     if compile is None:
         compile = q.is_cuda
-    mask = window_mask(radius, lengths, q.shape[-2], compile)
+    mask = window_mask(radius, lengths, q.shape[-2])
     run = _compiled() if compile else flex_attention
     return run(q, k, v, block_mask=mask)
