@@ -115,17 +115,12 @@ def _inputs(s: SpeedSettings, batch: int, seq: int) -> dict[str, torch.Tensor]:
 
 
 def _compile(module: torch.nn.Module) -> Callable[..., Any]:
-    """`torch.compile` with dynamo capturing data-dependent shapes (the masked-LM selection):
-    the dense and relative pretraining models then trace as one graph (tests/test_compile.py;
-    the H200's compiled half of 2026-11-26 ran with 19 breaks). Multi-scale specialises per
-    layer distribution: room for every one instead of dynamo's 8 recompiles."""
-    import torch._dynamo as dynamo
+    """`torch.compile` under the engine's dynamo settings (`engine.configure_dynamo`): the
+    dense and relative pretraining models trace as one graph (the H200's compiled half of
+    2026-11-26 ran with 19 breaks before); multi-scale recompiles per layer distribution."""
+    from tibnlp.training.engine import configure_dynamo
 
-    from tibnlp.models.pretraining import DYNAMO_CAPTURE
-
-    for key, value in DYNAMO_CAPTURE.items():  # global: compiling is lazy, at the first step
-        setattr(dynamo.config, key, value)
-    dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
+    configure_dynamo()
     return torch.compile(module)
 
 

@@ -65,11 +65,11 @@ class OptimizerConfig:
 class EngineConfig:
     """Speed knobs: DeepSpeed and runtime settings.
 
-    There is no torch.compile knob: measured on CPU (torch 2.13, inductor), compiling the
-    shared layer gave no tokens/s at ALBERT-tiny's shape (the GEMMs dominate and already run
-    in oneDNN) after a ~80 s first step. Under compile the encoder now skips its host-side
-    steps, so the dense and relative pretraining models trace as one graph
-    (tests/test_compile.py); whether that pays is the GPU speed benchmark's compiled half.
+    `compile`: torch.compile of the model inside the engine (off by default). On the CPU it
+    bought no tokens/s at ALBERT-tiny's shape (torch 2.13, inductor: the GEMMs already run in
+    oneDNN) after a ~80 s first step; on GPUs the speed benchmark's compiled model ran 1.6x to
+    1.9x its eager tokens/s (benchmarks/results/gpu.md), where the pretraining loop is
+    host-bound. `aot_eager` traces without generating code: a check that a model compiles.
     """
 
     zero_stage: int = 0
@@ -81,6 +81,7 @@ class EngineConfig:
     num_workers: int = 0
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on GPU, gloo on CPU
     port: int = 0  # rendezvous port for a single process without a launcher; 0: a free one
+    compile: Literal["off", "inductor", "aot_eager"] = "off"
 
     def validate(self, prefix: str) -> None:
         check(self.zero_stage in (0, 1, 2), f"{prefix}.zero_stage", "allowed values: 0, 1, 2")

@@ -235,12 +235,35 @@ def initialize(
     (`lr_by_prefix`: parameter-name prefix -> its own peak lr, see `optim.param_groups`)."""
     config = deepspeed_config(engine_cfg, optim_cfg, batch_size, micro_batch_size, world.size)
     optimizer = build_optimizer(model, optim_cfg, lr_by_prefix)
+    if engine_cfg.compile != "off":
+        compile_in_place(model, engine_cfg.compile)
     scheduler = build_scheduler(optimizer, optim_cfg, total_steps)
     ds_engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
     )
     ds_engine.checkpoint_engine.load = _weights_only_load
     return ds_engine
+
+
+def configure_dynamo() -> None:
+    """Dynamo captures the masked-LM selection's data-dependent shape instead of breaking the
+    graph, so the dense and relative pretraining models trace as one (tests/test_compile.py);
+    room for the recompiles of designs that route on the data (multi-scale: one per layer
+    distribution). Global settings: compiling is lazy, at the first step."""
+    import torch._dynamo as dynamo
+
+    from tibnlp.models.pretraining import DYNAMO_CAPTURE
+
+    for key, value in DYNAMO_CAPTURE.items():
+        setattr(dynamo.config, key, value)
+    dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
+
+
+def compile_in_place(model: nn.Module, backend: str = "inductor") -> None:
+    """`torch.compile` of the module in place: its state_dict keys stay the same, so
+    checkpoints, resume and exports do not see it."""
+    configure_dynamo()
+    model.compile(backend=backend)
 
 
 def shutdown(world: World) -> None:
