@@ -150,3 +150,11 @@ def test_runs_of_one_system_pool_their_seeds(tmp_path) -> None:
     assert "3 and 1 seeds" in out.output and f"A - B: {100 * want.diff:+.2f}" in out.output
     with pytest.raises(DataError, match="cannot be pooled"):
         pool_rows([rows["s1"], rows["other"]])
+    # another pretraining seed's model folder has another name: the same recipe still pools
+    seed2 = _row("albert-pretrained(seed2)+cnn@0,-1", true, [pred])
+    seed3 = _row("albert-pretrained(wide-model)+cnn@0,-1", true, [better])
+    assert len(pool_rows([seed3, seed2])["seeds"]) == 2
+    with pytest.raises(DataError, match="cannot be pooled"):
+        pool_rows([seed3, _row("albert-random(wide-model)+cnn@0,-1", true, [pred])])
+    with pytest.raises(DataError, match="cannot be pooled"):
+        pool_rows([seed3, _row("albert-pretrained(seed2)+cnn", true, [pred])])

@@ -11,6 +11,7 @@ are not resampled: three of them make a poor bootstrap sample.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -158,13 +159,22 @@ def compare_rows(
     return paired_bootstrap(true_a, preds_a, preds_b, labels, metric, resamples, level, seed)
 
 
+def _recipe(system: str) -> str:
+    """A system's name without its model folder's ("albert-pretrained(NAME)+cnn"): runs of
+    one recipe on other pretraining seeds come from folders named apart."""
+    return re.sub(r"\([^()]*\)", "()", system)
+
+
 def pool_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One system's results from several runs (e.g. its pretraining seeds) as one row whose
     seeds are all of theirs, for `compare_rows`; refused unless every run is the same system
-    scored on the same items."""
+    (the model folder's name aside) scored on the same items."""
     first = rows[0]
     for row in rows[1:]:
-        same = (row["dataset"], row["system"]) == (first["dataset"], first["system"])
+        same = (row["dataset"], _recipe(row["system"])) == (
+            first["dataset"],
+            _recipe(first["system"]),
+        )
         if not same or row.get("targets") != first.get("targets"):
             raise DataError(
                 f"{row['dataset']} {row['system']} cannot be pooled with "
