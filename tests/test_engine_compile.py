@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 import torch._dynamo as dynamo
 import yaml
@@ -21,15 +20,22 @@ from tibnlp.models.pretraining import DYNAMO_CAPTURE
 def test_engine_compile_trains_and_exports_like_eager(
     inputs: Path,  # noqa: F811
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`engine.compile` through a real pretraining run (the traced graph run by eager kernels):
     the same losses and exported weights as eager, and the same state_dict keys (the module
     is compiled in place, so checkpoints and exports do not see it)."""
+    keep = {k: getattr(dynamo.config, k) for k in [*DYNAMO_CAPTURE, "recompile_limit"]}
+    with dynamo.config.patch(**keep):  # the engine sets them globally; restored after the test
+        weights, graphs = _run_both(inputs, tmp_path)
+    assert graphs == {"off": 0, "aot_eager": graphs["aot_eager"]} and graphs["aot_eager"] >= 1
+    assert weights["off"].keys() == weights["aot_eager"].keys()
+    for key, value in weights["off"].items():
+        torch.testing.assert_close(weights["aot_eager"][key], value, rtol=1e-4, atol=1e-5)
+
+
+def _run_both(inputs: Path, tmp_path: Path) -> tuple[dict, dict]:  # noqa: F811
     from tibnlp.training.pretrain import run_pretraining
 
-    for key in [*DYNAMO_CAPTURE, "recompile_limit"]:  # restored after the test
-        monkeypatch.setattr(dynamo.config, key, getattr(dynamo.config, key))
     weights, graphs = {}, {}
     for mode in ("off", "aot_eager"):
         out = tmp_path / mode
@@ -42,7 +48,4 @@ def test_engine_compile_trains_and_exports_like_eager(
         run_pretraining(load_config(path))
         graphs[mode] = counters["stats"]["unique_graphs"]
         weights[mode] = load_file(out / "model" / "model.safetensors")
-    assert graphs == {"off": 0, "aot_eager": graphs["aot_eager"]} and graphs["aot_eager"] >= 1
-    assert weights["off"].keys() == weights["aot_eager"].keys()
-    for key, value in weights["off"].items():
-        torch.testing.assert_close(weights["aot_eager"][key], value, rtol=1e-4, atol=1e-5)
+    return weights, graphs
