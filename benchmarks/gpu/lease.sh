@@ -36,5 +36,5 @@ if [ "$P" = wide ] && ! ls $OUT/wide-model.tar.part* >/dev/null 2>&1; then  # cu
 fi
 wait $CK; echo "check done at ${SECONDS}s"
 left=$((END - SECONDS))
-if [ "${LOOP:-1}" = 1 ] && [ $left -gt 45 ]; then timeout $left $G loop --variants 1,3,2 --out $W/o2 --work $W --pack $OUT/loop2; fi
+if [ "${LOOP:-1}" = 1 ] && [ $left -gt 45 ]; then timeout $left $G loop --variants 4,1,3,2 --out $W/o2 --work $W --pack $OUT/loop2; fi
 echo "end at ${SECONDS}s"; ls -la $OUT $OUT/* 2>/dev/null | head -30

@@ -132,6 +132,7 @@ def profile_pretraining(
         "prefetch": prefetch,
         "batch_size": cfg.pretrain.batch_size,
         "seq_len": cfg.pretrain.seq_len,
+        "compile": cfg.engine.compile,
         "steps": len(step_s),
         "window": len(window_steps),
         "step_ms_median": step_ms,

@@ -606,13 +606,16 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
         cfg["engine"]["num_workers"] = 8
     steps, window = ("8", "3") if mode.cpu else ("80", "30")
     batch = int(cfg["pretrain"]["batch_size"])
-    variants: dict[str, tuple[list[str], dict[str, Any]]] = {  # loopprof flags, pretrain keys
+    variants: dict[str, tuple[list[str], dict[str, Any]]] = {  # loopprof flags, config keys
         "as configured": ([], {}),
         "2 threads": (["--threads", "2"], {}),
         "no prefetch": (["--no-prefetch"], {}),
         # the host's fixed cost per step spread over 4x the rows (pipelines/gpu_curve.yaml's
         # vars.batch): what a GPU curve gains from a larger batch
-        f"batch {4 * batch}": ([], {"batch_size": 4 * batch}),
+        f"batch {4 * batch}": ([], {"pretrain": {"batch_size": 4 * batch}}),
+        # fewer, fused kernels a step: the speed benchmark's compiled model ran 1.6-1.9x its
+        # eager tokens/s; the CPU mode traces only (aot_eager: inductor takes minutes there)
+        "compiled": ([], {"engine": {"compile": "aot_eager" if mode.cpu else "inductor"}}),
     }
     rows = ["| variant | step ms | of which batch wait ms | tokens/s at full rows | GPU busy |"]
     rows.append("|---|---:|---:|---:|---:|")
@@ -621,7 +624,9 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
         folder, output = mode.out / "loop" / f"v{i}", mode.work / f"loop-run-{i}"
         shutil.rmtree(output, ignore_errors=True)  # each variant a fresh run of its own
         variant = copy.deepcopy(cfg)
-        variant["pretrain"].update({"output": str(output), **keys})
+        variant["pretrain"]["output"] = str(output)
+        for section, values in keys.items():
+            variant[section].update(values)
         path = mode.work / f"loop-{i}.yaml"
         path.write_text(yaml.safe_dump(variant, sort_keys=False))
         cmd = [sys.executable, "-m", "benchmarks.gpu.loopprof", str(path), str(folder)]
