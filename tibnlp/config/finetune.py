@@ -101,7 +101,9 @@ class FinetuneConfig:
     # dropout off (a short-budget lever) must not silently switch it off for fine-tuning too.
     encoder_dropout: float = -1.0
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
-    limit_train: int = 0  # use only the first N training examples (smoke runs); 0: all
+    # only the first N training examples (smoke runs; few-label curves: TNCC's training file is
+    # in shuffled order, so its first N hold every class, benchmarks/results/labels.md); 0: all
+    limit_train: int = 0
     output: str = "runs/finetune"
     eval_also: list[str] = field(default_factory=list)  # e.g. ["advts"]
     optimizer: OptimizerConfig = field(
