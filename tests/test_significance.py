@@ -158,3 +158,10 @@ def test_runs_of_one_system_pool_their_seeds(tmp_path) -> None:
         pool_rows([seed3, _row("albert-random(wide-model)+cnn@0,-1", true, [pred])])
     with pytest.raises(DataError, match="cannot be pooled"):
         pool_rows([seed3, _row("albert-pretrained(seed2)+cnn", true, [pred])])
+    with pytest.raises(DataError, match="cannot be pooled"):  # the parentheses name the system
+        pool_rows(
+            [
+                _row("textcnn-pieces(scratch)", true, [pred]),
+                _row("textcnn-pieces(pretrained)", true, [pred]),
+            ]
+        )

@@ -613,7 +613,7 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
         # the host's fixed cost per step spread over 4x the rows (pipelines/gpu_curve.yaml's
         # vars.batch): what a GPU curve gains from a larger batch
         f"batch {4 * batch}": ([], {"pretrain": {"batch_size": 4 * batch}}),
-        # fewer, fused kernels a step: the speed benchmark's compiled model ran 1.6-1.9x its
+        # fewer, fused kernels a step: the speed benchmark's compiled model ran 1.1-1.9x its
         # eager tokens/s; the CPU mode traces only (aot_eager: inductor takes minutes there)
         "compiled": ([], {"engine": {"compile": "aot_eager" if mode.cpu else "inductor"}}),
     }

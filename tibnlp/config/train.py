@@ -67,9 +67,10 @@ class EngineConfig:
 
     `compile`: torch.compile of the model inside the engine (off by default). On the CPU it
     bought no tokens/s at ALBERT-tiny's shape (torch 2.13, inductor: the GEMMs already run in
-    oneDNN) after a ~80 s first step; on GPUs the speed benchmark's compiled model ran 1.6x to
-    1.9x its eager tokens/s (benchmarks/results/gpu.md), where the pretraining loop is
-    host-bound. `aot_eager` traces without generating code: a check that a model compiles.
+    oneDNN) after a ~80 s first step; on GPUs the speed benchmark's compiled model ran 1.1x to
+    1.9x its eager tokens/s (H100 and H200, sequence 128 and 512, benchmarks/results/gpu.md);
+    what it buys in the host-bound pretraining loop is not measured yet. `aot_eager` traces
+    without generating code: a check that a model compiles.
     """
 
     zero_stage: int = 0

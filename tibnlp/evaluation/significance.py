@@ -160,9 +160,10 @@ def compare_rows(
 
 
 def _recipe(system: str) -> str:
-    """A system's name without its model folder's ("albert-pretrained(NAME)+cnn"): runs of
-    one recipe on other pretraining seeds come from folders named apart."""
-    return re.sub(r"\([^()]*\)", "()", system)
+    """A system's name without its model folder's (`finetune.system_name` writes it only after
+    "albert-pretrained" / "albert-random"): runs of one recipe on other pretraining seeds come
+    from folders named apart. Other parentheses name the system ("textcnn-pieces(scratch)")."""
+    return re.sub(r"^(albert-(?:pretrained|random))\([^()]*\)", r"\1()", system)
 
 
 def pool_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -171,9 +172,8 @@ def pool_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     (the model folder's name aside) scored on the same items."""
     first = rows[0]
     for row in rows[1:]:
-        same = (row["dataset"], _recipe(row["system"])) == (
-            first["dataset"],
-            _recipe(first["system"]),
+        same = row["dataset"] == first["dataset"] and _recipe(row["system"]) == _recipe(
+            first["system"]
         )
         if not same or row.get("targets") != first.get("targets"):
             raise DataError(

@@ -65,10 +65,10 @@ def window_mask(radius: torch.Tensor, lengths: torch.Tensor, n: int) -> Any:
     gap = torch.maximum(ks - qe, qs - key_end).clamp(min=0)  # nearest (query, real key) pair
     near = (ks < length) & (gap <= r)
     diagonal = torch.maximum(torch.maximum(qs, ks), length) <= torch.minimum(qe, ke)
-    # full: a whole tile inside the sequence, every key real, every pair within the radius
-    whole = (start + BLOCK <= n)[:, None] & (start + BLOCK <= n)[None, :]
+    # full: both tiles whole inside N, every key real, every pair within the radius
+    whole = start + BLOCK <= n
     span = torch.maximum(qe - ks, ke - qs)
-    full = whole & (ke < length) & (span <= r)
+    full = whole[:, None] & whole[None, :] & (ke < length) & (span <= r)
     partial = (near | diagonal) & ~full
 
     def ordered(tiles_on: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
