@@ -89,6 +89,13 @@ class FinetuneConfig:
     # norm and projection; with encoder none, the piece table); 0: optimizer.lr. Measured in
     # embedding_levers.md: neither a faster nor a held embedding won on validation
     embedding_lr: float = 0.0
+    # layer-wise lr decay (ELECTRA, ULMFiT): layer i of L trains at lr * decay^(L - i), the
+    # embedding layer at lr * decay^L unless embedding_lr is set; 1: one rate for the encoder
+    layer_decay: float = 1.0
+    # > 0: MLM on each training batch beside the classification loss, with this weight, through
+    # the pretrained model's MLM head (tibnlp.training.aux_mlm); mlm_prob of the pieces masked
+    mlm_weight: float = 0.0
+    mlm_prob: float = 0.15
     seeds: list[int] = field(default_factory=lambda: [1])
     cnn_kernels: list[int] = field(default_factory=lambda: [2, 3, 4])
     cnn_channels: int = 128
@@ -129,6 +136,16 @@ class FinetuneConfig:
         check(self.patience >= 1, f"{prefix}.patience", "must be >= 1")
         check(self.head_lr >= 0.0, f"{prefix}.head_lr", "must be >= 0 (0 = optimizer.lr)")
         check(self.embedding_lr >= 0.0, f"{prefix}.embedding_lr", "must be >= 0 (0 = optimizer.lr)")
+        check(0.0 < self.layer_decay <= 1.0, f"{prefix}.layer_decay", "must be in (0, 1]")
+        check(self.mlm_weight >= 0.0, f"{prefix}.mlm_weight", "must be >= 0 (0 = off)")
+        check(0.0 < self.mlm_prob < 1.0, f"{prefix}.mlm_prob", "must be in (0, 1)")
+        if self.mlm_weight:
+            check(
+                self.encoder == "albert" and self.long_document == "truncate",
+                f"{prefix}.mlm_weight",
+                "the MLM beside fine-tuning needs encoder 'albert' and long_document "
+                "'truncate'; set finetune.mlm_weight=0",
+            )
         check(0.0 <= self.warmup_ratio < 1.0, f"{prefix}.warmup_ratio", "must be in [0, 1)")
         check(len(self.seeds) >= 1, f"{prefix}.seeds", "needs at least one seed")
         check(len(set(self.seeds)) == len(self.seeds), f"{prefix}.seeds", "must be distinct")

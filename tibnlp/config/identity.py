@@ -44,6 +44,9 @@ ADDED_WHEN_SET = frozenset(
         "pretrain.word_lr",
         "pretrain.contrastive",
         "pretrain.contrastive_temperature",
+        "finetune.layer_decay",
+        "finetune.mlm_weight",
+        "finetune.mlm_prob",
     }
 )
 

@@ -21,10 +21,13 @@ from torch import nn
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.train import EngineConfig
 from tibnlp.data.collate import pad_batch
+from tibnlp.data.masking import IGNORE_INDEX
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.metrics import Metrics, compute_metrics
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.models.classifier import Classifier
+from tibnlp.models.encoder import Encoder
+from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.batches import ShardedBatches
 
 if TYPE_CHECKING:  # the engine (deepspeed) loads when training starts, not with the CLI
@@ -38,12 +41,21 @@ class ClassifierLoss(nn.Module):
     and the share of texts on the large head route (`train/route_large_fraction` per epoch,
     as in pretraining; under the batch rule the share of batches) when the encoder routes."""
 
-    def __init__(self, model: Classifier) -> None:
+    def __init__(
+        self, model: Classifier, mlm_head: MlmHead | None = None, mlm_weight: float = 0.0
+    ) -> None:
         super().__init__()
         self.model = model
+        self.mlm_head = mlm_head  # with mlm_weight > 0: MLM on the batch beside (aux_mlm)
+        self.mlm_weight = mlm_weight
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: torch.Tensor,
+        mlm_input_ids: torch.Tensor | None = None,
+        mlm_labels: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         logits, large = self.model.classify(input_ids, attention_mask)
         loss = nn.functional.cross_entropy(logits.float(), labels)
@@ -51,6 +63,17 @@ class ClassifierLoss(nn.Module):
         out = {"loss": loss, "accuracy": accuracy}
         if large is not None:
             out["route_large_fraction"] = large.detach().float()
+        if self.mlm_head is not None and mlm_input_ids is not None and mlm_labels is not None:
+            encoder = self.model.encoder
+            assert isinstance(encoder, Encoder)  # finetune.mlm_weight: validated at load
+            sel = mlm_labels != IGNORE_INDEX  # every text holds one masked piece at least
+            hidden = encoder(mlm_input_ids, attention_mask, outputs_at=sel).hidden[sel]
+            mlm = self.mlm_head(hidden, encoder.embeddings.word.weight).float()
+            mlm_loss = nn.functional.cross_entropy(mlm, mlm_labels[sel])
+            out["loss"] = loss + self.mlm_weight * mlm_loss
+            out["classification_loss"] = loss.detach()
+            out["mlm_loss"] = mlm_loss.detach()
+            out["mlm_accuracy"] = (mlm.argmax(-1) == mlm_labels[sel]).float().mean().detach()
         return out
 
 
@@ -73,11 +96,13 @@ def epoch_batches(
     seed: int,
     training: Training,
     on_epoch: Callable[[int], None] | None = None,
+    masker: TokenMasker | None = None,
 ) -> ShardedBatches:
     """Every example once per epoch in a seed- and epoch-determined order. Only full batches
     are served (as in pretraining): the few examples of the last partial batch fall to another
     place in the next epoch's order, so none is left out for long. `on_epoch(epoch)` runs as
-    each epoch starts (e.g. GEMFormer refreshing its memory with the current weights)."""
+    each epoch starts (e.g. GEMFormer refreshing its memory with the current weights). With a
+    `masker`, each batch also carries its masked copy for the MLM beside (`aux_mlm`)."""
 
     def plan(epoch: int) -> list[list[int]]:
         if on_epoch is not None:
@@ -89,7 +114,10 @@ def epoch_batches(
     def collate(indices: Sequence[int], key: int) -> dict[str, torch.Tensor]:
         input_ids, mask = pad_batch([ids[i] for i in indices])
         labels = torch.tensor([y[i] for i in indices], dtype=torch.long)
-        return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+        batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+        if masker is not None:
+            batch["mlm_input_ids"], batch["mlm_labels"] = masker(input_ids, mask, key)
+        return batch
 
     return training.batches(plan, collate, batch_size)
 
@@ -106,6 +134,32 @@ def _check_device(name: str) -> None:
         )
 
 
+def learning_rates(model: Classifier, ft: FinetuneConfig) -> dict[str, float]:
+    """Parameter-name prefixes inside `ClassifierLoss` -> their own peak lr (0: optimizer.lr;
+    the first matching prefix wins). `finetune.layer_decay` < 1 gives layer i of L the rate
+    lr * decay^(L - i) and the embedding layer lr * decay^L (ELECTRA's layer-wise decay; ULMFiT's
+    discriminative rates): the lower a layer, the more general what it learnt in pretraining
+    and the less the labels should move it. An explicit `finetune.embedding_lr` wins."""
+    rates = {"model.head.": ft.head_lr, "model.encoder.embeddings.": ft.embedding_lr}
+    if ft.layer_decay == 1.0:
+        return rates
+    encoder = model.encoder
+    if not isinstance(encoder, Encoder) or encoder.cfg.share_layers:
+        raise ConfigError(
+            "config key 'finetune.layer_decay': layer-wise rates need a transformer encoder "
+            "with a layer of its own per depth (model.share_layers false, long_document "
+            "truncate)",
+            "set finetune.layer_decay=1",
+        )
+    depth, lr = encoder.cfg.num_layers, ft.optimizer.lr
+    if not ft.embedding_lr:
+        rates["model.encoder.embeddings."] = lr * ft.layer_decay**depth
+    rates["model.encoder.layer."] = lr * ft.layer_decay ** (depth - 1)
+    for k in range(depth - 1):  # later_layers.k is layer k + 2 of 1..L
+        rates[f"model.encoder.later_layers.{k}."] = lr * ft.layer_decay ** (depth - 2 - k)
+    return rates
+
+
 def train_one_seed(
     model: Classifier,
     x_train: Sequence[Sequence[int]],
@@ -118,6 +172,7 @@ def train_one_seed(
     engine_cfg: EngineConfig | None = None,
     labels: Sequence[str] = (),
     on_epoch: Callable[[int], None] | None = None,
+    mlm: tuple[MlmHead, TokenMasker] | None = None,
 ) -> SeedTraining:
     """Train on the one loop until validation macro-F1 stops improving (`ft.patience`
     epochs) or `ft.epochs` end; the best epoch's weights are restored into `model`.
@@ -146,10 +201,16 @@ def train_one_seed(
     )
     engine_cfg = engine_cfg or EngineConfig()
     world = init_distributed(engine_cfg)
-    # parameter-name prefixes inside ClassifierLoss -> their own peak lr (0: optimizer.lr)
-    rates = {"model.head.": ft.head_lr, "model.encoder.embeddings.": ft.embedding_lr}
+    head, masker = mlm if mlm is not None else (None, None)
     training = start_training(
-        ClassifierLoss(model), engine_cfg, optimizer, ft.batch_size, 0, total, world, rates
+        ClassifierLoss(model, head, ft.mlm_weight),
+        engine_cfg,
+        optimizer,
+        ft.batch_size,
+        0,
+        total,
+        world,
+        learning_rates(model, ft),
     )
     scored: list[Metrics] = []  # one per evaluation, in order
 
@@ -171,7 +232,7 @@ def train_one_seed(
         select="macro_f1",
         patience=ft.patience,
     )
-    batches = epoch_batches(x_train, y_train, ft.batch_size, seed, training, on_epoch)
+    batches = epoch_batches(x_train, y_train, ft.batch_size, seed, training, on_epoch, masker)
     result = training.loop(batches, None, settings, evaluate).run(run)
     best_epoch = result.best_step // per_epoch
     return SeedTraining(best_epoch, math.ceil(result.step / per_epoch), scored[best_epoch - 1])

@@ -23,7 +23,7 @@ import torch
 from tibnlp.config import Config, to_dict
 from tibnlp.config.core import check
 from tibnlp.config.finetune import FinetuneConfig
-from tibnlp.config.identity import output_settings
+from tibnlp.config.identity import ADDED_WHEN_SET, output_settings
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.collate import encode_texts
 from tibnlp.data.tasks import (
@@ -55,6 +55,7 @@ from tibnlp.models.long_documents.reading import inner_encoder
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, pretrain_params
+from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.classification import set_seed, train_one_seed
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
 from tibnlp.training.long_documents import prepare_reader, reading_of
@@ -230,6 +231,9 @@ def recipe(ft: FinetuneConfig) -> dict[str, Any]:
         "batch_size": ft.batch_size,
         "warmup_ratio": ft.warmup_ratio,
         "dropout": ft.dropout,
+        "layer_decay": ft.layer_decay,
+        "mlm_weight": ft.mlm_weight,
+        "mlm_prob": ft.mlm_prob,
     }
 
 
@@ -372,6 +376,7 @@ def _run_seed(
         cfg.engine,
         labels,
         on_epoch,
+        _aux_mlm(setup, ft, seed),
     )
 
     metrics = _score(setup, ft, model, unseen, advts, validation)
@@ -385,6 +390,20 @@ def _run_seed(
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
     return result
+
+
+def _aux_mlm(setup: Setup, ft: FinetuneConfig, seed: int) -> tuple[MlmHead, TokenMasker] | None:
+    """The MLM head (the pretrained one, or fresh for a random-init encoder) and the masker
+    of `finetune.mlm_weight`; None when it is off."""
+    if not ft.mlm_weight:
+        return None
+    model = setup.meta.model
+    head = MlmHead(model)
+    if setup.pretrained is not None:
+        head.load_pretrained_head(Path(ft.model_dir))
+    vocab = setup.vocab
+    masker = TokenMasker(model.vocab_size, vocab.mask_id, vocab.special_ids, ft.mlm_prob, seed)
+    return head, masker
 
 
 def _log_seed(run: Tracker, metrics: dict[str, Metrics]) -> None:
@@ -401,6 +420,9 @@ def _log_seed(run: Tracker, metrics: dict[str, Metrics]) -> None:
 def _fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
     """Everything that determines a seed's result (not where it is written)."""
     settings = {k: v for k, v in to_dict(cfg.finetune).items() if k not in ("seeds", "output")}
+    for name, value in to_dict(FinetuneConfig()).items():  # seeds run before a setting was
+        if f"finetune.{name}" in ADDED_WHEN_SET and settings[name] == value:  # added keep theirs
+            del settings[name]
     key: dict[str, Any] = {
         "finetune": settings,
         # engine settings that change results (precision, ZeRO), only when not the defaults

@@ -91,8 +91,8 @@ def param_groups(
         buckets.setdefault((lr, p.ndim > 1), []).append(p)
     groups = []
     for (lr, decays), params in buckets.items():
-        if lr is not None and not params:
-            continue
+        if not params:  # e.g. every matrix under a prefix (DeepSpeed drops empty groups, and
+            continue  # the schedule would then count one group too many)
         group: dict = {"params": params, "weight_decay": weight_decay if decays else 0.0}
         if lr is not None:
             group["lr"] = lr

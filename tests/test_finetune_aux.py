@@ -1,0 +1,200 @@
+"""Fine-tuning levers for a pretrained encoder: layer-wise learning-rate decay
+(`finetune.layer_decay`) and the MLM kept beside the classification loss
+(`finetune.mlm_weight`, `tibnlp.training.aux_mlm`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from unittest import mock
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.ft_fixtures import TINY_MODEL, make_data_dir, make_model_dir, make_vocab
+from tibnlp.config import load_config
+from tibnlp.data.masking import IGNORE_INDEX
+from tibnlp.errors import ConfigError, DataError
+from tibnlp.models.io import save_pretrained
+from tibnlp.models.pretraining import AlbertForPretraining
+from tibnlp.text.vocab import Vocabulary
+from tibnlp.training import finetune as ft_mod
+from tibnlp.training.aux_mlm import HEAD_KEYS, TokenMasker
+from tibnlp.training.classification import ClassifierLoss
+from tibnlp.training.finetune import run_finetune
+
+DEEP = [o for o in TINY_MODEL if not o.startswith("model.num_layers")] + [
+    "model.num_layers=3",
+    "model.share_layers=false",
+    "model.norm=pre",
+]
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIBNLP_DATA", str(make_data_dir(tmp_path / "data")))
+    vocab = make_vocab(tmp_path / "vocab")
+    return tmp_path, vocab
+
+
+def _cfg(env, *extra: str):
+    tmp, vocab = env
+    return load_config(
+        None,
+        [
+            f"finetune.vocab={vocab}",
+            f"finetune.output={tmp / 'runs'}",
+            "finetune.encoder=albert",
+            "finetune.epochs=1",
+            "finetune.batch_size=16",
+            "finetune.cnn_channels=8",
+            "finetune.warmup_ratio=0",
+            "finetune.optimizer.lr=0.001",
+            "tracking.enabled=false",
+            *extra,
+        ],
+    )
+
+
+def _pretraining_dir(env):
+    """A model directory as pretraining writes it, MLM head included (no SOP head)."""
+    tmp, vocab = env
+    cfg = load_config(None, DEEP).model
+    cfg.vocab_size = Vocabulary.load(vocab).size
+    out = tmp / "pretrained-mlm"
+    torch.manual_seed(5)
+    save_pretrained(AlbertForPretraining(cfg, sop=False), cfg, out)
+    for f in vocab.iterdir():
+        shutil.copy2(f, out / f.name)
+    return out
+
+
+def test_token_masker_masks_real_pieces_only_and_repeats() -> None:
+    special = {0, 2, 3, 4}  # [PAD] [CLS] [SEP] [MASK]
+    masker = TokenMasker(50, 4, special, prob=0.3, seed=7)
+    ids = torch.tensor([[2, *range(10, 30), 3], [2, 11, 12, 3] + [0] * 18])
+    mask = (ids != 0).long()
+    masked, labels = masker(ids, mask, key=3)
+    chosen = labels != IGNORE_INDEX
+    assert torch.equal(labels[chosen], ids[chosen])  # the original piece is the target
+    assert not chosen[torch.isin(ids, torch.tensor(sorted(special)))].any()
+    assert chosen.sum(1).tolist() == [6, 1]  # round(20 * 0.3); at least one in a short text
+    assert torch.equal(masked[~chosen], ids[~chosen])  # nothing else changes
+    assert (masked[chosen] == 4).float().mean() > 0.5  # mostly [MASK]
+    again = masker(ids, mask, key=3)
+    assert torch.equal(again[0], masked) and torch.equal(again[1], labels)
+    other = masker(ids, mask, key=4)[1]
+    assert not torch.equal(other != IGNORE_INDEX, chosen)
+
+
+def test_layer_decay_gives_lower_layers_lower_rates(env, built) -> None:
+    extra = ["finetune.head_lr=0.02", "finetune.layer_decay=0.5", *DEEP]
+    run_finetune(_cfg(env, *extra), "tncc")
+    model, optimizer = built[-1]
+    rate = {id(p): g["initial_lr"] for g in optimizer.param_groups for p in g["params"]}
+    by_part: dict[str, set[float]] = {}
+    for name, p in model.named_parameters():
+        part = ".".join(name.split(".")[2:4]) if "later_layers" in name else name.split(".")[2]
+        by_part.setdefault(part, set()).add(rate[id(p)])
+    assert by_part["embeddings"] == {0.001 * 0.5**3}
+    assert by_part["layer"] == {0.001 * 0.5**2}  # layer 1 of 3
+    assert by_part["later_layers.0"] == {0.001 * 0.5}
+    assert by_part["later_layers.1"] == {0.001}  # the last layer at the encoder's rate
+    assert by_part["final_norm"] == {0.001}
+    assert by_part["convs"] == by_part["out"] == {0.02}
+    # an explicit embedding rate wins over the decay
+    run_finetune(_cfg(env, *extra, "finetune.embedding_lr=0.003", "finetune.seeds=[2]"), "tncc")
+    model, optimizer = built[-1]
+    rate = {id(p): g["initial_lr"] for g in optimizer.param_groups for p in g["params"]}
+    assert rate[id(dict(model.named_parameters())["model.encoder.embeddings.word.weight"])] == 0.003
+
+
+def test_layer_decay_refused_for_shared_layers_and_out_of_range(env) -> None:
+    shared = [*TINY_MODEL, "model.share_layers=true", "finetune.layer_decay=0.8"]
+    with pytest.raises(ConfigError, match=r"finetune.layer_decay.*share_layers"):
+        run_finetune(_cfg(env, *shared), "tncc")
+    for bad in ("0", "1.5"):
+        with pytest.raises(ConfigError, match=r"finetune.layer_decay"):
+            load_config(None, [f"finetune.layer_decay={bad}"])
+
+
+def test_mlm_beside_finetuning_starts_from_the_pretrained_head(env, built) -> None:
+    model_dir = _pretraining_dir(env)
+    cfg = _cfg(env, f"finetune.model={model_dir}", "finetune.vocab=", "finetune.mlm_weight=0.5")
+    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    aux = ft_mod._aux_mlm(setup, cfg.finetune, 1)
+    assert aux is not None
+    saved = load_file(str(model_dir / "model.safetensors"))
+    head = aux[0].state_dict()
+    assert all(torch.equal(head[k], saved[k]) for k in HEAD_KEYS)
+
+    result = run_finetune(cfg, "tncc")
+    wrapper = built[-1][0]
+    assert isinstance(wrapper, ClassifierLoss) and wrapper.mlm_head is not None
+    names = {n for n, _ in wrapper.named_parameters()}
+    assert "mlm_head.mlm_dense.weight" in names  # trained beside the classifier
+    # the MLM head is a training aid: the saved classifier holds the encoder and head only
+    classifier = load_file(str(result.seeds[0].directory / "model.safetensors"))
+    assert not [k for k in classifier if "mlm" in k]
+    assert result.seeds[0].metrics["test"].count == 30
+
+
+def test_mlm_loss_is_added_with_its_weight(env) -> None:
+    model_dir = _pretraining_dir(env)
+    cfg = _cfg(env, f"finetune.model={model_dir}", "finetune.vocab=", "finetune.mlm_weight=0.5")
+    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    head, masker = ft_mod._aux_mlm(setup, cfg.finetune, 1) or (None, None)
+    assert masker is not None
+    classifier = ft_mod.build_classifier(setup.meta).eval()
+    wrapper = ClassifierLoss(classifier, head, 0.5).eval()
+    from tibnlp.data.collate import pad_batch
+
+    ids, mask = pad_batch(setup.ids["train"][:8])
+    labels = torch.tensor(setup.data.targets("train")[:8])
+    mlm_ids, mlm_labels = masker(ids, mask, 0)
+    out = wrapper(ids, mask, labels, mlm_ids, mlm_labels)
+    plain = ClassifierLoss(classifier)(ids, mask, labels)
+    assert torch.allclose(out["classification_loss"], plain["loss"])
+    assert torch.allclose(out["loss"], plain["loss"] + 0.5 * out["mlm_loss"])
+    assert 0.0 <= float(out["mlm_accuracy"]) <= 1.0
+
+
+def test_mlm_beside_a_random_twin_and_without_a_head(env) -> None:
+    tmp, vocab = env
+    encoder_only = make_model_dir(tmp, vocab)  # weights of the encoder alone
+    # the random-init twin trains a fresh head: no head needs to be on disk
+    twin = _cfg(
+        env,
+        f"finetune.model={encoder_only}",
+        "finetune.vocab=",
+        "finetune.init=random",
+        "finetune.mlm_weight=1",
+    )
+    assert run_finetune(twin, "tncc").seeds[0].metrics["test"].count == 30
+    pretrained = _cfg(env, f"finetune.model={encoder_only}", "finetune.vocab=")
+    pretrained.finetune.mlm_weight = 1.0
+    with pytest.raises(DataError, match=r"no MLM head"):
+        run_finetune(pretrained, "tncc")
+    with pytest.raises(ConfigError, match=r"finetune.mlm_weight"):
+        load_config(None, ["finetune.encoder=none", "finetune.mlm_weight=1"])
+    with pytest.raises(ConfigError, match=r"finetune.mlm_prob"):
+        load_config(None, ["finetune.mlm_prob=1"])
+
+
+def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
+    """Seeds fine-tuned before these settings existed are reused at their defaults: the
+    settings enter the hashed key only when set."""
+    cfg = _cfg(env, *TINY_MODEL)
+    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+
+    def hashed(*extra: str) -> dict:
+        with mock.patch.object(ft_mod.json, "dumps", wraps=json.dumps) as spy:
+            ft_mod._fingerprint(setup, _cfg(env, *TINY_MODEL, *extra), 1, False)
+        return spy.call_args.args[0]["finetune"]
+
+    new = {"layer_decay", "mlm_weight", "mlm_prob"}
+    assert not new & set(hashed()) and "optimizer" in hashed()
+    assert not new & set(hashed("finetune.layer_decay=1", "finetune.mlm_prob=0.15"))
+    assert hashed("finetune.mlm_weight=0.5")["mlm_weight"] == 0.5
+    assert hashed("finetune.layer_decay=0.8")["layer_decay"] == 0.8
