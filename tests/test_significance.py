@@ -110,6 +110,41 @@ def test_summary_table_gives_the_gain_over_the_twin_an_interval() -> None:
     assert line.rstrip(" |").split(" | ")[-1] == f"{100 * d.diff:+.2f}"
 
 
+def test_summary_table_compares_each_label_count_with_its_own_best_twin() -> None:
+    """A few-label curve: rows fine-tuned on 371 and on all 7,422 titles each meet the twin of
+    their own size; of two twin recipes at one size the gain is over the better on validation."""
+    true, pred = _data()
+    better = np.where(np.arange(len(true)) % 2 == 0, true, pred)
+    worse = np.where(np.arange(len(true)) % 3 == 0, (true + 1) % LABELS, pred)
+
+    def sized(row: dict, train: int, val: float | None = None) -> dict:
+        if val is not None:  # a validation score of its own (selection reads it)
+            row["aggregate"]["validation"] = {"macro_f1": {"mean": val, "std": 0.0}}
+        return {**row, "notes": {"sizes": {"train": train, "validation": 927, "test": 927}}}
+
+    rows = [
+        sized(_row("albert-pretrained(m)+cnn", true, [better]), 371),
+        sized(_row("albert-random(m)+cnn", true, [pred]), 371, val=0.40),  # chosen
+        sized(_row("albert-random(m)+cnn", true, [worse]), 371, val=0.30),
+        sized(_row("albert-pretrained(m)+cnn", true, [pred]), 7422),
+        sized(_row("albert-random(m)+cnn", true, [better]), 7422),
+    ]
+    table = summary_table(rows).splitlines()
+    assert "| labelled examples |" in table[2]
+    pretrained = [ln.split(" | ") for ln in table if "albert-pretrained" in ln]
+    assert [cells[1] for cells in pretrained] == ["371", "7,422"]
+    gains = [cells[-1].rstrip(" |") for cells in pretrained]
+    assert gains[0] == f"{100 * compare_rows(rows[0], rows[1]).diff:+.2f} " + (
+        compare_rows(rows[0], rows[1]).interval()
+    )
+    assert gains[1].startswith(f"{100 * compare_rows(rows[3], rows[4]).diff:+.2f}")
+    assert compare_rows(rows[3], rows[4]).diff < 0 < compare_rows(rows[0], rows[1]).diff
+    marked = [ln for ln in table if "best on validation" in ln]
+    assert len(marked) == 1 and "| 371 |" in marked[0] and "| 40.00 |" in marked[0]
+    # one size throughout: no such column (the main job's table as it was)
+    assert "labelled" not in summary_table(rows[3:]).splitlines()[2]
+
+
 def test_compare_command(tmp_path) -> None:
     true, pred = _data()
     better = np.where(np.arange(len(true)) % 2 == 0, true, pred)

@@ -126,22 +126,22 @@ class Planner:
         out = self._data(raw, real, where)
         if not real:  # plain paths (outside the data directory) count by content
             if isinstance(out, dict):
-                return {k: self._plain(v) for k, v in out.items()}
-            return [self._plain(v) for v in out]
+                return {k: self._plain(v, f"{where}.{k}") for k, v in out.items()}
+            return [self._plain(v, f"{where}[{i}]") for i, v in enumerate(out)]
         return out
 
-    def _plain(self, value: Any) -> Any:
+    def _plain(self, value: Any, where: str) -> Any:
         if not isinstance(value, str) or value.startswith(("stage:", DATA_PREFIX)):
             return value
         if not value.strip():  # Path("") would be the pipeline's own folder
             raise ConfigError(
-                f"{self.spec.source}: an input is empty",
+                f"{self.spec.source}: {where} is empty",
                 "set it (a pipeline variable left empty: --set vars.NAME=PATH)",
             )
         path = Path(value) if Path(value).is_absolute() else self.base / value
         if not path.exists():
             raise ConfigError(
-                f"{self.spec.source}: input {value!r} does not exist",
+                f"{self.spec.source}: {where}: {value!r} does not exist",
                 "name data files as data:FOLDER/FILE (inside the data directory)",
             )
         return f"file@{path_hash(path)}"
