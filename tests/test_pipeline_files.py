@@ -130,5 +130,45 @@ def test_gpu_curve_continues_the_start_it_is_given(corpus_dir: Path, tmp_path: P
         "vocab": str(start),
         "init": str(start),
     }
-    with pytest.raises(ConfigError, match="an input is empty"):
+    with pytest.raises(ConfigError, match=r"stages\.pretrain\.inputs\.vocab is empty"):
         Planner(load_pipeline(PIPELINES / "gpu_curve.yaml"), tmp_path / "w2").plan()
+
+
+def test_labels_pipeline_fine_tunes_the_main_jobs_models_at_each_label_count(tmp_path) -> None:
+    """pipelines/labels.yaml: every system at every N with the same epoch cap and patience
+    (the encoder and the twins: one schedule per N), and a clear error without its models."""
+    with pytest.raises(
+        ConfigError, match=r"(?s)stages\.encoder\.inputs\.model is empty.*--set vars\.NAME"
+    ):
+        Planner(load_pipeline(PIPELINES / "labels.yaml"), tmp_path / "w0").plan()
+    encoder, base = tmp_path / "encoder", tmp_path / "base"
+    for folder in (encoder, base):
+        folder.mkdir()
+        (folder / "model.yaml").write_text("{}\n")
+    sets = [f"vars.encoder={encoder}", f"vars.base={base}"]
+    spec = load_pipeline(PIPELINES / "labels.yaml", sets)
+    planner = Planner(spec, tmp_path / "work")
+    assert [s.action for s in planner.plan()] == ["run"] * 23
+    runs: dict[str, dict[str, dict]] = {}
+    for node in expand(spec):
+        ft = planner.config_dict(node, real=False)["finetune"]
+        runs.setdefault(node.stage.name, {})[node.variant] = ft
+    sizes = {"n371": 371, "n742": 742, "n1855": 1855, "n3711": 3711, "all": 0}
+    assert {k: v["limit_train"] for k, v in runs["encoder"].items()} == sizes
+    for stage in ("twin", "twin_fast_head"):
+        for n, ft in runs[stage].items():
+            same = ("limit_train", "epochs", "patience", "layers", "seeds")
+            assert {k: ft[k] for k in same} == {k: runs["encoder"][n][k] for k in same}
+            assert ft["init"] == "random"
+    assert set(runs["twin_fast_head"]) == set(sizes) - {"all"}
+    assert (runs["twin_fast_head"]["n371"]["head_lr"], runs["twin"]["n371"]["head_lr"]) == (
+        0.003,
+        0.0,
+    )
+    for n, ft in runs["scratch"].items():
+        vec = runs["vectors"][n]
+        assert (ft["encoder"], ft["init"], vec["init"]) == ("none", "random", "pretrained")
+        assert {k: ft[k] for k in ("epochs", "patience", "optimizer")} == {
+            k: vec[k] for k in ("epochs", "patience", "optimizer")
+        }
+    assert runs["encoder"]["all"]["epochs"] == 8 and runs["vectors"]["all"]["epochs"] == 15
