@@ -158,6 +158,12 @@ def test_mlm_loss_is_added_with_its_weight(env) -> None:
     assert torch.allclose(out["classification_loss"], plain["loss"])
     assert torch.allclose(out["loss"], plain["loss"] + 0.5 * out["mlm_loss"])
     assert 0.0 <= float(out["mlm_accuracy"]) <= 1.0
+    # texts without a single piece ([CLS] [SEP] only): the classification loss alone
+    empty = torch.tensor([[2, 3]] * 2)
+    nothing = masker(empty, torch.ones_like(empty), 1)
+    assert (nothing[1] == IGNORE_INDEX).all()
+    alone = wrapper(empty, torch.ones_like(empty), labels[:2], *nothing)
+    assert "mlm_loss" not in alone and torch.isfinite(alone["loss"])
 
 
 def test_mlm_beside_a_random_twin_and_without_a_head(env) -> None:

@@ -66,7 +66,9 @@ class ClassifierLoss(nn.Module):
         if self.mlm_head is not None and mlm_input_ids is not None and mlm_labels is not None:
             encoder = self.model.encoder
             assert isinstance(encoder, Encoder)  # finetune.mlm_weight: validated at load
-            sel = mlm_labels != IGNORE_INDEX  # every text holds one masked piece at least
+            sel = mlm_labels != IGNORE_INDEX  # one masked piece at least per non-empty text
+            if not bool(sel.any()):  # a batch of texts without a piece: nothing to predict
+                return out
             hidden = encoder(mlm_input_ids, attention_mask, outputs_at=sel).hidden[sel]
             mlm = self.mlm_head(hidden, encoder.embeddings.word.weight).float()
             mlm_loss = nn.functional.cross_entropy(mlm, mlm_labels[sel])
