@@ -251,3 +251,24 @@ def test_readings_run_with_the_weights_in_bf16(env, mode, extra) -> None:
     ids = torch.tensor([[2, *range(10, 30), 3], [2, 20, 21, 3] + [0] * 18])
     logits, _ = model.classify(ids, (ids != 0).long())
     assert logits.dtype == torch.bfloat16 and bool(torch.isfinite(logits).all())
+
+
+@pytest.mark.parametrize(
+    "options", [{"sop": False}, {"sop": False, "contrastive": 0.1}], ids=["no-sop", "contrast"]
+)
+def test_load_mlm_reads_models_pretrained_without_the_pair_task(env, options) -> None:
+    """The main job pretrains without SOP (and a lever adds the contrast's projection): the
+    MLM head loads all the same, so GEMFormer's selection and `model memory` read such models."""
+    from tibnlp.models.io import save_pretrained
+
+    cfg = load_config(None, MODEL).model
+    cfg.vocab_size = Vocabulary.load(env.vocab).size
+    saved = AlbertForPretraining(cfg, **options)
+    folder = env.tmp / f"pretrained-{len(options)}"
+    save_pretrained(saved, cfg, folder)
+    for f in env.vocab.iterdir():
+        shutil.copy2(f, folder / f.name)
+    mlm, _ = load_mlm(folder)
+    assert not mlm.sop
+    for key, value in mlm.state_dict().items():
+        assert torch.equal(value, saved.state_dict()[key]), key

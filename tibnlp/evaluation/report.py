@@ -245,7 +245,8 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
         gain = _gain(r, twin) if kind == "pretrained" and twin is not None else "-"
         cells = [r["dataset"], *([f"{_train_size(r):,}"] if by_size else [])]
         chosen = kind == "random" and recipes[key(r)] > 1 and twin is r
-        cells += [system_cell(r) + (" (best on validation: the gains' baseline)" * chosen)]
+        mark = " (best on validation: the gains' baseline)" if chosen else ""
+        cells += [system_cell(r) + mark]
         cells += [tokens, str(n)]
         cells += [_cell(r["aggregate"], "test", "macro_f1", n)]
         cells += [_cell(r["aggregate"], "test", "weighted_f1", n)]

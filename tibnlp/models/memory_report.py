@@ -52,11 +52,15 @@ def load_mlm(model_dir: Path) -> tuple[AlbertForPretraining, spm.SentencePiecePr
     """The pretraining model (MLM head included) and its SentencePiece model."""
     model_dir = Path(model_dir)
     cfg, state = load_pretrained(model_dir)
-    model = AlbertForPretraining(cfg)
+    # the pair head exists only where pretraining ran SOP (the main job's recipe has none);
+    # the same-document contrast's projection is a pretraining-only head, not read here
+    sop = any(k.startswith("sop_") for k in state)
+    state = {k: v for k, v in state.items() if not k.startswith("contrastive_proj.")}
+    model = AlbertForPretraining(cfg, sop=sop)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise DataError(
-            f"{model_dir / WEIGHTS} is not a pretraining model with an MLM head: missing "
+            f"{model_dir / WEIGHTS} holds no MLM head, or is not a pretraining model: missing "
             f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}",
             "point --model at the directory written by pretraining, not a fine-tuned encoder",
         )

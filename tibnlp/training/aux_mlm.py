@@ -21,9 +21,7 @@ from torch import nn
 
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.masking import IGNORE_INDEX
-from tibnlp.errors import DataError
 from tibnlp.models.encoder import init_weights
-from tibnlp.models.io import WEIGHTS, load_pretrained
 from tibnlp.models.pretraining import mlm_head_logits
 
 HEAD_KEYS = ("mlm_dense.weight", "mlm_dense.bias", "mlm_norm.weight", "mlm_norm.bias", "mlm_bias")
@@ -45,15 +43,14 @@ class MlmHead(nn.Module):
         return mlm_head_logits(self.mlm_dense, self.mlm_norm, self.mlm_bias, word, hidden)
 
     def load_pretrained_head(self, model_dir: Path) -> None:
-        """The head a pretraining run saved beside its encoder."""
-        _, state = load_pretrained(model_dir)
-        missing = [k for k in HEAD_KEYS if k not in state]
-        if missing:
-            raise DataError(
-                f"{Path(model_dir) / WEIGHTS} holds no MLM head (missing {missing[:2]})",
-                "finetune.mlm_weight reads the head a pretraining run saves: point --model at "
-                "a pretraining output, or set finetune.mlm_weight=0",
-            )
+        """The head a pretraining run saved beside its encoder (read by `load_mlm`, which
+        checks the folder is a pretraining model). Building that model draws random numbers:
+        they come from a forked stream, so the run's own randomness is left as it was."""
+        from tibnlp.models.memory_report import load_mlm
+
+        with torch.random.fork_rng(devices=[]):
+            mlm, _ = load_mlm(model_dir)
+        state = mlm.state_dict()
         self.load_state_dict({k: state[k] for k in HEAD_KEYS})
 
 

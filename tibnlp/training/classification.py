@@ -156,9 +156,10 @@ def learning_rates(model: Classifier, ft: FinetuneConfig) -> dict[str, float]:
     depth, lr = encoder.cfg.num_layers, ft.optimizer.lr
     if not ft.embedding_lr:
         rates["model.encoder.embeddings."] = lr * ft.layer_decay**depth
-    rates["model.encoder.layer."] = lr * ft.layer_decay ** (depth - 1)
-    for k in range(depth - 1):  # later_layers.k is layer k + 2 of 1..L
-        rates[f"model.encoder.later_layers.{k}."] = lr * ft.layer_decay ** (depth - 2 - k)
+    names = {id(m): name for name, m in encoder.named_modules()}
+    for i in range(depth):  # layer i + 1 of 1..L
+        prefix = f"model.encoder.{names[id(encoder.layer_at(i))]}."
+        rates[prefix] = lr * ft.layer_decay ** (depth - 1 - i)
     return rates
 
 

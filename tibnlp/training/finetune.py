@@ -23,7 +23,7 @@ import torch
 from tibnlp.config import Config, to_dict
 from tibnlp.config.core import check
 from tibnlp.config.finetune import FinetuneConfig
-from tibnlp.config.identity import ADDED_WHEN_SET, output_settings
+from tibnlp.config.identity import output_settings
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.collate import encode_texts
 from tibnlp.data.tasks import (
@@ -419,14 +419,13 @@ def _log_seed(run: Tracker, metrics: dict[str, Metrics]) -> None:
 
 def _fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
     """Everything that determines a seed's result (not where it is written)."""
-    settings = {k: v for k, v in to_dict(cfg.finetune).items() if k not in ("seeds", "output")}
-    for name, value in to_dict(FinetuneConfig()).items():  # seeds run before a setting was
-        if f"finetune.{name}" in ADDED_WHEN_SET and settings[name] == value:  # added keep theirs
-            del settings[name]
+    # settings added later enter only when set (ADDED_WHEN_SET): earlier seeds keep their key;
+    # engine settings that change results (precision, ZeRO) only when not the defaults
+    hashed = output_settings(to_dict(cfg), ("finetune", "engine"))
+    settings = {k: v for k, v in hashed.pop("finetune").items() if k not in ("seeds", "output")}
     key: dict[str, Any] = {
         "finetune": settings,
-        # engine settings that change results (precision, ZeRO), only when not the defaults
-        **output_settings(to_dict(cfg), ("engine",)),
+        **hashed,
         "meta": to_dict(setup.meta),
         "sizes": {s: len(v) for s, v in setup.ids.items()},
         "seed": seed,
