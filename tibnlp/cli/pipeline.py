@@ -25,7 +25,8 @@ def run(
     ] = False,
     overrides: SetOption = None,
     force: Annotated[
-        list[str] | None, typer.Option("--force", help="Rerun this stage even if cached.")
+        list[str] | None,
+        typer.Option("--force", help="Rerun this stage even if cached, and what reads it."),
     ] = None,
     workdir: Annotated[
         Path | None, typer.Option(help="Where stage outputs live (default from the file).")

@@ -72,11 +72,18 @@ class Slot:
         atomic_write_text(
             self.partial / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False, default=str)
         )
+        # a forced rerun: move the old output aside (one rename) before deleting it, so an
+        # interruption never leaves a half-deleted folder under its manifest
+        old = self.final.with_name(f".{self.final.name}.old")
+        if old.exists():
+            shutil.rmtree(old)
         if self.final.exists():
-            shutil.rmtree(self.final)
+            self.final.rename(old)
         os.replace(self.partial, self.final)
         pointer = {k: manifest[k] for k in ("key", "config", "inputs") if k in manifest}
         atomic_write_text(self.last, json.dumps(pointer, indent=1, ensure_ascii=False, default=str))
+        if old.exists():
+            shutil.rmtree(old)
 
 
 def slot_for(workdir: Path, stage: str, variant: str, key: str) -> Slot:

@@ -24,6 +24,9 @@ class Node:
     upstream: dict[str, Node] = field(default_factory=dict)  # stage name -> node it reads
     model_label: str = ""
     collected: dict[str, list[Node]] = field(default_factory=dict)  # collect: all nodes read
+    own: str = ""  # this node's own variant name
+    # stage name -> the node of that stage this one descends from (itself included)
+    lineage: dict[str, Node] = field(default_factory=dict)
 
     def reads(self) -> list[Node]:
         """Every node this one reads."""
@@ -50,20 +53,36 @@ def expand(spec: PipelineSpec) -> list[Node]:
             collected = {r: by_stage[r] for r in refs}
             for variant in stage.variants:
                 node = Node(stage, variant.name, dict(variant.overrides), collected=collected)
+                node.own, node.lineage = variant.name, {stage.name: node}
                 nodes.append(node)
             by_stage[stage.name] = nodes
             order += nodes
             continue
         for combo in itertools.product(*choices) if refs else [()]:
+            # two inputs descending from one gridded stage must descend from the same variant
+            # of it (prepare[a] -> vocab[a]: pretrain reads prepare[a] with vocab[a] only)
+            lineage: dict[str, Node] = {}
+            if any(
+                lineage.setdefault(name, anc) is not anc
+                for up in combo
+                for name, anc in up.lineage.items()
+            ):
+                continue
             upstream = dict(zip(refs, combo, strict=True))
-            inherited = [n.variant for n in combo if n.variant]
-            inherited_model = [n.model_label for n in combo if n.model_label]
+            inherited = [n.own for n in lineage.values() if n.own]
+            inherited_model = [
+                n.own
+                for n in lineage.values()
+                if n.own and not n.stage.collect and _touches_model(n.overrides)
+            ]
             for variant in stage.variants:
                 label = ",".join(p for p in [*inherited, variant.name] if p)
                 model = ",".join(inherited_model)
                 if variant.name and _touches_model(variant.overrides):
                     model = ",".join(p for p in [model, variant.name] if p)
-                nodes.append(Node(stage, label, dict(variant.overrides), upstream, model))
+                node = Node(stage, label, dict(variant.overrides), upstream, model)
+                node.own, node.lineage = variant.name, {**lineage, stage.name: node}
+                nodes.append(node)
         by_stage[stage.name] = nodes
         order += nodes
     return order

@@ -16,6 +16,7 @@ from tibnlp.config.identity import output_settings
 from tibnlp.data.datadir import require
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.folder_lock import hold_folder
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.pipeline.cache import Slot, explain_change, node_key, slot_for
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.grid import Node, expand
@@ -71,7 +72,9 @@ class Planner:
     def __init__(self, spec: PipelineSpec, workdir: Path | None = None) -> None:
         self.spec = spec
         self.workdir = Path(workdir or spec.workdir)
-        self.base = spec.source.parent if spec.source else Path.cwd()
+        # relative plain inputs (`--set vars.model=runs/...`) count from where the command
+        # runs, as --workdir does, not from the pipeline file's folder
+        self.base = Path.cwd()
         self.keys: dict[int, str] = {}
         self.outputs: dict[int, Path] = {}
         self.left_out: list[Node] = []  # nodes that `until` does not need
@@ -118,9 +121,26 @@ class Planner:
             return [self._data(v, real, f"{where}[{i}]") for i, v in enumerate(value)]
         return value
 
+    def _anchored(self, value: Any) -> Any:
+        """Relative plain paths made absolute (from the working directory), so the file the
+        plan hashes is the file the stage reads."""
+        if isinstance(value, dict):
+            return {k: self._anchored(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._anchored(v) for v in value]
+        if (
+            isinstance(value, str)
+            and value.strip()
+            and "${" not in value
+            and not value.startswith(DATA_PREFIX)
+            and not Path(value).is_absolute()
+        ):
+            return str(self.base / value)
+        return value
+
     def _inputs(self, node: Node, real: bool) -> Any:
         where = f"stages.{node.stage.name}.inputs"
-        raw = substitute(copy.deepcopy(node.stage.inputs), self._lookup(node, real), where)
+        raw = substitute(self._anchored(node.stage.inputs), self._lookup(node, real), where)
         if isinstance(raw, list):  # a collect stage's reference is a list of outputs
             raw = [v for item in raw for v in (item if isinstance(item, list) else [item])]
         out = self._data(raw, real, where)
@@ -131,18 +151,24 @@ class Planner:
         return out
 
     def _plain(self, value: Any, where: str) -> Any:
-        if not isinstance(value, str) or value.startswith(("stage:", DATA_PREFIX)):
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"{self.spec.source}: {where}: {value!r} is not a path",
+                "an input is a path, data:FOLDER/FILE or ${stages.STAGE.output}",
+            )
+        if value.startswith(("stage:", DATA_PREFIX)):
             return value
         if not value.strip():  # Path("") would be the pipeline's own folder
             raise ConfigError(
                 f"{self.spec.source}: {where} is empty",
                 "set it (a pipeline variable left empty: --set vars.NAME=PATH)",
             )
-        path = Path(value) if Path(value).is_absolute() else self.base / value
+        path = Path(value)  # relative ones are anchored in the working directory already
         if not path.exists():
             raise ConfigError(
                 f"{self.spec.source}: {where}: {value!r} does not exist",
-                "name data files as data:FOLDER/FILE (inside the data directory)",
+                "a relative path counts from the working directory; name data files as "
+                "data:FOLDER/FILE (inside the data directory)",
             )
         return f"file@{path_hash(path)}"
 
@@ -190,11 +216,22 @@ class Planner:
         steps: list[Step] = []
         stale: set[int] = set()
         every = expand(self.spec)
+        unknown = sorted(forced - {n.stage.name for n in every} - {n.name for n in every})
+        if unknown:
+            raise ConfigError(
+                f"{self.spec.source}: --force {', '.join(unknown)}: the pipeline has no such "
+                "stage or stage run",
+                f"its stages: {', '.join(st.name for st in self.spec.stages)}",
+            )
         keep = self.needed(every, until)
         nodes = [n for n in every if keep is None or id(n) in keep]
         self.left_out = [n for n in every if keep is not None and id(n) not in keep]
         for node in nodes:
-            sdef = stage_def(node.stage.kind)
+            try:
+                sdef = stage_def(node.stage.kind)
+            except ConfigError as exc:
+                where = f"{self.spec.source}: stages.{node.stage.name}.kind"
+                raise ConfigError(f"{where}: {exc.message}", exc.hint) from exc
             config = self.config_dict(node, real=False)
             inputs = self._inputs(node, real=False)
             sections = output_settings(config, sdef.sections)
@@ -208,6 +245,8 @@ class Planner:
             upstream_runs = [u.name for u in node.reads() if id(u) in stale]
             if node.stage.name in forced or node.name in forced:
                 action, reason = "run", "forced (--force)"
+            elif upstream_runs and manifest is not None:  # same key, replaced input
+                action, reason = "run", f"{', '.join(upstream_runs)} runs first (new output)"
             elif manifest is not None:
                 action, reason = "skip", f"cached: same config and inputs ({slot.final})"
                 self.outputs[id(node)] = slot.output_of(manifest)
@@ -280,6 +319,8 @@ def _plan_and_run(
     result = PipelineRun(steps)
     width = max(len(n.name) for n in [*(s.node for s in steps), *planner.left_out])
     echo(f"pipeline {spec.name}: {len(steps)} stage runs, work dir {planner.workdir}")
+    for note in spec.notes:
+        echo(f"  note: {note}")
     for s in steps:
         echo(f"  {s.action:4}  {s.node.name:{width}}  {s.reason}")
     targets = ", ".join(sorted(set(until)))
@@ -409,7 +450,10 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
         tags[TAG_MODEL] = node.model_label
     resume = slot.partial.exists()
     run_file = slot.partial / ".tibnlp-run.json"
-    earlier = json.loads(run_file.read_text()).get("run_id") if run_file.is_file() else None
+    try:
+        earlier = json.loads(run_file.read_text(encoding="utf-8")).get("run_id")
+    except (OSError, ValueError, AttributeError):  # none, or cut short: a new run
+        earlier = None
     child = parent.child(node.name, tags=tags, resume_run_id=earlier)  # resumed: same run
     if earlier:
         child.set_tags({**tags, "mlflow.parentRunId": parent.run_id or ""})
@@ -420,7 +464,7 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
     cfg.tracking.run_id = child.run_id or ""
     cfg.tracking.tags = {**cfg.tracking.tags, **tags}
     slot.partial.mkdir(parents=True, exist_ok=True)
-    run_file.write_text(json.dumps({"run_id": child.run_id}), encoding="utf-8")
+    atomic_write_text(run_file, json.dumps({"run_id": child.run_id}))
     params = planner.params(node, real=True)
     # Paths left empty here (pretrain.corpus, finetune.model...) are filled from the inputs by
     # the stage adapter, and the stage logs them itself: logging "" now would make MLflow

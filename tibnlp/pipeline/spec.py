@@ -79,7 +79,8 @@ class StageSpec:
     def references(self) -> list[str]:
         """Names of the stages this one reads (through ${stages.NAME....})."""
         found: list[str] = []
-        for text in _strings([self.inputs, self.config, self.params]):
+        overrides = [v.overrides for v in self.variants]  # grid and variant values too
+        for text in _strings([self.inputs, self.config, self.params, overrides]):
             for ref in _REF.findall(text):
                 parts = ref.strip().split(".")
                 if parts[0] == "stages" and len(parts) >= 3 and parts[1] not in found:
@@ -97,6 +98,7 @@ class PipelineSpec:
     source: Path | None = None
     vars: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # printed above the plan
 
 
 def _strings(obj: Any) -> Iterable[str]:
@@ -248,8 +250,9 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
 
 def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     """Read a pipeline file; `--set` overrides address its keys (`vars.steps=50`,
-    `stages.pretrain.config.pretrain.max_steps=10`) or, for config sections, every stage
-    (`pretrain.max_steps=10` is `config.pretrain.max_steps=10`)."""
+    `stages.pretrain.config.pretrain.max_steps=10`) or, for config sections, every stage that
+    does not set the key itself (`pretrain.max_steps=10` is `config.pretrain.max_steps=10`;
+    `notes` name the stages it does not reach)."""
     data = read_yaml(Path(path))
     fixed = []
     for text in overrides:
@@ -259,4 +262,36 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
         apply_overrides(data, fixed)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
-    return parse_pipeline(data, Path(path))
+    spec = parse_pipeline(data, Path(path))
+    shared = [t.split("=", 1)[0].strip()[len("config.") :] for t in fixed]
+    spec.notes = shadowed(spec, [k for k in shared if k])
+    return spec
+
+
+def shadowed(spec: PipelineSpec, keys: Iterable[str]) -> list[str]:
+    """A shared `--set section.key=...` gives way to a stage's own `config` or variant that sets
+    the same key; say so, rather than let a user believe every stage took it."""
+    notes = []
+    for key in keys:
+        for stage in spec.stages:
+            own = _has_dotted(stage.config, key.split("."))
+            varied = [v.name for v in stage.variants if key in v.overrides]
+            if varied:  # a variant's value wins over every config
+                notes.append(
+                    f"--set {key} does not reach stage {stage.name}: its variants "
+                    f"({', '.join(varied)}) set it (change them in {spec.source})"
+                )
+            elif own:
+                notes.append(
+                    f"--set {key} does not reach stage {stage.name}: its own config sets it "
+                    f"(for that stage: --set stages.{stage.name}.config.{key}=...)"
+                )
+    return notes
+
+
+def _has_dotted(data: Any, parts: list[str]) -> bool:
+    for part in parts:
+        if not isinstance(data, dict) or part not in data:
+            return False
+        data = data[part]
+    return True

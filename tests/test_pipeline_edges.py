@@ -1,0 +1,247 @@
+"""Edges of the pipeline mechanism: each test pins a defect found in review (and fixed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tibnlp.errors import ConfigError
+from tibnlp.pipeline import cache
+from tibnlp.pipeline.context import StageContext
+from tibnlp.pipeline.grid import expand
+from tibnlp.pipeline.registry import register_stage
+from tibnlp.pipeline.runner import Planner, run_pipeline
+from tibnlp.pipeline.spec import load_pipeline
+
+READ: list[str] = []
+
+
+def read_inputs(ctx: StageContext) -> dict[str, Any]:
+    """Records the text of every input it is given (and writes two files)."""
+    paths = ctx.inputs.values() if isinstance(ctx.inputs, dict) else ctx.inputs
+    READ.extend(Path(p).read_text(encoding="utf-8") for p in paths)
+    (ctx.output / "a.txt").write_text("a")
+    (ctx.output / "b.txt").write_text("b")
+    return {"n": 1}
+
+
+register_stage("r_read", read_inputs, ("finetune",))
+
+
+def _write(path: Path, stages: dict[str, Any]) -> Path:
+    body = {
+        "name": path.stem,
+        "workdir": str(path.parent / f"work-{path.stem}"),
+        "config": {"tracking": {"enabled": False}},
+        "stages": stages,
+    }
+    path.write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    READ.clear()
+
+
+def test_relative_input_counts_from_the_working_directory(tmp_path: Path, monkeypatch) -> None:
+    """A relative plain input, written in the file or set as a variable on the command line
+    (`--set vars.model=runs/...`, as labels.yaml documents), names a path from where the command
+    runs, as --workdir does; the key hashes the very file the stage then reads. It used to be
+    checked beside the pipeline file and read from the working directory."""
+    (tmp_path / "pipes").mkdir()
+    (tmp_path / "pipes" / "in.txt").write_text("beside the pipeline file", encoding="utf-8")
+    (tmp_path / "in.txt").write_text("in the working directory", encoding="utf-8")
+    _write(tmp_path / "pipes" / "rel.yaml", {"r": {"kind": "r_read", "inputs": ["in.txt"]}})
+    monkeypatch.chdir(tmp_path)
+    run_pipeline(load_pipeline(Path("pipes/rel.yaml")), echo=_quiet)
+    assert READ == ["in the working directory"]
+
+    READ.clear()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "model.txt").write_text("a model", encoding="utf-8")
+    body = {
+        "name": "var",
+        "workdir": str(tmp_path / "work-var"),
+        "vars": {"model": ""},
+        "config": {"tracking": {"enabled": False}},
+        "stages": {"r": {"kind": "r_read", "inputs": {"model": "${vars.model}"}}},
+    }
+    (tmp_path / "pipes" / "var.yaml").write_text(yaml.safe_dump(body), encoding="utf-8")
+    spec = load_pipeline(Path("pipes/var.yaml"), ["vars.model=runs/model.txt"])
+    step = Planner(spec).plan()[0]
+    assert step.action == "run"
+    run_pipeline(spec, echo=_quiet)
+    assert READ == ["a model"]
+    monkeypatch.chdir(tmp_path / "pipes")  # elsewhere, the same words name no file
+    with pytest.raises(ConfigError, match="working directory"):
+        Planner(load_pipeline(Path("var.yaml"), ["vars.model=runs/model.txt"])).plan()
+
+
+def test_a_stage_reading_two_descendants_of_a_grid_gets_matching_variants(tmp_path: Path) -> None:
+    """prepare (grid) -> vocab, and pretrain reading prepare and vocab: two pretrain nodes, each
+    with the corpus and the vocabulary of the same prepare variant (not 2 x 2, half mismatched)."""
+    path = _write(
+        tmp_path / "diamond.yaml",
+        {
+            "prepare": {"kind": "r_read", "grid": {"corpus.min_syllables": [2, 3]}},
+            "vocab": {"kind": "r_read", "inputs": {"corpus": "${stages.prepare.output}"}},
+            "pretrain": {
+                "kind": "r_read",
+                "inputs": {
+                    "corpus": "${stages.prepare.output}",
+                    "vocab": "${stages.vocab.output}",
+                },
+            },
+        },
+    )
+    nodes = [n for n in expand(load_pipeline(path)) if n.stage.name == "pretrain"]
+    pairs = sorted((n.upstream["prepare"].name, n.upstream["vocab"].name) for n in nodes)
+    assert pairs == [
+        ("prepare[min_syllables=2]", "vocab[min_syllables=2]"),
+        ("prepare[min_syllables=3]", "vocab[min_syllables=3]"),
+    ]
+    assert sorted(n.name for n in nodes) == [
+        "pretrain[min_syllables=2]",
+        "pretrain[min_syllables=3]",
+    ]
+
+
+def test_an_interrupted_republish_never_leaves_a_cached_half_output(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A forced rerun replaces the published output. If that is interrupted while the old
+    output is being deleted, the next plan must not take a half-deleted folder as cached."""
+    path = _write(tmp_path / "repub.yaml", {"r": {"kind": "r_read"}})
+    run_pipeline(load_pipeline(path), echo=_quiet)
+    real = shutil.rmtree
+
+    def interrupted_rmtree(target: Any, *args: Any, **kwargs: Any) -> None:
+        victims = sorted(p for p in Path(target).iterdir() if not p.name.startswith("."))
+        victims[0].unlink()  # some files are gone, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cache.shutil, "rmtree", interrupted_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_pipeline(path), force=["r"], echo=_quiet)
+    monkeypatch.setattr(cache.shutil, "rmtree", real)
+    step = Planner(load_pipeline(path)).plan()[0]
+    # the new output was in place before the old one was deleted: finished, and whole
+    assert step.action == "skip"
+    assert sorted(p.name for p in step.slot.final.iterdir() if p.name[0] != ".") == [
+        "a.txt",
+        "b.txt",
+        "results.json",
+    ]
+    run_pipeline(load_pipeline(path), force=["r"], echo=_quiet)  # the next publish tidies up
+    assert not list(step.slot.final.parent.glob(".*.old"))
+
+
+def test_unknown_stage_kind_names_the_file_and_stage(tmp_path: Path) -> None:
+    path = _write(tmp_path / "kind.yaml", {"a": {"kind": "r_read"}, "b": {"kind": "pretrian"}})
+    with pytest.raises(ConfigError, match=r"kind\.yaml: stages\.b.*unknown stage kind"):
+        Planner(load_pipeline(path)).plan()
+
+
+def test_a_variant_may_reference_a_stage_above(tmp_path: Path) -> None:
+    """`variants: [{set: {finetune.model: ${stages.a.output}}}]` is a reference like one in
+    `config`: the stage reads `a` (no bare KeyError at plan time)."""
+    path = _write(
+        tmp_path / "varref.yaml",
+        {
+            "a": {"kind": "r_read"},
+            "b": {
+                "kind": "r_read",
+                "variants": [{"name": "v", "set": {"finetune.model": "${stages.a.output}"}}],
+            },
+        },
+    )
+    steps = Planner(load_pipeline(path)).plan()
+    assert steps[1].config["finetune"]["model"] == f"stage:{steps[0].key}"
+
+
+@pytest.mark.parametrize("value", [None, 3])
+def test_an_input_that_is_no_path_is_refused_at_plan_naming_its_key(
+    tmp_path: Path, value: Any
+) -> None:
+    """`--set vars.model=null` (or a YAML `model:` left blank) used to plan as "run" and then
+    crash the real run with a bare TypeError after the stages before it had run."""
+    path = _write(tmp_path / "null.yaml", {"a": {"kind": "r_read", "inputs": {"model": value}}})
+    with pytest.raises(ConfigError, match=r"stages\.a\.inputs\.model"):
+        Planner(load_pipeline(path)).plan()
+
+
+def test_force_names_a_stage_or_node_of_the_pipeline(tmp_path: Path) -> None:
+    """`--force pretrian` silently forced nothing: the cached result was reported as fresh."""
+    path = _write(tmp_path / "force.yaml", {"r": {"kind": "r_read"}})
+    run_pipeline(load_pipeline(path), echo=_quiet)
+    with pytest.raises(ConfigError, match="--force R"):
+        run_pipeline(load_pipeline(path), force=["R"], echo=_quiet)
+    assert run_pipeline(load_pipeline(path), force=["r"], echo=_quiet).ran == ["r"]
+
+
+def test_a_truncated_run_file_does_not_block_the_resume(tmp_path: Path) -> None:
+    """The partial folder's run-id file is written atomically and an unreadable one (a kill
+    or a full disk mid-write) starts a new MLflow run instead of a JSONDecodeError."""
+    path = _write(tmp_path / "runfile.yaml", {"r": {"kind": "r_read"}})
+    step = Planner(load_pipeline(path)).plan()[0]
+    step.slot.partial.mkdir(parents=True)
+    (step.slot.partial / ".tibnlp-run.json").write_text('{"run_id": "ab', encoding="utf-8")
+    result = run_pipeline(load_pipeline(path), echo=_quiet)
+    assert result.ran == ["r"]
+    manifest = json.loads((step.slot.final / cache.MANIFEST).read_text())
+    assert manifest["key"] == step.key
+    assert not [p for p in os.listdir(step.slot.final) if p.startswith("..tibnlp-run")]
+
+
+def test_a_forced_stage_reruns_the_stages_that_read_it(tmp_path: Path) -> None:
+    """`--force a` replaces a's output under the same key; b, which read the old output, must
+    not stay cached on it."""
+    path = _write(
+        tmp_path / "chain.yaml",
+        {
+            "a": {"kind": "r_read"},
+            "b": {"kind": "r_read", "inputs": {"a": "${stages.a.output}/a.txt"}},
+            "c": {"kind": "r_read"},
+        },
+    )
+    assert run_pipeline(load_pipeline(path), echo=_quiet).ran == ["a", "b", "c"]
+    steps = Planner(load_pipeline(path)).plan(force=["a"])
+    assert [(s.node.name, s.action) for s in steps] == [("a", "run"), ("b", "run"), ("c", "skip")]
+    assert "a runs first" in steps[1].reason
+    assert run_pipeline(load_pipeline(path), force=["a"], echo=_quiet).ran == ["a", "b"]
+
+
+def test_a_shared_set_that_a_stage_overrides_is_noted(tmp_path: Path) -> None:
+    """`--set finetune.epochs=1` is the shared config: a stage setting epochs itself keeps its
+    own value, and the plan says so instead of letting the user believe it took."""
+    path = _write(
+        tmp_path / "shadow.yaml",
+        {
+            "a": {"kind": "r_read"},
+            "b": {"kind": "r_read", "config": {"finetune": {"epochs": 5}}},
+            "c": {"kind": "r_read", "variants": [{"name": "v", "set": {"finetune.epochs": 7}}]},
+        },
+    )
+    spec = load_pipeline(path, ["finetune.epochs=1", "engine.threads=1"])
+    assert len(spec.notes) == 2
+    assert "stage b: its own config sets it" in spec.notes[0]
+    assert "stages.b.config.finetune.epochs" in spec.notes[0]
+    assert "stage c: its variants (v) set it" in spec.notes[1]
+    steps = Planner(spec).plan()
+    epochs = {s.node.stage.name: s.config["finetune"]["epochs"] for s in steps}
+    assert epochs == {"a": 1, "b": 5, "c": 7}
+    lines: list[str] = []
+    run_pipeline(spec, dry_run=True, echo=lines.append)
+    assert sum("note: --set finetune.epochs does not reach" in line for line in lines) == 2
+    assert load_pipeline(path, ["engine.threads=1"]).notes == []
