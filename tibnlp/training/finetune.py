@@ -259,8 +259,9 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     data = load_task_data(dataset, task)
     setup = prepare(cfg, data)
     output = Path(ft.output) / data.name / setup.system.replace("/", "_")
-    train_keys = set(data.texts("train"))
-    unseen = unseen_indices(train_keys, data.texts("test"))
+    # the training examples actually used (limit_train), as the model reads them (text_form)
+    train_keys = texts(data, "train", ft.text_form)[: len(setup.ids["train"])]
+    unseen = unseen_indices(train_keys, texts(data, "test", ft.text_form))
     advts = _advts(setup, ft.eval_also)
     notes = {
         "input_form": f"{ft.text_form} (spaces between syllables joined with U+0F0B, NFC"
@@ -347,9 +348,10 @@ def _run_seed(
 ) -> SeedResult:
     ft = cfg.finetune
     fingerprint = _fingerprint(setup, cfg, seed, advts is not None)
-    done = _load_seed(directory, fingerprint)
+    weights = _weights_sha256(setup.pretrained)
+    done = _load_seed(directory, fingerprint, weights)
     if done is not None and _lacks_predictions(done):
-        done = _rescore(done, setup, ft, unseen, advts, fingerprint)
+        done = _rescore(done, setup, ft, unseen, advts, fingerprint, weights)
     if done is not None:
         run.set_tags({"resumed": "true"})
         _log_seed(run, done.metrics)
@@ -385,7 +387,7 @@ def _run_seed(
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
         run.log_artifact(png, "confusion")
     result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
-    _save_seed(result, fingerprint)
+    _save_seed(result, fingerprint, weights)
     _log_seed(run, metrics)
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
@@ -491,6 +493,7 @@ def _rescore(
     unseen: list[int],
     advts: LabelledSet | None,
     fingerprint: str,
+    weights: str = "",
 ) -> SeedResult | None:
     """An older finished seed with its predictions added, scored again from its saved
     classifier (inference is deterministic), so `finetune compare` can pair it; None (train
@@ -505,14 +508,28 @@ def _rescore(
         if new is None or abs(new.summary["macro_f1"] - old.summary["macro_f1"]) > 1e-9:
             return None
     rescored = dataclasses.replace(done, metrics=metrics)
-    _save_seed(rescored, fingerprint)
+    _save_seed(rescored, fingerprint, weights)
     return rescored
 
 
-def _save_seed(result: SeedResult, fingerprint: str) -> None:
+def _weights_sha256(state: dict[str, torch.Tensor] | None) -> str:
+    """The pretrained weights a seed starts from ("" for none): a model folder is rewritten in
+    place (pretraining resumed for more steps) under the same name, which the fingerprint holds."""
+    if state is None:
+        return ""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().contiguous().cpu()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _save_seed(result: SeedResult, fingerprint: str, weights: str = "") -> None:
     """The seed's record (`_load_seed` reads it back on a rerun), written atomically."""
     saved = {
         "fingerprint": fingerprint,
+        "pretrained_sha256": weights,
         "seed": result.seed,
         "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run,
@@ -521,7 +538,7 @@ def _save_seed(result: SeedResult, fingerprint: str) -> None:
     atomic_write_text(result.directory / SEED_FILE, result_json(saved, indent=1))
 
 
-def _load_seed(directory: Path, fingerprint: str) -> SeedResult | None:
+def _load_seed(directory: Path, fingerprint: str, weights: str = "") -> SeedResult | None:
     path = directory / SEED_FILE
     if not path.is_file():
         return None
@@ -531,5 +548,7 @@ def _load_seed(directory: Path, fingerprint: str) -> SeedResult | None:
         return None  # a damaged record: train again
     if data.get("fingerprint") != fingerprint:
         return None
+    if data.get("pretrained_sha256", weights) != weights:  # (records before it: not known)
+        return None  # same settings and folder name, other weights
     metrics = {p: Metrics(**m) for p, m in data["metrics"].items()}
     return SeedResult(data["seed"], data["best_epoch"], data["epochs_run"], metrics, directory)

@@ -1,0 +1,45 @@
+"""test_unseen holds the test items whose model input the classifier was not trained on."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests.test_finetune import _cfg, env  # noqa: F401  (fixture)
+from tibnlp.training.finetune import run_finetune
+
+
+def _rewrite_test(edit) -> None:
+    tncc = Path(os.environ["TIBNLP_DATA"]) / "tncc"
+    lines = (tncc / "tncc_title_train.jsonl").read_text("utf-8").splitlines()
+    train = [json.loads(x) for x in lines]
+    path = tncc / "tncc_title_test.jsonl"
+    test = [json.loads(x) for x in path.read_text("utf-8").splitlines()]
+    edit(train, test)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in test), "utf-8")
+
+
+def _copy(test: list[dict], i: int, record: dict, text: str) -> None:
+    test[i] = {**test[i], "text": text, "label": record["label"]}
+
+
+def test_unseen_is_against_the_training_examples_used(env) -> None:  # noqa: F811
+    # the fixture's test[0] is train[0]; test[1] copies the last train title, which
+    # limit_train=48 leaves out: the classifier never saw it, so it is unseen
+    _rewrite_test(lambda train, test: _copy(test, 1, train[-1], train[-1]["text"]))
+    full = run_finetune(_cfg(env, "finetune.epochs=1", "finetune.seeds=[1]"), "tncc")
+    assert full.seeds[0].metrics["test_unseen"].count == 28
+    few = run_finetune(
+        _cfg(env, "finetune.epochs=1", "finetune.limit_train=48", "finetune.seeds=[1]"), "tncc"
+    )
+    assert few.seeds[0].metrics["test_unseen"].count == 29
+    assert few.notes["test_unseen"].startswith("29 of 30")
+
+
+def test_unseen_compares_texts_in_the_models_input_form(env) -> None:  # noqa: F811
+    # a closing shad is trimmed from the model's input (text_form tsheg-trimmed, the default):
+    # test[1] is train[1] plus a shad, the very same ids, so it is not unseen
+    _rewrite_test(lambda train, test: _copy(test, 1, train[1], train[1]["text"] + "\u0f0d"))
+    result = run_finetune(_cfg(env, "finetune.epochs=1", "finetune.seeds=[1]"), "tncc")
+    assert result.seeds[0].metrics["test_unseen"].count == 28
