@@ -129,7 +129,7 @@ def test_predict_reads_as_evaluation_did(env, monkeypatch, mode, extra, system, 
     at_evaluation = next(p for x, p in scored if x == ids)  # the test split's one scoring
     again = predict_proba(predictor.model, ids, 5, predictor.vocab.pad_id)  # other batching
     np.testing.assert_allclose(again, at_evaluation, rtol=1e-5, atol=1e-6)
-    labels = [r["label"] for r in predictor.predict(data.texts("test"))]
+    labels = [r["prediction"] for r in predictor.predict(data.texts("test"))]
     assert labels == [predictor.meta.labels[i] for i in at_evaluation.argmax(1)]
     if mode != "truncate":
         assert max(len(x) for x in ids) > WINDOW  # prediction read past the window too

@@ -54,7 +54,9 @@ def test_jsonl_keeps_records_and_plain_text_works(classifier_dir, tmp_path) -> N
     count, meta = predict_file(classifier_dir, str(src), out)
     rows = [json.loads(line) for line in out.read_text("utf-8").splitlines()]
     assert count == 2 and [r["id"] for r in rows] == ["a", "b"]
-    assert set(rows[0]["probabilities"]) == set(meta.labels) and rows[0]["label"] in meta.labels
+    assert (
+        set(rows[0]["probabilities"]) == set(meta.labels) and rows[0]["prediction"] in meta.labels
+    )
     plain = tmp_path / "in.txt"
     plain.write_text("རྒྱལ ཁབ སྲིད\nདཔལ་འབྱོར\n", "utf-8")
     assert [r["text"] for r in read_inputs(str(plain))] == ["རྒྱལ ཁབ སྲིད", "དཔལ་འབྱོར"]
@@ -66,7 +68,7 @@ def test_cli_reads_stdin(classifier_dir) -> None:
     )
     assert result.exit_code == 0, result.output
     row = json.loads(result.stdout.strip().splitlines()[-1])
-    assert row["text"] == "སློབ གྲྭ" and "label" in row
+    assert row["text"] == "སློབ གྲྭ" and "prediction" in row
 
 
 def test_bad_inputs_are_clear_errors(classifier_dir, tmp_path) -> None:
@@ -87,3 +89,16 @@ def test_a_replaced_vocabulary_is_refused(classifier_dir, tmp_path) -> None:
     shutil.copy2(other / "spm.model", copy / "spm.model")
     with pytest.raises(DataError, match="not the ones the classifier was trained with"):
         Predictor(copy)
+
+
+def test_a_gold_label_in_the_input_is_kept(classifier_dir, tmp_path) -> None:
+    """Scoring `predict`'s output against its input must compare the model with the gold
+    labels, not with itself: the prediction has a field of its own."""
+    src = tmp_path / "gold.jsonl"
+    record = {"text": "རྒྱལ ཁབ སྲིད", "label": "gold-class", "probabilities": {"stale": 1.0}}
+    src.write_text(json.dumps(record, ensure_ascii=False) + "\n", "utf-8")
+    out = tmp_path / "pred.jsonl"
+    _, meta = predict_file(classifier_dir, str(src), out)
+    row = json.loads(out.read_text("utf-8"))
+    assert row["label"] == "gold-class" and row["prediction"] in meta.labels
+    assert set(row["probabilities"]) == set(meta.labels)  # a stale field is replaced

@@ -150,7 +150,7 @@ def test_readme_stage_commands_run_as_written(tmp_path: Path) -> None:
     assert len(list((work / "runs/finetune/tncc-title").glob("*/seed-[123]"))) == 6  # + twin
     assert list((work / "runs/finetune").glob("tusa/*/seed-1"))
     predictions = [json.loads(x) for x in (work / "out.jsonl").read_text("utf-8").splitlines()]
-    assert len(predictions) == 3 and all(p.get("label") for p in predictions)
+    assert len(predictions) == 3 and all(p.get("prediction") for p in predictions)
     assert (work / "work/hf/config.json").is_file()
     assert (work / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

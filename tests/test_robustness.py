@@ -101,9 +101,9 @@ def test_shad_flip_rate(trained) -> None:
         seed = trained[form].seeds[0]
         predictor = Predictor(seed.directory)
         assert predictor.meta.text_form == form
-        plain = [p["label"] for p in predictor.predict(texts)]
+        plain = [p["prediction"] for p in predictor.predict(texts)]
         for name, suffix in SUFFIXES.items():
-            typed = [p["label"] for p in predictor.predict([t + suffix for t in texts])]
+            typed = [p["prediction"] for p in predictor.predict([t + suffix for t in texts])]
             expected = sum(a != b for a, b in zip(plain, typed, strict=True)) / len(texts)
             assert seed.metrics["test"][f"{name}_flip_rate"] == pytest.approx(expected)
     # trimming closing marks makes the classifier blind to them

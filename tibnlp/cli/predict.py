@@ -19,7 +19,7 @@ def predict(
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = 128,
 ) -> None:
-    """One JSON line per input: the input record plus `label` and `probabilities`."""
+    """One JSON line per input: the input record plus `prediction` and `probabilities`."""
     count, meta = predict_file(model, input, output, batch_size)
     console.print(
         f"predicted {count} text(s) with {model} ({meta.dataset}; input form {meta.text_form})"

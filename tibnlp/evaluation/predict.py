@@ -71,7 +71,7 @@ class Predictor:
         labels = self.meta.labels
         return [
             {
-                "label": labels[int(row.argmax())],
+                "prediction": labels[int(row.argmax())],
                 "probabilities": {
                     name: round(float(p), 6) for name, p in zip(labels, row, strict=True)
                 },
@@ -125,7 +125,9 @@ def read_inputs(source: str) -> list[dict[str, Any]]:
 def predict_file(
     model_dir: Path, source: str, output: Path | None = None, batch_size: int = 128
 ) -> tuple[int, ClassifierMeta]:
-    """Predict every input; write JSON lines to `output` (atomically) or stdout."""
+    """Predict every input; write JSON lines to `output` (atomically) or stdout: each input
+    record as it was (a gold `label` stays the gold label) plus `prediction` and
+    `probabilities` (replaced where the record already had them)."""
     predictor = Predictor(model_dir)
     records = read_inputs(source)
     preds = predictor.predict([r["text"] for r in records], batch_size)
