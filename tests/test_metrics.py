@@ -107,6 +107,11 @@ def test_select_best_keeps_the_best_validation_run_per_system() -> None:
     assert [r["selected_from"] for r in chosen] == [2, 1]
     md = markdown_table(chosen)
     assert "lr=0.003 (best of 2)" in md and md.splitlines()[0].endswith("| recipe |")
+    # fine-tuned on 371 labels instead of all: a point of its own, not a rival recipe
+    few = {**row("a", 0.9, 0.9, 1e-3), "notes": {"recipe": {"lr": 1e-3}, "sizes": {"train": 371}}}
+    chosen = select_best([*rows, few])
+    assert [(r["system"], r["selected_from"]) for r in chosen] == [("a", 2), ("b", 1), ("a", 1)]
+    assert chosen[0]["notes"]["recipe"]["lr"] == 3e-3
     no_val = {**row("c", 0.0, 0.5, 1e-3), "aggregate": {"test": {"macro_f1": {"mean": 0.5}}}}
     with pytest.raises(DataError, match="c: no run has a validation macro_f1"):
         select_best([no_val])

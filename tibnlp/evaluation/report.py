@@ -141,16 +141,17 @@ def _recipe(row: dict[str, Any]) -> str:
 def select_best(
     rows: Sequence[dict[str, Any]], part: str = "validation", metric: str = "macro_f1"
 ) -> list[dict[str, Any]]:
-    """Per dataset and system, the run (recipe) with the highest mean `part` `metric`.
+    """Per dataset, number of labelled training examples and system, the run (recipe) with
+    the highest mean `part` `metric` (runs on fewer labels are another system, not a recipe).
 
     A recipe search selects on validation only; the test columns of the chosen rows are then
     the honest result. Each chosen row gets `selected_from` (how many it was chosen among).
     """
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["dataset"], row["system"]), []).append(row)
+        groups.setdefault((row["dataset"], _train_size(row), row["system"]), []).append(row)
     chosen = []
-    for (dataset, system), candidates in groups.items():
+    for (dataset, _, system), candidates in groups.items():
         scored = [r for r in candidates if not math.isnan(_mean(r, part, metric))]
         if not scored:
             raise DataError(f"{dataset} {system}: no run has a {part} {metric} to select on")
