@@ -76,6 +76,10 @@ def test_bad_inputs_are_clear_errors(classifier_dir, tmp_path) -> None:
         predict_file(classifier_dir, str(tmp_path / "missing.txt"))
     with pytest.raises(DataError, match="does not exist"):
         Predictor(tmp_path / "no-model")
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("ཀ\n".encode() + b"b\xe9\n")
+    with pytest.raises(DataError, match=r"latin.txt:2: invalid UTF-8"):
+        read_inputs(str(latin))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ཀ"}\n{"txt": "ཁ"}\n', "utf-8")
     with pytest.raises(DataError, match=r"bad.jsonl:2: expected a JSON object with a string"):

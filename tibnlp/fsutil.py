@@ -37,7 +37,10 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
             old = final.with_name(f".{final.name}.old-{os.getpid()}")
             final.rename(old)
             os.replace(tmp, final)
-            shutil.rmtree(old)
+            if old.is_symlink():  # a link to a folder: drop the link, never its target
+                old.unlink()
+            else:
+                shutil.rmtree(old)
         else:
             os.replace(tmp, final)
     finally:

@@ -138,8 +138,12 @@ def read_jsonl(path: Path, labels: list[str], text_field: str, label_field: str)
     """Records of one split; a bad line or an unknown label names the file and line."""
     index = {name: i for i, name in enumerate(labels)}
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: invalid UTF-8 ({exc.reason})") from exc
             if not line.strip():
                 continue
             try:
@@ -151,6 +155,8 @@ def read_jsonl(path: Path, labels: list[str], text_field: str, label_field: str)
             for key in (text_field, label_field):
                 if key not in record:
                     raise DataError(f"{path}:{lineno}: the record has no '{key}' field")
+            if not isinstance(record[text_field], str):
+                raise DataError(f"{path}:{lineno}: the '{text_field}' field is not a string")
             label = str(record[label_field])
             if label not in index:
                 raise DataError(

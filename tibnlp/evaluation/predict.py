@@ -101,8 +101,14 @@ def read_inputs(source: str) -> list[dict[str, Any]]:
         path = Path(source)
         if not path.is_file():
             raise DataError(f"input file {path} does not exist")
-        lines = path.read_text(encoding="utf-8").splitlines()
         name = str(path)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            line = path.read_bytes()[: exc.start].count(b"\n") + 1
+            raise DataError(
+                f"{path}:{line}: invalid UTF-8 ({exc.reason})", "save it as UTF-8"
+            ) from exc
     first = next((ln for ln in lines if ln.strip()), "")
     jsonl = name.endswith(".jsonl") or first.lstrip().startswith("{")
     records = []

@@ -1,0 +1,42 @@
+"""Bad labelled files and symlinked outputs: clear errors, nothing half-published."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tibnlp.data.tasks import read_jsonl
+from tibnlp.errors import DataError
+from tibnlp.fsutil import staged_dir
+
+
+def test_labelled_text_must_be_a_string(tmp_path: Path) -> None:
+    path = tmp_path / "split.jsonl"
+    path.write_text(
+        json.dumps({"text": "ཀ་ཁ", "label": "A"}) + "\n" + json.dumps({"text": None, "label": "A"})
+    )
+    with pytest.raises(DataError, match=r"split.jsonl:2: .*'text'"):
+        read_jsonl(path, ["A"], "text", "label")  # was: trained on the text "None"
+
+
+def test_undecodable_labelled_line_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "split.jsonl"
+    path.write_bytes(b'{"text": "a", "label": "A"}\n{"text": "\xff", "label": "A"}\n')
+    with pytest.raises(DataError, match=r"split.jsonl:2: invalid UTF-8"):
+        read_jsonl(path, ["A"], "text", "label")  # was: a bare UnicodeDecodeError
+
+
+def test_staged_dir_replaces_a_symlinked_output(tmp_path: Path) -> None:
+    """`corpus prepare --force` accepts OUT as a symlink to a prepared corpus; publishing then
+    raised (rmtree on the link) after the new folder was in place, leaving .OUT.old-PID."""
+    target = tmp_path / "real"
+    target.mkdir()
+    (target / "a").write_text("old")
+    link = tmp_path / "out"
+    link.symlink_to(target, target_is_directory=True)
+    with staged_dir(link, replace=True) as tmp:
+        (tmp / "a").write_text("new")
+    assert (link / "a").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "real"]
