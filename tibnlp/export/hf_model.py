@@ -77,9 +77,10 @@ def check_exportable(cfg: ModelConfig, model_dir: Path) -> None:
         )
 
 
-def albert_config(cfg: ModelConfig, vocab: Vocabulary) -> dict[str, Any]:
+def albert_config(cfg: ModelConfig, vocab: Vocabulary, sop: bool = True) -> dict[str, Any]:
+    """`sop`: the model has the sentence-order head (`pretrain.sop`); without, MLM only."""
     return {
-        "architectures": ["AlbertForPreTraining"],
+        "architectures": ["AlbertForPreTraining" if sop else "AlbertForMaskedLM"],
         "model_type": "albert",
         "vocab_size": cfg.vocab_size,
         "embedding_size": cfg.embedding_size,
@@ -107,8 +108,9 @@ def albert_config(cfg: ModelConfig, vocab: Vocabulary) -> dict[str, Any]:
 
 
 def albert_state(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path) -> dict:
-    """Hugging Face tensors from a pretraining state dict (`encoder.*` + MLM and SOP heads)."""
-    need = ("mlm_bias", "mlm_dense.weight", "sop_classifier.weight")
+    """Hugging Face tensors from a pretraining state dict (`encoder.*` + MLM head, and the SOP
+    head where pretraining had one; the same-document contrast's projection is left behind)."""
+    need = ("mlm_bias", "mlm_dense.weight")
     if any(k not in state for k in need):
         raise DataError(
             f"{path} holds no MLM/SOP heads (an encoder-only or classifier directory)",
@@ -119,6 +121,8 @@ def albert_state(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path) -
     for key, value in state.items():
         value = value.detach().to(torch.float32).contiguous()
         name, _, kind = key.rpartition(".")
+        if name == "contrastive_proj":  # a pretraining-only head, as fine-tuning leaves it
+            continue
         if key == "mlm_bias":
             out["predictions.bias"] = value
             out["predictions.decoder.bias"] = value.clone()
@@ -157,7 +161,9 @@ def export_hf(model_dir: Path, output: Path) -> Path:
         raise DataError(f"{output} already exists and is not empty", "choose a new --output")
     with staged_dir(output) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        _write_json(tmp / "config.json", albert_config(cfg, vocab))
+        _write_json(
+            tmp / "config.json", albert_config(cfg, vocab, "sop_classifier.weight" in state)
+        )
         tokenizer.save(str(tmp / "tokenizer.json"))
         _write_json(tmp / "tokenizer_config.json", tokenizer_config(vocab, cfg.max_len))
         _write_json(tmp / "special_tokens_map.json", SPECIAL_TOKENS)
