@@ -17,9 +17,9 @@ class SegmentMemory:
     """Per layer l, `states[l]` [B, M, D]: the inputs of layer l over the last M positions
     read (detached); `mask` [B, M] bool marks which of them were real tokens.
 
-    Relative distances count positions of the concatenation [memory; segment], padding
-    included, so a row's padding must only ever follow its document's last token: true for
-    `segments` (a document that ended has no further segment), not for arbitrary batches.
+    Relative distances count positions of the concatenation [memory; segment]; a row's real
+    memory states sit at its end (`next_memory` moves padding to the front), so padding inside
+    a segment does not change them.
     """
 
     states: list[torch.Tensor]
@@ -38,4 +38,9 @@ def next_memory(
     if previous is not None:
         states = [torch.cat([p, s], dim=1) for p, s in zip(previous.states, states, strict=True)]
         mask = torch.cat([previous.mask, mask], dim=1)
+    # each row's real states last, in order (padding first): a row padded inside the batch
+    # (e.g. GEMFormer rows with prefixes of different lengths) keeps the distances it has alone
+    order = torch.argsort(mask.to(torch.uint8), dim=1, stable=True)
+    mask = mask.gather(1, order)
+    states = [s.gather(1, order.unsqueeze(-1).expand_as(s)) for s in states]
     return SegmentMemory([s[:, -mem_len:].detach() for s in states], mask[:, -mem_len:])

@@ -227,12 +227,13 @@ class MemoryReader(WindowReader):
             self.segment_len,
             prefixes,
         )
-        if ids.shape[1] == input_ids.shape[1]:
+        unsplit = all(len(d) == len(r) for r, (_, d) in zip(rows, parts, strict=True))
+        if unsplit and ids.shape[1] == input_ids.shape[1]:
             return out
         # prefix rows: the document's states go back to where the document sits in the input
         hidden = out.hidden.new_zeros(*input_ids.shape, out.hidden.shape[-1])
-        for b, (p, d) in enumerate(parts):
-            start = (len(p) + 1) if self.prefix and p else 0
+        for b, (r, (_, d)) in enumerate(zip(rows, parts, strict=True)):
+            start = len(r) - len(d)  # the prefix and its [SEP] (none when the row was not split)
             hidden[b, 0] = out.hidden[b, 0]
             hidden[b, start + 1 : start + len(d)] = out.hidden[b, 1 : len(d)]
         return LongOutput(hidden, out.sentence, out.segments)
