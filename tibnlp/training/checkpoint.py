@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.training.engine import barrier
+from tibnlp.training.engine import all_gather_objects, barrier
 
 MARKER = "latest"
 _TAG = re.compile(r"^step(\d{8})$")
@@ -59,6 +59,22 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def rank_rng_states() -> list[dict[str, Any]]:
+    """Every rank's `rng_state()`, in rank order (collective). DeepSpeed writes the
+    client_state of data-parallel rank 0 only, so each rank's own streams (dropout differs
+    per rank) must travel in that one copy."""
+    return all_gather_objects(rng_state())
+
+
+def set_rank_rng_state(saved: dict[str, Any] | list[dict[str, Any]], rank: int) -> None:
+    """Restore this rank's states from `rank_rng_states()` (or one `rng_state()`, as
+    checkpoints before it held); a rank the checkpoint has no states of keeps its own."""
+    if isinstance(saved, dict):
+        set_rng_state(saved)
+    elif rank < len(saved):
+        set_rng_state(saved[rank])
 
 
 def latest_tag(directory: Path) -> str | None:

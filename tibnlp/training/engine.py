@@ -279,6 +279,15 @@ def barrier() -> None:
         dist.barrier()
 
 
+def all_gather_objects(obj: Any) -> list[Any]:
+    """`obj` of every rank, in rank order (collective; a list of one without a group)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     """Sum a small CPU tensor across ranks (moved to the GPU and back under NCCL)."""
     if not (dist.is_initialized() and dist.get_world_size() > 1):

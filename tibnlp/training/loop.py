@@ -37,6 +37,8 @@ from tibnlp.training.engine import World, all_reduce_sum
 from tibnlp.training.prefetch import Prefetched
 from tibnlp.training.progress import TrainProgress
 
+EVAL_RNG_SEED = 0  # the global RNG's seed for every held-out evaluation
+
 
 class TrainingDiverged(TibnlpError):
     """The loss or the weights stopped being finite."""
@@ -201,13 +203,20 @@ class TrainLoop:
         sums: torch.Tensor | None = None
         count = 0
         keys = self.keys
-        for _ in range(min(self.settings.eval_batches, len(self.eval_data))):
-            for raw in self.eval_data.next():
-                out = self.engine(**self._to_device(raw))
-                keys = keys or _metric_keys(out)
-                values = torch.stack([_on(out[k], self.engine.device) for k in keys])
-                sums = values if sums is None else sums + values
-                count += 1
+        # a model that samples in eval mode (ELECTRA's generator) draws the same at every
+        # evaluation, and the training streams are left as they were
+        device = torch.device(self.engine.device)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.random.default_generator.manual_seed(EVAL_RNG_SEED)
+            if device.type == "cuda":
+                torch.cuda.manual_seed(EVAL_RNG_SEED)  # this process's device only
+            for _ in range(min(self.settings.eval_batches, len(self.eval_data))):
+                for raw in self.eval_data.next():
+                    out = self.engine(**self._to_device(raw))
+                    keys = keys or _metric_keys(out)
+                    values = torch.stack([_on(out[k], self.engine.device) for k in keys])
+                    sums = values if sums is None else sums + values
+                    count += 1
         self.engine.train()
         if sums is None:
             return {}
@@ -231,7 +240,7 @@ class TrainLoop:
         state = {
             "step": self.step,
             "data": self.train_data.state_dict(),
-            "rng": checkpoint.rng_state(),
+            "rng": checkpoint.rank_rng_states(),
             "mlflow_run_id": self.run_id or "",
             "window": dict(self.window),
             "tokens": self.tokens,
@@ -255,10 +264,17 @@ class TrainLoop:
         self.step = int(state["step"])
         self.train_data.load_state_dict(state["data"])
         self.window = {k: float(v) for k, v in state.get("window", {}).items()}
+        # the rate's clock restarts here: only tokens trained from now on count towards it
+        self.window.pop("_tokens", None)
         self.run_id = state.get("mlflow_run_id") or None
         self.tokens = float(state.get("tokens", 0.0))
         self.train_seconds = float(state.get("train_seconds", 0.0))
-        checkpoint.set_rng_state(state["rng"])
+        checkpoint.set_rank_rng_state(state["rng"], self.world.rank)
+        # the optimizer state just loaded carries the lr the saved run's schedule set; this
+        # run's schedule (e.g. a longer max_steps) decides the next update's lr
+        scheduler: Any = getattr(self.engine, "lr_scheduler", None)
+        if hasattr(scheduler, "set_time_fraction"):
+            scheduler.set_time_fraction(self.budget_fraction())
         return True
 
     # ---- budget and exports ---------------------------------------------------------
@@ -367,6 +383,8 @@ class TrainLoop:
                         shown = ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
                         bar.log(f"{s.progress_label} step {self.step}: {shown}")
                 if s.checkpoint_every and (self.step % s.checkpoint_every == 0 or final):
+                    # the evaluation above is training time the next step would have counted
+                    self.train_seconds = seconds_before + s.clock() - start
                     self.save()
                 if stop or out_of_tokens or early:
                     if stop:

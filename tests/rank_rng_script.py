@@ -1,0 +1,52 @@
+"""Two-process helper for tests/test_resume_edges.py: each rank gets its own RNG stream (as
+`pretrain` seeds dropout per rank), saves a checkpoint, and reports the numbers its stream
+gives after the save and after a restore of that checkpoint.
+
+    python -m torch.distributed.run --nproc_per_node 2 tests/rank_rng_script.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import engine_harness as h
+import torch
+
+
+def main(out: Path) -> None:
+    from tibnlp.config import EngineConfig, OptimizerConfig
+    from tibnlp.training.engine import init_distributed, shutdown
+    from tibnlp.training.loop import LoopSettings
+    from tibnlp.training.wiring import start_training
+
+    cfg = EngineConfig(threads=1)
+    world = init_distributed(cfg)
+    torch.manual_seed(0)
+    training = start_training(h.TinyPretrainer(), cfg, OptimizerConfig(), 8, 0, 4, world)
+    ids, lengths = h.examples(0)
+    train = training.batches(h.make_plan(8, 0), h.make_collate(ids, lengths, 0), 8)
+    settings = LoopSettings(
+        max_steps=4,
+        log_every=1,
+        eval_every=100,
+        eval_batches=0,
+        checkpoint_every=1,
+        keep_checkpoints=1,
+        checkpoint_dir=out / "ck",
+        progress=False,
+    )
+    loop = training.loop(train, None, settings)
+    torch.manual_seed(100 + 7919 * world.rank)  # distinct dropout streams per rank
+    loop.save()
+    expected = torch.rand(4).tolist()  # what this rank's stream gives next, uninterrupted
+    torch.manual_seed(12345)
+    assert loop.restore()
+    got = torch.rand(4).tolist()  # ... and after resuming from the checkpoint
+    (out / f"rank{world.rank}.json").write_text(json.dumps({"expected": expected, "got": got}))
+    shutdown(world)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
