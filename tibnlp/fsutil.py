@@ -13,6 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def _umask() -> int:
+    """The process's umask (reading it means setting it, then putting it back)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
 @contextmanager
 def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
     """A temporary folder beside `final`, renamed to `final` only if the block succeeds.
@@ -26,9 +33,7 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)
+    tmp.chmod(0o777 & ~_umask())
     try:
         yield tmp
         if final.exists() and not replace:
@@ -58,6 +63,7 @@ def atomic_file(final: Path, suffix: str = ".tmp") -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
     os.close(fd)
     tmp = Path(name)
+    tmp.chmod(0o666 & ~_umask())  # mkstemp makes it private: give it a plain open()'s mode
     try:
         yield tmp
         os.replace(tmp, final)

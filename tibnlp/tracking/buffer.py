@@ -30,6 +30,7 @@ from mlflow.tracking import MlflowClient
 from tibnlp.fsutil import atomic_write_text
 
 OFFLINE_PREFIX = "offline-"
+PARENT_TAG = "mlflow.parentRunId"
 IDS_FILE = "ids.json"
 # MLflow 3 opens an experiment without this tag on its GenAI trace overview, where tibnlp's
 # runs are not shown; training experiments open on the runs table
@@ -143,7 +144,7 @@ class Applier:
         tags = dict(rec.get("tags") or {})
         parent = self.ids.resolve(rec.get("parent"))
         if parent:
-            tags["mlflow.parentRunId"] = parent
+            tags[PARENT_TAG] = parent
         run = self.client.create_run(
             self.experiment_id(rec["experiment"]),
             run_name=rec.get("run_name") or None,
@@ -159,7 +160,10 @@ class Applier:
         run = self._run(rec)
         metrics = [Metric(k, float(v), int(ts), int(step)) for k, v, step, ts in rec["metrics"]]
         params = [Param(k, v) for k, v in rec["params"]]
-        tags = [RunTag(k, v) for k, v in rec["tags"]]
+        # a parent tag may name a run created offline: its real id, once that is replayed
+        tags = [
+            RunTag(k, (self.ids.resolve(v) or v) if k == PARENT_TAG else v) for k, v in rec["tags"]
+        ]
         for i in range(0, max(len(metrics), len(params), len(tags)), _BATCH):
             self.client.log_batch(
                 run,

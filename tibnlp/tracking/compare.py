@@ -33,6 +33,8 @@ DEFAULT_GROUP_KEYS = (
     "model.scales.alpha",
     "finetune.task",
     "finetune.head",
+    "finetune.init",  # a random-init twin is another system, not more seeds
+    "finetune.encoder",  # TextCNN ("none")
 )
 # The headline numbers of a classification paper; `--metric 'test*'` lists every test metric.
 DEFAULT_METRICS = ("test_accuracy", "test_*f1")
@@ -136,7 +138,21 @@ def leaf_runs(runs: Sequence[Run], matching: Callable[[Run], Any]) -> list[Run]:
     counted, not the aggregate a second time, nor its own `*_mean`/`*_std` columns."""
     kept = [r for r in runs if matching(r)]
     parents = {r.data.tags.get("mlflow.parentRunId") for r in kept}
-    return [r for r in kept if r.info.run_id not in parents]
+    leaves = [r for r in kept if r.info.run_id not in parents]
+    # a resumed fine-tuning re-reports its finished seeds in new runs (tag `resumed`) under
+    # the same stage run: one seed of one stage is one run, the latest
+    latest: dict[tuple[str, str], Run] = {}
+    for r in sorted(leaves, key=lambda r: r.info.start_time or 0):
+        parent, seed = r.data.tags.get("mlflow.parentRunId"), r.data.tags.get("seed")
+        if parent and seed:
+            latest[(parent, seed)] = r
+    newest = {r.info.run_id for r in latest.values()}
+    return [
+        r
+        for r in leaves
+        if not (r.data.tags.get("mlflow.parentRunId") and r.data.tags.get("seed"))
+        or r.info.run_id in newest
+    ]
 
 
 def compare_runs(

@@ -17,6 +17,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -33,6 +34,7 @@ from tibnlp.config.core import flatten
 from tibnlp.errors import ConfigError
 from tibnlp.tracking.buffer import (
     OFFLINE_PREFIX,
+    PARENT_TAG,
     Applier,
     Buffer,
     IdMap,
@@ -45,6 +47,8 @@ from tibnlp.tracking.buffer import (
 from tibnlp.tracking.conventions import TAG_GIT_COMMIT, env_default, git_commit
 
 _PARAM_LIMIT = 6000
+_KEY_LIMIT = 250
+_BAD_KEY = re.compile(r"[^/\w.\- :]")  # what MLflow refuses in a param name (a whole batch)
 log = logging.getLogger("tibnlp.tracking")
 _WARNED: set[str] = set()  # stores already reported unreachable: warn once, not per run
 
@@ -55,6 +59,17 @@ class TrackingOutageWarning(UserWarning):
 
 def default_tracking_uri(uri: str = "") -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+
+
+def _absolute_store(uri: str) -> str:
+    """`sqlite:///mlflow.db` names a file in the working directory: a buffer records the
+    absolute path, so `tibnlp runs sync` from elsewhere replays into the same store."""
+    if not uri.startswith("sqlite:///"):
+        return uri
+    path, sep, query = uri.removeprefix("sqlite:///").partition("?")
+    if path in ("", ":memory:") or path.startswith("/"):
+        return uri
+    return f"sqlite:///{Path(path).resolve()}{sep}{query}"
 
 
 def _short_http_retries(uri: str) -> None:
@@ -125,7 +140,7 @@ class Tracker:
         self._check_exists(parent_run_id, "tracking.parent_run_id")
         local_id = resume_run_id or new_local_id()
         stamp = f"{time.time_ns()}-{local_id[-12:]}"
-        self.buffer = Buffer(self.buffer_dir / f"{stamp}.jsonl", self.uri)
+        self.buffer = Buffer(self.buffer_dir / f"{stamp}.jsonl", _absolute_store(self.uri))
         if resume_run_id:
             self.run_id = resume_run_id
             if not self.keep_status:
@@ -250,7 +265,7 @@ class Tracker:
         (or, with `resume_run_id`, that earlier run continued)."""
         if not self.enabled:
             return Tracker(self.experiment, run_name, enabled=False)
-        return Tracker(
+        child = Tracker(
             self.experiment,
             run_name,
             uri=self.uri,
@@ -260,12 +275,20 @@ class Tracker:
             buffer_dir=self.buffer_dir,
             retry_seconds=self.retry_seconds,
         )
+        if resume_run_id:  # nested under this run now (an offline id is resolved on replay)
+            child.set_tags({PARENT_TAG: self._rid})
+        return child
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         if not self.enabled:
             return
         flat = flatten(params)
-        pairs = [[k, str(v)[:_PARAM_LIMIT]] for k, v in flat.items()]
+        pairs = [
+            [_BAD_KEY.sub("_", k)[:_KEY_LIMIT], str(v)[:_PARAM_LIMIT]] for k, v in flat.items()
+        ]
+        renamed = [f"{k!r} as {p[0]!r}" for k, p in zip(flat, pairs, strict=True) if k != p[0]]
+        if renamed:
+            log.warning("tracking: run %s logs params %s", self.run_id, ", ".join(renamed))
         self._submit(
             {"op": "log_batch", "run": self._rid, "metrics": [], "params": pairs, "tags": []}
         )
