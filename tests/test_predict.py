@@ -106,3 +106,16 @@ def test_a_gold_label_in_the_input_is_kept(classifier_dir, tmp_path) -> None:
     row = json.loads(out.read_text("utf-8"))
     assert row["label"] == "gold-class" and row["prediction"] in meta.labels
     assert set(row["probabilities"]) == set(meta.labels)  # a stale field is replaced
+
+
+@pytest.mark.parametrize("size", ["0", "-4"])
+def test_predict_batch_size_must_be_positive(classifier_dir: Path, size: str, tmp_path) -> None:
+    """--batch-size 0 ended in `ValueError: range() arg 3 must not be zero` (a traceback)."""
+    src = tmp_path / "in.txt"
+    src.write_text("རྒྱལ་ཁབ\n", "utf-8")
+    out = tmp_path / "pred.jsonl"
+    args = ["predict", "--model", str(classifier_dir), "-i", str(src), "-o", str(out)]
+    result = CliRunner().invoke(app, [*args, "--batch-size", size])
+    assert result.exit_code == 2, result.exception
+    assert "--batch-size" in result.output
+    assert not out.exists()

@@ -17,7 +17,7 @@ def predict(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="JSONL output (default stdout).")
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Texts per forward pass.")] = 128,
+    batch_size: Annotated[int, typer.Option(min=1, help="Texts per forward pass.")] = 128,
 ) -> None:
     """One JSON line per input: the input record plus `prediction` and `probabilities`."""
     count, meta = predict_file(model, input, output, batch_size)

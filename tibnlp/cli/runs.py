@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from tibnlp.cli.common import console
+from tibnlp.errors import DataError
 from tibnlp.tracking import sync_buffers
 from tibnlp.tracking.compare import compare_runs
 from tibnlp.tracking.curve import pipeline_parent, plot_curve
@@ -148,6 +149,8 @@ def sync(
     ] = "",
 ) -> None:
     """Replay tracking calls buffered while the store was unreachable."""
+    if buffer is not None and not buffer.exists():
+        raise DataError(f"buffer {buffer} does not exist", "give a buffer file or folder")
     sent, left = sync_buffers(buffer, tracking_uri)
     console.print(f"replayed {sent} buffered tracking calls; {left} buffer files left")
     if left:

@@ -37,7 +37,7 @@ def parse_duration(text: str) -> float | None:
                 f"time budget {text!r} is not a duration",
                 'write it like "2h", "30m", "90s" or "1h30m"',
             ) from None
-    if seconds <= 0:
+    if not seconds > 0:  # also nan, which compares false either way
         raise ConfigError(f"time budget {text!r} must be positive")
     return seconds
 
@@ -57,6 +57,9 @@ class OptimizerConfig:
     def validate(self, prefix: str) -> None:
         check(self.lr > 0, f"{prefix}.lr", "must be > 0")
         check(len(self.betas) == 2, f"{prefix}.betas", "must be two numbers")
+        check(all(0.0 <= b < 1.0 for b in self.betas), f"{prefix}.betas", "must be in [0, 1)")
+        check(self.eps >= 0, f"{prefix}.eps", "must be >= 0")
+        check(self.weight_decay >= 0, f"{prefix}.weight_decay", "must be >= 0")
         check(self.warmup_steps >= 0, f"{prefix}.warmup_steps", "must be >= 0")
         check(0.0 <= self.min_lr_ratio <= 1.0, f"{prefix}.min_lr_ratio", "must be in [0, 1]")
 

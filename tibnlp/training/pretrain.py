@@ -308,6 +308,12 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
     before: dict[str, Any] = {}  # the facts (tokens, FLOPs) of the model a run continues from
     if p.init_from:
         cfg.model, init_state, before = _initial_weights(Path(p.init_from), vocab, vocab_dir)
+    if p.seq_len > cfg.model.max_len:  # before anything is written: the encoder would refuse
+        raise ConfigError(
+            f"config key 'pretrain.seq_len': {p.seq_len} is above model.max_len "
+            f"{cfg.model.max_len}" + (f" (of {p.init_from})" if p.init_from else ""),
+            "lower pretrain.seq_len or raise model.max_len",
+        )
     # segment recurrence: MLM over chains of consecutive segments (tibnlp.data.segment_chains)
     chain = cfg.pretrain.recurrence_segments if cfg.model.recurrence.enabled else 0
     electra = p.objective == "electra"

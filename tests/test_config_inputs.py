@@ -1,0 +1,128 @@
+"""Config and CLI input handling: what a user types reaches the config as typed, impossible
+combinations fail at load (or before anything is written), and CLI mistakes exit cleanly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.ft_fixtures import make_vocab
+from tibnlp.cli.main import app
+from tibnlp.config import load_config
+from tibnlp.errors import ConfigError, DataError
+
+
+def test_string_keys_keep_the_text_typed() -> None:
+    """YAML reads 2024.10 as 2024.1, 0755 as 493 (octal), 2024-01-01 as a date: a string key
+    set with --set (or a command's own string flag) must get the text as typed."""
+    cfg = load_config(
+        None,
+        [
+            "tracking.experiment=2024.10",
+            "finetune.vocab=0755",
+            "finetune.model=2024-01-01",
+            "tracking.tags.version=1.10",
+        ],
+    )
+    assert cfg.tracking.experiment == "2024.10"
+    assert cfg.finetune.vocab == "0755"
+    assert cfg.finetune.model == "2024-01-01"
+    assert cfg.tracking.tags == {"version": "1.10"}
+    # numbers still reach number keys as numbers
+    assert load_config(None, ["pretrain.optimizer.lr=1e-3"]).pretrain.optimizer.lr == 1e-3
+
+
+def test_time_budget_flag_is_not_read_as_base_60(monkeypatch) -> None:
+    """`--time-budget 1:30` was YAML's sexagesimal 90, silently a 90-second budget."""
+    import tibnlp.training.pretrain as pretrain_module
+
+    seen = []
+    monkeypatch.setattr(pretrain_module, "run_pretraining", lambda cfg, **kw: seen.append(cfg))
+    result = CliRunner().invoke(app, ["pretrain", "--time-budget", "1:30"])
+    assert not seen, f"ran with time_budget={seen[0].pretrain.time_budget!r}"
+    assert isinstance(result.exception, ConfigError)
+    assert "pretrain.time_budget" in str(result.exception)
+
+
+def test_an_empty_section_keeps_the_fields_own_default(tmp_path: Path) -> None:
+    """`finetune: {optimizer: }` (keys commented out) must not swap finetune's lr 5e-5 for
+    OptimizerConfig's class default 1e-3."""
+    path = tmp_path / "c.yaml"
+    path.write_text("finetune:\n  optimizer:\n    # lr: 1e-4\n")
+    cfg = load_config(path)
+    assert cfg.finetune.optimizer.lr == pytest.approx(5e-5)
+    assert cfg.finetune.optimizer.warmup_steps == 0
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("pretrain.optimizer.betas=[2, 3]", "pretrain.optimizer.betas"),
+        ("finetune.optimizer.betas=[0.9, 1.0]", "finetune.optimizer.betas"),
+        ("pretrain.optimizer.eps=-1", "pretrain.optimizer.eps"),
+        ("pretrain.optimizer.weight_decay=-0.1", "pretrain.optimizer.weight_decay"),
+        ("pretrain.time_budget=nan", "pretrain.time_budget"),
+    ],
+)
+def test_impossible_values_fail_at_load(override: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def test_seq_len_above_max_len_fails_before_writing(tmp_path: Path) -> None:
+    """Crashed with a ValueError traceback at the first step, after tokenising the corpus."""
+    from tibnlp.training.pretrain import run_pretraining
+
+    out = tmp_path / "run"
+    cfg = load_config(
+        None,
+        [
+            f"pretrain.vocab={make_vocab(tmp_path / 'vocab')}",
+            f"pretrain.corpus={tmp_path / 'corpus'}",
+            f"pretrain.output={out}",
+            "pretrain.seq_len=128",
+            "model.max_len=64",
+            "tracking.enabled=false",
+        ],
+    )
+    with pytest.raises(ConfigError, match=r"pretrain\.seq_len"):
+        run_pretraining(cfg)
+    assert not (out / "data").exists() and not (out / "config.yaml").exists()
+
+
+def test_duplicate_yaml_key_names_file_and_line(tmp_path: Path) -> None:
+    """A second `pretrain:` silently replaced the first one's settings."""
+    path = tmp_path / "dup.yaml"
+    path.write_text(
+        "pretrain:\n  max_steps: 100\nmodel:\n  max_len: 64\npretrain:\n  seq_len: 64\n"
+    )
+    with pytest.raises(ConfigError, match=r"dup\.yaml:5.*pretrain"):
+        load_config(path)
+    # merge keys stay allowed, and a key may override what a merge brought in
+    path.write_text("a: &a {seq_len: 64}\npretrain:\n  <<: *a\n  seq_len: 32\n")
+    from tibnlp.config.core import read_yaml
+
+    assert read_yaml(path)["pretrain"] == {"seq_len": 32}
+
+
+def test_runs_sync_of_a_missing_buffer_is_an_error(tmp_path: Path) -> None:
+    """`runs sync TYPO` said "replayed 0 ... 0 left" and exited 0: the buffer never replayed."""
+    result = CliRunner().invoke(app, ["runs", "sync", str(tmp_path / "no-such-buffer")])
+    assert isinstance(result.exception, DataError), result.output
+    assert "no-such-buffer" in str(result.exception)
+
+
+def test_an_override_error_does_not_blame_the_file(tmp_path: Path) -> None:
+    """`-c tiny.yaml --time-budget 1:30` said "tiny.yaml: config key 'pretrain.time_budget'",
+    sending the user to a file that does not set it."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text("pretrain:\n  max_steps: 5\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["pretrain.optimizer.lr=0"])
+    assert "tiny.yaml" not in info.value.message
+    assert "'pretrain.optimizer.lr'" in info.value.message
+    path.write_text("pretrain:\n  max_steps: 0\n")  # the file's own error still names it
+    with pytest.raises(ConfigError, match=r"tiny\.yaml: config key 'pretrain\.max_steps'"):
+        load_config(path, ["pretrain.optimizer.lr=0.1"])
