@@ -293,3 +293,63 @@ def test_wide_until_stops_the_pipeline_on_the_device(tmp_path: Path, monkeypatch
     assert "--set=vars.budget=120s" in args
     assert "--until adapt" in text and "no fine-tuning on the device" in text
     assert not (mode.out / "wide-results").exists()
+
+
+_KILLED_PART = """
+import sys, time
+from pathlib import Path
+from benchmarks.gpu import __main__ as cli, run as harness
+
+def slow(mode, env):  # a part that has logged, then outlives its `timeout` in lease.sh
+    (mode.out / "slow.log").write_text("step 1 of 100\\n")
+    (mode.out / "started").touch()
+    time.sleep(60)
+    return "finished"
+
+harness.PARTS["check"] = slow
+harness.PARTS["speed"] = lambda mode, env: "must not run after a kill"
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_part_killed_by_its_timeout_still_packs_what_it_wrote(tmp_path: Path) -> None:
+    """lease.sh runs each part under `timeout`, which sends SIGTERM: the part's log and a section
+    saying it was cut must reach --pack (the device's $OUT), and no later part starts."""
+    import signal
+    import time
+
+    out, pack = tmp_path / "out", tmp_path / "pack"
+    cmd = [sys.executable, "-c", _KILLED_PART, "run", "check", "speed", "--cpu"]
+    cmd += ["--out", str(out), "--work", str(tmp_path / "work"), "--pack", str(pack)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 60
+    while not (out / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert (pack / "reports.tar").exists(), "the killed part packed nothing"
+    with tarfile.open(pack / "reports.tar") as tar:
+        assert {"slow.log", "section-check.md"} <= set(tar.getnames())
+        section = tar.extractfile("section-check.md").read().decode()  # type: ignore[union-attr]
+    assert "FAILED" in section and "SIGTERM" in section
+    assert not (out / "section-speed.md").exists()
+
+
+def test_a_failing_speed_block_keeps_the_blocks_before_it(tmp_path, monkeypatch) -> None:
+    """The eager table `emit` wrote must survive a later block's error (the compiled half)."""
+    from benchmarks.gpu import run as harness
+    from benchmarks.gpu import speed as speed_mod
+
+    def fake_run_speed(settings, emit):
+        emit("| 128 | 256 | ours | 2,000,000 |", {"models": [1]})
+        raise RuntimeError("inductor: compiled multi-scale at batch 64 failed")
+
+    monkeypatch.setattr(speed_mod, "run_speed", fake_run_speed)
+    mode = harness.Mode(True, tmp_path / "out", tmp_path / "work", pack=tmp_path / "pack")
+    assert harness.run(["speed"], mode) == 1
+    section = (tmp_path / "out" / "section-speed.md").read_text()
+    assert "FAILED" in section and "compiled multi-scale" in section
+    assert "| 128 | 256 | ours | 2,000,000 |" in section

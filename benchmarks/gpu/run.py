@@ -28,6 +28,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -747,13 +748,23 @@ def _dump(mode: Mode, name: str, payload: dict[str, Any]) -> None:
 def speed(mode: Mode, env: dict[str, str]) -> str:
     from benchmarks.gpu.speed import SpeedSettings, run_speed
 
+    done: list[str] = []  # the text of the blocks that finished
+
     def emit(text: str, payload: dict[str, Any]) -> None:  # the eager figures survive a kill
+        done.append(text)
         _dump(mode, "speed", payload)
         results.write_part(mode.out, "speed", f"(partial: the part was still running)\n\n{text}")
         _pack(mode)
 
     settings = SpeedSettings.tiny() if mode.cpu else SpeedSettings("cuda", compile=mode.compile)
-    text, payload = run_speed(settings, emit)
+    try:
+        text, payload = run_speed(settings, emit)
+    except Exception as exc:  # run() writes the error as the section: keep the finished blocks
+        if not done:
+            raise
+        raise SystemExit(
+            f"{type(exc).__name__}: {exc}\n\nThe blocks before it:\n\n{done[-1]}"
+        ) from exc
     _dump(mode, "speed", payload)
     return text
 
@@ -785,8 +796,23 @@ def _pack(mode: Mode) -> None:
     tmp.replace(mode.pack / "reports.tar")
 
 
+class Terminated(Exception):
+    """SIGTERM, as lease.sh's `timeout` sends at a part's time limit."""
+
+
+SIGNALLED: list[int] = []  # set by the handler, whatever wraps the exception it raises
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    SIGNALLED.append(signum)
+    raise Terminated(
+        f"killed by {signal.Signals(signum).name} (its time limit); files so far packed"
+    )
+
+
 def run(parts: list[str], mode: Mode) -> int:
-    """Each part in turn; a failed one writes its error as its section and the rest still run.
+    """Each part in turn; a failed one writes its error as its section and the rest still run;
+    one killed by SIGTERM (a `timeout`) packs what it wrote and ends the run.
     Returns the number of parts that failed."""
     import torch
 
@@ -797,21 +823,28 @@ def run(parts: list[str], mode: Mode) -> int:
     env = install() if not mode.cpu else {**os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path.cwd()), env.get("PYTHONPATH")]))
     failed = 0
-    for part in parts:
-        t0 = time.perf_counter()
-        try:
-            text = PARTS[part](mode, env)
-        except (Exception, SystemExit) as exc:
-            failed += 1
-            text = f"**FAILED**: {type(exc).__name__}: {exc}"
-            print(text, file=sys.stderr, flush=True)
-        where = "CPU mode (toy sizes; not a measurement)" if mode.cpu else "device"
-        header = (
-            f"`python -m benchmarks.gpu run {part}{' --cpu' if mode.cpu else ''}`: {where}, "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-            f"{time.perf_counter() - t0:.0f} s."
-        )
-        results.write_part(mode.out, part, f"{header}\n\n{text}")
-        _pack(mode)
-        print(f"{header}\n\n{text}\n", flush=True)
+    SIGNALLED.clear()
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        for part in parts:
+            t0 = time.perf_counter()
+            try:
+                text = PARTS[part](mode, env)
+            except (Exception, SystemExit) as exc:
+                failed += 1
+                text = f"**FAILED**: {type(exc).__name__}: {exc}"
+                print(text, file=sys.stderr, flush=True)
+            where = "CPU mode (toy sizes; not a measurement)" if mode.cpu else "device"
+            header = (
+                f"`python -m benchmarks.gpu run {part}{' --cpu' if mode.cpu else ''}`: {where}, "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+                f"{time.perf_counter() - t0:.0f} s."
+            )
+            results.write_part(mode.out, part, f"{header}\n\n{text}")
+            _pack(mode)
+            print(f"{header}\n\n{text}\n", flush=True)
+            if SIGNALLED:  # the time limit: what the part wrote is packed, no next part
+                break
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return failed

@@ -342,6 +342,11 @@ Emit = Callable[[str, dict[str, Any]], None]
 def run_speed(s: SpeedSettings, emit: Emit | None = None) -> tuple[str, dict[str, Any]]:
     """Eager models, eager layers, then (compile != none) compiled models and layers; `emit`
     gets the text and payload so far after each block."""
+    from tibnlp.training.engine import configure_dynamo
+
+    # the eager multi-scale layers compile FlexAttention once per shape: 4 head counts x 2
+    # batches is dynamo's default limit of 8 exactly, and one more would time the slow path
+    configure_dynamo()
     peak = timing.matmul_peak(s.device, s.peak_n)
     models: list[dict[str, Any]] = []
     layers: list[dict[str, Any]] = []
