@@ -1,0 +1,5 @@
+"""`python -m tibnlp ...`: the same CLI as the `tibnlp` command."""
+
+from tibnlp.cli.main import main
+
+main()
