@@ -145,6 +145,8 @@ def test_tokenizer_same_ids_as_tibnlp_on_heldout_corpus_text(exported, vocab_dir
         "ལ།དེ་ནས༎ཀ",
         "\u0f43\u0f73 ཀ\u00a0ཁ\tག\n",
         "བོད་ཀྱི་ 2024 ལོ།",
+        "ཆུ་ཚོད་ ༡༠།༠༠ བའི་སྟེང་།ཀ",  # a shad inside a number keeps no space
+        "ལ།༢་པ ༢༠༡༦།༠༧།༢༦",
     ]
     for text in tricky:
         assert tokenizer(text)["input_ids"] == _tibnlp_ids(vocab, text), text

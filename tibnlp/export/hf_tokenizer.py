@@ -18,7 +18,15 @@ import sys
 from typing import Any
 
 from tibnlp.errors import TibnlpError
-from tibnlp.text.normalize import _INVISIBLE, _SHAD, _START, _SYLLABLE_END, NBSP_TSHEG, TSHEG
+from tibnlp.text.normalize import (
+    _DIGITS,
+    _INVISIBLE,
+    _SHAD,
+    _START,
+    _SYLLABLE_END,
+    NBSP_TSHEG,
+    TSHEG,
+)
 from tibnlp.text.vocab import WORD_START, Vocabulary
 
 SPECIAL_TOKENS = {
@@ -55,6 +63,8 @@ def tibetan_normalizers(n: Any, regex: Any) -> list[Any]:
     """`tibnlp.text.normalize.normalize(text, join_spaced_syllables=True)` as normaliser steps,
     in the same order (rule numbers of that module's docstring)."""
     shad, start, end = _onig(_SHAD), _onig(_START), _onig(_SYLLABLE_END)
+    digit = f"[{_onig(_DIGITS)}]"
+    number_shad = f"{digit}\\x{{f0d}}"
     return [
         n.Replace(regex(f"[{_onig(_INVISIBLE)}]+"), ""),  # 1
         n.Replace(regex(f"[{_whitespace_class()}]+"), " "),  # 3 (before 2, as _clean does)
@@ -66,7 +76,10 @@ def tibetan_normalizers(n: Any, regex: Any) -> list[Any]:
         n.Replace(regex(f"{TSHEG}{TSHEG}+"), TSHEG),
         n.Replace(regex(f"{TSHEG} (?=[\\x{{f40}}-\\x{{f6c}}])"), TSHEG),
         n.Replace(regex(f"(?<=[^{shad} ]) (?=[{shad}])"), ""),  # 7: no space before a shad
-        n.Replace(regex(f"(?<=[^{shad} ][{shad}]+)(?=[{start}])"), " "),  # a space after it
+        # a space after it, unless it is one shad between two digits ("༡༠།༠༠")
+        n.Replace(
+            regex(f"(?<=[^{shad} ][{shad}]+)(?=[{start}])(?!(?<={number_shad}){digit})"), " "
+        ),
     ]
 
 

@@ -27,7 +27,8 @@ normalize(x)`, checked by property tests):
    closes it ("ཀ །" -> "ཀ།"); a closing shad run directly followed by a Tibetan letter, digit
    or head mark gets one space after it ("ལ།དེ" -> "ལ། དེ"). The space inside a double shad
    "། །" is kept as one space, so the classical "ལོ། །བདག" (closing shad, space, opening
-   shad) is left as it is.
+   shad) is left as it is. One shad between two Tibetan digits separates digit groups (times
+   "༡༠།༠༠", decimals "༢།༦", dates "༢༠༡༦།༠༧།༢༦" in news) and gets no space.
 
 Nothing else is changed: no tsheg is added or removed before a shad (the "ང་།" convention),
 digits and Latin text are kept.
@@ -66,6 +67,7 @@ _SPACE_AFTER_TSHEG_RE = re.compile(f"{TSHEG} (?=[\u0f40-\u0f6c])")
 _SPACE_BEFORE_SHAD_RE = re.compile(f" (?<=[^{_SHAD} ] )(?=[{_SHAD}])")
 _SHAD_BEFORE_START_RE = re.compile(f"[{_SHAD}]+(?=[{_START}])")
 _SHADS = frozenset("\u0f0d\u0f0e\u0f0f\u0f10\u0f11\u0f12\u0f14 ")
+_DIGITS = "".join(chr(c) for c in range(0x0F20, 0x0F34))  # digits and half digits
 
 
 def _clean(text: str) -> str:
@@ -91,7 +93,21 @@ def _space_closing_shad(match: re.Match[str]) -> str:
     start = match.start()
     if start == 0 or match.string[start - 1] in _SHADS:  # an opening shad: leave it
         return match.group()
+    if is_number_shad(match.string, start, match.end()):  # "༡༠།༠༠": inside a number
+        return match.group()
     return match.group() + " "
+
+
+def is_number_shad(text: str, start: int, end: int) -> bool:
+    """Is `text[start:end]` one shad with a Tibetan digit right on each side ("༡༠།༠༠")?"""
+    return (
+        end == start + 1
+        and text[start] == "\u0f0d"
+        and start > 0
+        and end < len(text)
+        and text[start - 1] in _DIGITS
+        and text[end] in _DIGITS
+    )
 
 
 def _fix_spacing(text: str) -> str:

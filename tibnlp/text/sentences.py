@@ -5,7 +5,8 @@ ends after a run of shad characters (U+0F0D shad, U+0F0E nyis shad, U+0F0F tsheg
 U+0F10 nyis tsheg shad, U+0F11 rin chen spungs shad, U+0F12 rgya gram shad, U+0F14 gter tsheg),
 spaces inside the run included, so the double shad "། །" ends one sentence and is kept with it:
 "ལོ། །བདག་ནི། །" -> ["ལོ། །", "བདག་ནི། །"]. Closing quotes or brackets right after the shad
-("།”") stay with the sentence they close.
+("།”") stay with the sentence they close. One shad between two Tibetan digits ("༡༠།༠༠", a
+time; "༢།༦", a decimal) is part of the number, not a sentence end.
 
 A sentence ending in the syllable ག or ཀ usually carries no shad: a space follows instead
 ("འབྱོར་འདུག རྒྱ་ནག..."). With `ga_boundary` (default) such a space also ends a sentence.
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import re
 
+from tibnlp.text.normalize import is_number_shad
+
 SHADS = "\u0f0d\u0f0e\u0f0f\u0f10\u0f11\u0f12\u0f14"
 # Closing quotes and brackets written right after the shad belong to the sentence they close.
 _CLOSERS = "\u201d\u2019\u00bb\u300d\u300f\u0f3b\u0f3d)\\]\"'"
@@ -31,7 +34,7 @@ _LETTER_RE = re.compile("[\u0f40-\u0fbc]")
 
 def _spans(text: str, ga_boundary: bool) -> list[tuple[int, int]]:
     """(start, end) of every non-blank piece between sentence boundaries, spaces trimmed."""
-    cuts = [m.end() for m in _END_RE.finditer(text)]
+    cuts = [m.end() for m in _END_RE.finditer(text) if not is_number_shad(text, *m.span())]
     if ga_boundary:
         cuts += [m.start() for m in _GA_SPACE_RE.finditer(text)]
     spans = []
