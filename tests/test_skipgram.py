@@ -81,6 +81,18 @@ def test_vectors_reflect_which_pieces_occur_together() -> None:
     assert result.loss < np.log(2) * (1 + 3)  # below an untrained model's loss
 
 
+def test_training_leaves_the_global_rng_alone() -> None:
+    """A run that trains the vectors and one that reads them from its cache must draw the same
+    unseen rows in embedding_init (from the global RNG) and so start from the same weights."""
+    cfg = SkipgramConfig(epochs=1, window=2, negatives=2, batch_pairs=128)
+    torch.manual_seed(5)
+    before = torch.random.get_rng_state()
+    first = train_skipgram(_topics(50), 40, 8, cfg, seed=0, exclude={2, 3})
+    assert torch.equal(torch.random.get_rng_state(), before)
+    torch.manual_seed(6)  # another global state: the same vectors
+    assert torch.equal(train_skipgram(_topics(50), 40, 8, cfg, 0, {2, 3}).vectors, first.vectors)
+
+
 def test_embedding_init_is_centred_at_the_asked_scale() -> None:
     vectors = torch.randn(50, 8) * 3 + 5
     vectors[40:] = 0.0  # pieces the corpus never had

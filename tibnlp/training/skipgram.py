@@ -118,8 +118,11 @@ def train_skipgram(
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
 
-    inputs = nn.Embedding(vocab_size, dim, sparse=True)
-    outputs = nn.Embedding(vocab_size, dim, sparse=True)
+    # filled from `gen` below: the default init would draw from the global RNG, which then
+    # differs between a run that trains the vectors and one that reads them from its cache
+    # (embedding_init draws the unseen rows from it next)
+    inputs = nn.Embedding(vocab_size, dim, sparse=True, _weight=torch.empty(vocab_size, dim))
+    outputs = nn.Embedding(vocab_size, dim, sparse=True, _weight=torch.empty(vocab_size, dim))
     with torch.no_grad():
         inputs.weight.uniform_(-0.5 / dim, 0.5 / dim, generator=gen)
         outputs.weight.zero_()
