@@ -19,21 +19,30 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import torch
 
 from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.attention import AttentionContext, choose_large
 from tibnlp.models.encoder import SharedLayer
 
 WINDOWS = ["1", "3", "N/16", "N/8", "N/4"]
 
 
-def make_cfg(small: int, large: int, windows: list[str], ffn: bool = True) -> ModelConfig:
+def make_cfg(
+    small: int,
+    large: int,
+    windows: list[str],
+    ffn: bool = True,
+    rule: Literal["batch", "sentence"] = "batch",
+    threshold: int = 64,
+) -> ModelConfig:
     return ModelConfig(
         dropout=0.0,
         attention_dropout=0.0,
-        heads=HeadsConfig(small=small, large=large, threshold=64, rule="batch"),
+        heads=HeadsConfig(small=small, large=large, threshold=threshold, rule=rule),
         scales=ScalesConfig(windows=windows, alpha=0.5, ffn=ffn),
     )
 
@@ -91,7 +100,8 @@ def main() -> None:
         "D=384, FFN 1536, fp32, dropout off. Multi-scale: windows "
         f"{WINDOWS}, alpha 0.5, 12 heads; each time is the mean over the 4 layer distributions.",
         "Dynamic: heads (8, 12), batch rule, full-length batch (takes the 12-head route); "
-        "'mixed' is the sentence rule on a batch whose first half is a quarter as long.",
+        "'mixed' is the sentence rule (threshold N/4) on a batch whose first half is a quarter "
+        "as long: that half takes the 8-head route, the rest the 12-head one.",
         "",
         "| N | batch | part | variant | median ms | ratio to dense h=12 |",
         "|---|---|---|---|---|---|",
@@ -109,8 +119,10 @@ def main() -> None:
             # A second, identical dense layer: its ratio is the noise floor of this run.
             variants[(part, "dense h=12 again (control)")] = timer(make_cfg(12, 12, []), b, n, part)
             variants[(part, "dynamic (8,12) batch rule")] = timer(make_cfg(8, 12, []), b, n, part)
+            # threshold N/4: the short half takes the 8-head route, the long half the 12
+            mixed = make_cfg(8, 12, [], rule="sentence", threshold=n // 4)
             variants[(part, "dynamic (8,12) sentence rule, mixed")] = timer(
-                make_cfg(8, 12, []), b, n, part, lengths=half
+                mixed, b, n, part, lengths=half
             )
         times: dict[tuple[str, str], list[float]] = {k: [] for k in variants}
         for f in variants.values():
@@ -130,7 +142,7 @@ def main() -> None:
         print("\n".join(lines), flush=True)
     text = "\n".join(lines) + "\n"
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        atomic_write_text(args.out, text)
     print(text)
 
 

@@ -41,6 +41,7 @@ import torch
 
 from tibnlp.data.masking import MaskingIds, MlmCollator
 from tibnlp.data.pretraining import length_bucketed_batches, load_pretraining_dataset
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import hardware_name
 from tibnlp.training.prefetch import Prefetched
@@ -167,7 +168,7 @@ def main() -> None:
         f"{med['ref_step_ms']:.1f}, this checkout {med['ours_step_ms']:.1f}"
     )
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from tibnlp.config.model import FusionConfig, HeadsConfig, ModelConfig, RecurrenceConfig
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.models import AlbertForPretraining
 
 B, N, VOCAB = 4, 128, 16000
@@ -162,7 +163,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+        atomic_write_text(args.out, text)
     print(text)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from collections import Counter
@@ -119,6 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--zero", type=int, default=1, help="ZeRO stage (the curve's: 1)")
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (time: median)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", choices=sorted(VARIANTS.values()))
     args = ap.parse_args()
@@ -128,13 +130,19 @@ def main() -> None:
     from tibnlp.config.core import atomic_write_text
     from tibnlp.training.engine import hardware_name
 
-    results = {}
-    for label, key in VARIANTS.items():
-        cmd = [sys.executable, __file__, "--child", key, "--zero", str(args.zero)]
-        cmd += ["--steps", str(args.steps)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
-        results[label] = json.loads(done.stdout.strip().splitlines()[-1])
+    runs: dict[str, list[dict]] = {label: [] for label in VARIANTS}
+    for r in range(args.rounds):  # alternating order, so load drift hits both variants alike
+        order = list(VARIANTS.items())
+        for label, key in order if r % 2 == 0 else reversed(order):
+            cmd = [sys.executable, __file__, "--child", key, "--zero", str(args.zero)]
+            cmd += ["--steps", str(args.steps)]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+            runs[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    results = {  # operator counts repeat exactly; the time is the median over rounds
+        label: {**rs[0], "cpu_ms_median": statistics.median(x["cpu_ms_median"] for x in rs)}
+        for label, rs in runs.items()
+    }
     labels = list(results)
     base = results[labels[0]]
     lines = [
@@ -145,7 +153,8 @@ def main() -> None:
         f"of `{SHAPE_FROM}`: E=128, D=128, 4 layers, relative positions, pre-LN; vocab "
         f"{VOCAB}, sparse MLM, no SOP; "
         f"{base['parameters']} parameter tensors), batch 8 x 32 (operator counts do not "
-        f"depend on the batch), {args.steps} profiled steps after 3 warm-up steps.",
+        f"depend on the batch), {args.steps} profiled steps after 3 warm-up steps; "
+        f"{args.rounds} alternating rounds, CPU ms the median over them.",
         "",
         "| variant | aten ops per step | forward | backward | optimizer step | CPU ms per step "
         "(median) | weights (what an export saves) |",

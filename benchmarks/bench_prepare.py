@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tibnlp.config import CorpusConfig
 from tibnlp.data.datadir import require
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.text.prepare import prepare_corpus
 
 RESULTS = Path(__file__).parent / "results" / "prepare.md"
@@ -144,7 +145,7 @@ def _write(path: Path, files: list[Path], runs: list[dict]) -> None:
         "",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines), encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines))
     print(f"wrote {path}")
 
 

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tibnlp.fsutil import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -174,7 +176,7 @@ def main() -> None:
         "here measures that contention, not a property of the engine.",
     ]
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines) + "\n")
+    atomic_write_text(args.output, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

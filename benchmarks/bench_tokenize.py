@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.text.syllables import count_syllables
 from tibnlp.text.vocab import Vocabulary, normalize
 from tibnlp.text.vocab_build import load_corpus
@@ -28,6 +31,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=Path, required=True)
     parser.add_argument("--limit", type=int, default=0, help="sentences (0: all of train)")
     parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     vocab = Vocabulary.load(args.vocab)
@@ -36,28 +40,41 @@ def main() -> None:
         sentences = sentences[: args.limit]
     n_syll = sum(count_syllables(s) for s in sentences)
 
-    start = time.perf_counter()
-    batched = []
-    for i in range(0, len(sentences), args.batch):
-        batched.extend(vocab.encode_batch(sentences[i : i + args.batch]))
-    t_batch = time.perf_counter() - start
-
     sp = vocab.sp
-    start = time.perf_counter()
-    looped = [sp.encode(normalize(s)) for s in sentences]
-    t_loop = time.perf_counter() - start
-    assert batched == looped, "the two paths disagree"
+    normalised = [normalize(s) for s in sentences]  # pre-normalised: SentencePiece alone
 
-    # The same two paths on pre-normalised text: SentencePiece alone, without our normaliser.
-    normalised = [normalize(s) for s in sentences]
-    start = time.perf_counter()
-    for i in range(0, len(normalised), args.batch):
-        sp.encode(normalised[i : i + args.batch], num_threads=-1)
-    t_sp_batch = time.perf_counter() - start
-    start = time.perf_counter()
-    for s in normalised:
-        sp.encode(s)
-    t_sp_loop = time.perf_counter() - start
+    def batch_path() -> list[list[int]]:
+        out: list[list[int]] = []
+        for i in range(0, len(sentences), args.batch):
+            out.extend(vocab.encode_batch(sentences[i : i + args.batch]))
+        return out
+
+    def loop_path() -> list[list[int]]:
+        return [sp.encode(normalize(s)) for s in sentences]
+
+    def sp_batch_path() -> None:
+        for i in range(0, len(normalised), args.batch):
+            sp.encode(normalised[i : i + args.batch], num_threads=-1)
+
+    def sp_loop_path() -> None:
+        for s in normalised:
+            sp.encode(s)
+
+    batched = batch_path()
+    assert batched == loop_path(), "the two paths disagree"  # also the warm-up, untimed
+    paths: dict[str, Callable[[], object]] = {
+        "batch": batch_path,
+        "loop": loop_path,
+        "sp_batch": sp_batch_path,
+        "sp_loop": sp_loop_path,
+    }
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    for r in range(args.rounds):  # alternating order, so load drift hits every path alike
+        for name in list(paths) if r % 2 == 0 else list(reversed(paths)):
+            start = time.perf_counter()
+            paths[name]()
+            times[name].append(time.perf_counter() - start)
+    t_batch, t_loop, t_sp_batch, t_sp_loop = (statistics.median(times[k]) for k in paths)
 
     result = {
         "sentences": len(sentences),
@@ -65,6 +82,7 @@ def main() -> None:
         "tokens": sum(len(x) for x in batched),
         "cpus": os.cpu_count(),
         "load_avg": os.getloadavg(),
+        "rounds": args.rounds,
         "encode_batch_s": round(t_batch, 2),
         "python_loop_s": round(t_loop, 2),
         "encode_batch_syll_per_s": round(n_syll / t_batch),
@@ -77,7 +95,7 @@ def main() -> None:
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
-        args.json.write_text(text)
+        atomic_write_text(args.json, text)
 
 
 if __name__ == "__main__":

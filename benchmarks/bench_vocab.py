@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from tibnlp.fsutil import atomic_write_text
+
 
 def build(corpus: Path, output: Path, vocab_size: int, split: bool) -> dict[str, object]:
     cmd = [
@@ -70,7 +72,7 @@ def main() -> None:
     text = json.dumps({"cpus": os.cpu_count(), "load": os.getloadavg(), "runs": rows}, indent=2)
     print(text)
     if args.json:
-        args.json.write_text(text)
+        atomic_write_text(args.json, text)
 
 
 if __name__ == "__main__":

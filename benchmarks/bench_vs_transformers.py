@@ -29,6 +29,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from tibnlp.fsutil import atomic_write_text
+
 VARIANTS = [
     "transformers",
     "transformers, bf16 autocast",
@@ -255,7 +257,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        atomic_write_text(args.out, text)
 
 
 if __name__ == "__main__":

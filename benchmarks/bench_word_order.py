@@ -19,6 +19,7 @@ import torch
 from tibnlp.data.masking import MlmCollator
 from tibnlp.data.pretraining import load_pretraining_dataset
 from tibnlp.evaluation.word_order import order_accuracies
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.io import load_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
@@ -61,7 +62,7 @@ def main() -> None:
         )
         print(lines[-1], flush=True)
     if args.out:
-        args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        atomic_write_text(args.out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from tibnlp.config import CorpusConfig
 from tibnlp.data.datadir import require
 from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
 from tibnlp.data.pretraining import build_pretraining_dataset, load_pretraining_dataset
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.text.corpus_words import segment_corpus
 from tibnlp.text.normalize import normalize
 from tibnlp.text.prepare import load_prepared, prepare_corpus
@@ -229,7 +230,7 @@ def _write(args: Any, report: dict, rows: list[dict], measured: dict, masks: dic
         )
     lines.append("")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines), encoding="utf-8")
+    atomic_write_text(args.output, "\n".join(lines))
     print(f"wrote {args.output}")
 
 
