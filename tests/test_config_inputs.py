@@ -126,3 +126,20 @@ def test_an_override_error_does_not_blame_the_file(tmp_path: Path) -> None:
     path.write_text("pretrain:\n  max_steps: 0\n")  # the file's own error still names it
     with pytest.raises(ConfigError, match=r"tiny\.yaml: config key 'pretrain\.max_steps'"):
         load_config(path, ["pretrain.optimizer.lr=0.1"])
+
+
+def test_yaml_numbers_follow_yaml_1_2(tmp_path: Path) -> None:
+    """PyYAML reads YAML 1.1: `1:30` is the base-60 int 90 (a time budget of 90 seconds),
+    `0755` octal, `2024-01-01` a date and `1e-3` a string. Files and --set values (pipelines
+    too) read numbers as YAML 1.2 does."""
+    from tibnlp.config.core import parse_override, read_yaml
+
+    values = {"1:30": "1:30", "0755": 755, "2024-01-01": "2024-01-01", "1e-3": 1e-3}
+    values |= {"6e6": 6e6, "1_000": 1000, "0x1F": 31, "-2": -2, ".5": 0.5, "true": True}
+    for text, value in values.items():
+        assert parse_override(f"a.b={text}")[1] == value, text
+    path = tmp_path / "c.yaml"
+    path.write_text("pretrain:\n  time_budget: 1:30\n  max_steps: 0755\n", encoding="utf-8")
+    assert read_yaml(path)["pretrain"] == {"time_budget": "1:30", "max_steps": 755}
+    with pytest.raises(ConfigError, match="'1:30' is not a duration"):
+        load_config(path)

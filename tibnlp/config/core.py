@@ -235,7 +235,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {text!r} has an empty key; use section.key=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from exc
     return key.split("."), value
@@ -284,9 +284,23 @@ def apply_overrides(
     return data
 
 
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_DROPPED = (_INT, _FLOAT, "tag:yaml.org,2002:timestamp")
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses a key given twice in one mapping (YAML requires unique keys;
-    PyYAML silently keeps the last, dropping a whole section written twice)."""
+    PyYAML silently keeps the last, dropping a whole section written twice), with YAML 1.2's
+    numbers: PyYAML follows YAML 1.1, where `1:30` is the base-60 int 90 (a time budget of 90
+    seconds), `0755` is octal and `2024-01-01` a date, while `1e-3` is a string."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        text = str(self.construct_scalar(node))
+        if text.lstrip("+-").startswith(("0o", "0x")):
+            sign = -1 if text.startswith("-") else 1
+            digits = text.lstrip("+-")
+            return sign * int(digits[2:], 8 if digits[1] == "o" else 16)
+        return int(text.replace("_", ""), 10)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -304,6 +318,26 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     None, None, f"duplicate key {key!r}", key_node.start_mark
                 )
         return super().construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.yaml_implicit_resolvers = {  # YAML 1.1's numbers and dates left out
+    first: [(tag, rx) for tag, rx in rules if tag not in _DROPPED]
+    for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_UniqueKeyLoader.add_implicit_resolver(
+    _INT,
+    re.compile(r"^(?:[-+]?[0-9][0-9_]*|[-+]?0o[0-7]+|[-+]?0x[0-9a-fA-F]+)$"),
+    list("-+0123456789"),
+)
+_UniqueKeyLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+_UniqueKeyLoader.add_constructor(_INT, _UniqueKeyLoader.construct_yaml_int)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
