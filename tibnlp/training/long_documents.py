@@ -54,7 +54,7 @@ def reading_of(ft: FinetuneConfig, model_cfg: ModelConfig, window: int) -> Readi
         )
     gm = ft.global_memory
     need = 1 + gm.budget + 1 + (window - 1)
-    if model_cfg.position == "absolute" and need > model_cfg.max_len:
+    if need > model_cfg.max_len:  # the encoder refuses longer rows, whatever its positions
         raise ConfigError(
             f"config key 'finetune.global_memory.budget': [CLS] + {gm.budget} memory + [SEP] + "
             f"a {window}-token window is {need} positions > the model's max_len "

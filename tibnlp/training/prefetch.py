@@ -37,7 +37,10 @@ class Prefetched:
     def next(self) -> Micro:
         out = self._draw() if self._pending is None else self._pending.result()
         self._handed = self.source.state_dict()  # the source is idle between the two draws
-        self._pending = self._pool.submit(self._draw)
+        # a new epoch's plan runs its start hook (GEMFormer's memory refresh reads the model):
+        # it is drawn on the caller's thread at the next call, after this step and evaluation
+        in_epoch = self.source.position.index < len(self.source)
+        self._pending = self._pool.submit(self._draw) if in_epoch else None
         return out
 
     def _drop(self) -> None:

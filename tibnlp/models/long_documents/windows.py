@@ -24,6 +24,7 @@ from torch import nn
 
 from tibnlp.models.encoder import Encoder, EncoderOutput
 from tibnlp.models.segment_memory import SegmentMemory
+from tibnlp.text.special import SEP_ID
 
 
 @dataclass
@@ -49,10 +50,13 @@ def segments(
     step = segment_len - 1
     content_ids, content_mask = input_ids[:, 1:], attention_mask[:, 1:]
     n_seg = max(1, -(-(t - 1) // step))
+    text = content_mask.bool() & (content_ids != SEP_ID)
     for k in range(n_seg):
         ids = content_ids[:, k * step : (k + 1) * step]
         m = content_mask[:, k * step : (k + 1) * step]
-        rows = torch.arange(b, device=dev) if k == 0 else m.bool().any(1).nonzero().squeeze(1)
+        # a row is read while text remains: its closing [SEP] alone is no segment of it
+        rest = text[:, k * step :].any(1)
+        rows = torch.arange(b, device=dev) if k == 0 else rest.nonzero().squeeze(1)
         if rows.numel() == 0:
             return
         head = torch.tensor([-1], device=dev)
