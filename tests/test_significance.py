@@ -200,3 +200,18 @@ def test_runs_of_one_system_pool_their_seeds(tmp_path) -> None:
                 _row("textcnn-pieces(pretrained)", true, [pred]),
             ]
         )
+
+
+def test_pooling_checks_the_items_of_the_part_compared() -> None:
+    """Runs whose test_unseen items differ (scored before and after test_unseen counted the
+    titles actually trained on) still pool on test, and only there."""
+    true, pred = _data()
+    old = _row("albert-pretrained(a)+cnn", true, [pred])
+    new = _row("albert-pretrained(b)+cnn", true, [pred])
+    old["targets"]["test_unseen"], new["targets"]["test_unseen"] = [0, 1], [0, 1, 2]
+    pooled = pool_rows([old, new], "test")
+    assert len(pooled["seeds"]) == 2 and pooled["targets"] == {"test": true.tolist()}
+    with pytest.raises(DataError, match=r"cannot be pooled .* on test_unseen"):
+        pool_rows([old, new], "test_unseen")
+    with pytest.raises(DataError, match="cannot be pooled"):
+        pool_rows([old, new])

@@ -138,7 +138,7 @@ def compare(
 ) -> None:
     """Is A above B? The difference of their seed-mean scores, with a paired-bootstrap interval
     over the items (the seeds' spread does not show how much another test sample would move it)."""
-    row_a = pool_rows([_single(path) for path in [result_a, *(pool or [])]])
+    row_a = pool_rows([_single(path) for path in [result_a, *(pool or [])]], part)
     row_b = _single(result_b)
     d = compare_rows(row_a, row_b, part, metric, resamples, level, seed)
     name = f"{part} {metric.replace('_', '-')}"

@@ -166,19 +166,25 @@ def _recipe(system: str) -> str:
     return re.sub(r"^(albert-(?:pretrained|random))\([^()]*\)", r"\1()", system)
 
 
-def pool_rows(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def pool_rows(rows: Sequence[dict[str, Any]], part: str | None = None) -> dict[str, Any]:
     """One system's results from several runs (e.g. its pretraining seeds) as one row whose
     seeds are all of theirs, for `compare_rows`; refused unless every run is the same system
-    (the model folder's name aside) scored on the same items."""
+    (the model folder's name aside) scored on the same items: those of `part` only, when
+    given (the pooled row then holds that part's targets alone), or of every part."""
+
+    def targets(row: dict[str, Any]) -> Any:
+        kept = row.get("targets") or {}
+        return kept if part is None else {part: kept.get(part)}
+
     first = rows[0]
     for row in rows[1:]:
         same = row["dataset"] == first["dataset"] and _recipe(row["system"]) == _recipe(
             first["system"]
         )
-        if not same or row.get("targets") != first.get("targets"):
+        if not same or targets(row) != targets(first):
             raise DataError(
                 f"{row['dataset']} {row['system']} cannot be pooled with "
-                f"{first['dataset']} {first['system']}",
+                f"{first['dataset']} {first['system']}" + (f" on {part}" if part else ""),
                 "pool runs of one system on one dataset and split",
             )
-    return {**first, "seeds": [s for row in rows for s in row["seeds"]]}
+    return {**first, "targets": targets(first), "seeds": [s for row in rows for s in row["seeds"]]}
