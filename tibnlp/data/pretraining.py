@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from tibnlp.data.segment_chains import chain_lengths, make_chains
-from tibnlp.data.words import WORD, boundary_columns, piece_levels
+from tibnlp.data.words import LEVELS_VERSION, WORD, boundary_columns, piece_levels
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.vocab import Vocabulary
@@ -255,6 +255,7 @@ def build_pretraining_dataset(
         words, words_meta = load_words(corpus_dir, corpus)
         key["masking"] = masking
         key["words"] = words_meta["key"]
+        key["word_levels"] = LEVELS_VERSION  # data built with older alignments is rebuilt
     cache_key = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     if (out_dir / META_FILE).is_file():
         meta = json.loads((out_dir / META_FILE).read_text(encoding="utf-8"))

@@ -6,7 +6,9 @@ vocabulary: each piece gets a level, INSIDE (continues a unit), SYLLABLE (opens 
 unit, `Vocabulary.syllable_starts`) or WORD (opens a syllable unit that opens a botok word).
 
 A syllable unit belongs to the botok token holding its first character that is not a space or
-tsheg (a piece carries the separator before its syllable as `▁`). Units are grouped into
+tsheg (a piece carries the separator before its syllable as `▁`), nor a shad: the vocabulary's
+rule writes a space after each shad, and SentencePiece gives the shad's bytes to the piece after
+that space, so "། རྒྱལ" is the surface of the piece `▁རྒྱལ`. Units are grouped into
 words, never cut: where botok cuts inside a unit (a digit glued to a syllable) the unit stays
 whole, so a word is always a run of whole syllable units and masking one never splits either.
 """
@@ -17,12 +19,17 @@ import bisect
 import itertools
 
 from tibnlp.text.normalize import normalize
+from tibnlp.text.sentences import SHADS
 from tibnlp.text.syllables import NBSP_TSHEG, TSHEG
 from tibnlp.text.vocab import Vocabulary
 
 # Per-piece boundary levels: inside a unit, opens a syllable unit, opens a word (and a unit).
 INSIDE, SYLLABLE, WORD = 0, 1, 2
-_SEPARATORS = f" \t{TSHEG}{NBSP_TSHEG}"
+# in the cache key of whole-word pretraining data; 2: units after a shad inside a sentence
+LEVELS_VERSION = 2
+# what a piece's surface may start with before its own syllable: the separator it carries as
+# `▁`, and the shads the vocabulary's rule follows with a space (`vocab_build.SYLLABLE_RULES`)
+_SEPARATORS = f" \t{TSHEG}{NBSP_TSHEG}{SHADS}"
 
 
 def piece_levels(

@@ -21,7 +21,6 @@ is a run of whole syllables.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import os
@@ -92,9 +91,13 @@ class WordSegmenter:
         base = (cache or cache_root()) / "botok" / self.digest[:16]
         base.mkdir(parents=True, exist_ok=True)
         link = base / pack.name
-        if not link.exists():
-            with contextlib.suppress(FileExistsError):  # another process linked it first
-                link.symlink_to(pack, target_is_directory=True)
+        if not link.is_dir():  # absent, or left dangling by a copy of the pack that is gone
+            # (botok would download a pack it cannot find); an atomic swap, so concurrent
+            # first uses all end with a working link
+            temp = base / f".{pack.name}.{os.getpid()}"
+            temp.unlink(missing_ok=True)
+            temp.symlink_to(pack, target_is_directory=True)
+            os.replace(temp, link)
         # botok warns on every string with a rare stacked letter; the text is still segmented
         warnings.filterwarnings("ignore", module=r"botok(\.|$)")
         with open(base / ".lock", "w") as lock:

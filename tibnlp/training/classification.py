@@ -27,6 +27,7 @@ from tibnlp.evaluation.metrics import Metrics, compute_metrics
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.models.classifier import Classifier
 from tibnlp.models.encoder import Encoder
+from tibnlp.models.long_documents.reading import inner_encoder
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.batches import ShardedBatches
 
@@ -142,7 +143,10 @@ def learning_rates(model: Classifier, ft: FinetuneConfig) -> dict[str, float]:
     lr * decay^(L - i) and the embedding layer lr * decay^L (ELECTRA's layer-wise decay; ULMFiT's
     discriminative rates): the lower a layer, the more general what it learnt in pretraining
     and the less the labels should move it. An explicit `finetune.embedding_lr` wins."""
-    rates = {"model.head.": ft.head_lr, "model.encoder.embeddings.": ft.embedding_lr}
+    # a long-document reader holds the encoder one level down (model.encoder.encoder.)
+    inner = {id(m): name for name, m in model.named_modules()}[id(inner_encoder(model.encoder))]
+    embeddings = f"model.{inner}.embeddings."
+    rates = {"model.head.": ft.head_lr, embeddings: ft.embedding_lr}
     if ft.layer_decay == 1.0:
         return rates
     encoder = model.encoder
@@ -155,7 +159,7 @@ def learning_rates(model: Classifier, ft: FinetuneConfig) -> dict[str, float]:
         )
     depth, lr = encoder.cfg.num_layers, ft.optimizer.lr
     if not ft.embedding_lr:
-        rates["model.encoder.embeddings."] = lr * ft.layer_decay**depth
+        rates[embeddings] = lr * ft.layer_decay**depth
     names = {id(m): name for name, m in encoder.named_modules()}
     for i in range(depth):  # layer i + 1 of 1..L
         prefix = f"model.encoder.{names[id(encoder.layer_at(i))]}."

@@ -1,0 +1,42 @@
+"""The botok trie cache (`tibnlp.text.words.WordSegmenter`) is keyed on the pack's content and
+reaches the pack through a link. When the same pack later lives elsewhere (the data directory
+re-linked, the old copy gone), the cached link dangles; botok then finds no pack folder and
+downloads one from GitHub, which tibnlp promises never to do."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tibnlp.text.words import WordSegmenter
+
+
+def _pack(path: Path) -> Path:
+    (path / "dictionary").mkdir(parents=True)
+    (path / "dictionary" / "words.tsv").write_text("བོད\n", "utf-8")
+    return path
+
+
+def test_a_moved_pack_is_read_where_it_now_is(tmp_path: Path, monkeypatch) -> None:
+    botok = pytest.importorskip("botok")
+    seen: list[Path] = []
+
+    def config(dialect_name: str, base_path: Path) -> object:
+        # botok's get_dialect_pack: a pack folder that is not a directory is downloaded
+        folder = Path(base_path) / dialect_name
+        if not folder.is_dir():
+            raise AssertionError(f"botok would download the pack: {folder} is not a folder")
+        seen.append(folder.resolve())
+        return object()
+
+    monkeypatch.setattr(botok, "Config", config)
+    monkeypatch.setattr(botok, "WordTokenizer", lambda config: object())
+    cache = tmp_path / "cache"
+    old = _pack(tmp_path / "old" / "general")
+    WordSegmenter(old, cache)
+    new = shutil.copytree(old, tmp_path / "new" / "general")
+    shutil.rmtree(old)
+    WordSegmenter(new, cache)  # same content, same cache folder
+    assert seen == [old.resolve(), new.resolve()]
