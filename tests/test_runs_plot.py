@@ -62,6 +62,7 @@ def test_reads_seed_runs_with_their_pretraining(store: tuple[str, str]) -> None:
     uri, _ = store
     read = read_curve_runs(["curve-a"], uri=uri)
     assert len(read.runs) == 12  # the seeds, not the stages' aggregates
+    assert len(read_curve_runs(["curve-a", "curve-a"], uri=uri).runs) == 12  # named twice
     curve = aggregate_curve(read.runs, "macro_f1", ["test", "validation"])
     pretrained = curve.of("pretrained")
     assert [p.tokens for p in pretrained] == [1000, 4000]

@@ -94,3 +94,9 @@ def test_missing_split_file_is_a_clear_error(data_dir) -> None:
     (data_dir / "tncc" / "tncc_title_test.jsonl").unlink()
     with pytest.raises(DataError, match=r"tncc_title_test.jsonl is missing"):
         load_tncc("title")
+
+
+def test_a_damaged_labels_file_names_file_and_line(data_dir) -> None:
+    (data_dir / "tncc" / "labels.json").write_text('["Politics",\n "Economics"', "utf-8")
+    with pytest.raises(DataError, match=r"labels.json:2: not valid JSON"):
+        load_tncc("title")

@@ -92,3 +92,11 @@ def test_ui_stops_its_whole_server_on_any_signal(tmp_path: Path, sig: signal.Sig
         proc.send_signal(sig)
         proc.wait(timeout=90)
     assert _gone(server, port), f"after {sig.name}: {group_alive(server)} still running"
+
+
+def test_the_printed_url_reaches_the_server() -> None:
+    from tibnlp.cli.ui import server_url
+
+    assert server_url("0.0.0.0", 5000) == "http://127.0.0.1:5000"
+    assert server_url("::1", 5000) == "http://[::1]:5000"  # was http://::1:5000: no URL
+    assert server_url("example.org", 80) == "http://example.org:80"

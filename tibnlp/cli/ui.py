@@ -31,11 +31,11 @@ def ui(
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
     proc = start_server(store, host=host, port=port)
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    url = server_url(host, port)
     try:
-        wait_until_up(f"http://{shown}:{port}", proc)
-        console.print(f"MLflow UI for {store}: [bold]http://{shown}:{port}[/] (Ctrl-C stops it)")
-        typer.echo(f"http://{shown}:{port}")
+        wait_until_up(url, proc)
+        console.print(f"MLflow UI for {store}: [bold]{url}[/] (Ctrl-C stops it)")
+        typer.echo(url)
         proc.wait()
     except KeyboardInterrupt:
         pass
@@ -47,3 +47,9 @@ def ui(
 
 def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
+
+
+def server_url(host: str, port: int) -> str:
+    """Where a browser reaches the server: a wildcard host as loopback, IPv6 in brackets."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 
@@ -46,7 +46,7 @@ class Manifest:
     def labels(self) -> list[str]:
         """Class names in label-id order, from `labels_file`."""
         path = self.require(self.labels_file)
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
         if isinstance(data, dict) and "labels" in data:
             data = data["labels"]
         if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
@@ -122,3 +122,12 @@ def get_manifest(name: str, kind: str | None = None) -> Manifest:
             f"known{' ' + kind if kind else ''} datasets: {', '.join(sorted(candidates))}",
         )
     return candidates[name]
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file, with an error naming the file and line where it is not valid JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f"{path}:{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(path)
+        raise DataError(f"{where}: not valid JSON ({exc})", "fix or restore the file") from exc

@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tibnlp.data.manifests import Manifest, all_manifests, get_manifest
+from tibnlp.data.manifests import Manifest, all_manifests, get_manifest, read_json
 from tibnlp.errors import DataError
 from tibnlp.text.normalize import normalize, strip_closing_marks
 
@@ -172,7 +172,7 @@ def read_jsonl(path: Path, labels: list[str], text_field: str, label_field: str)
 
 def _advts_labels(manifest: Manifest, key: str) -> list[str]:
     path = manifest.require(manifest.labels_file)
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = read_json(path)
     entry = data.get(key, data) if isinstance(data, dict) else data
     if isinstance(entry, dict):
         entry = entry.get("labels")

@@ -88,7 +88,7 @@ def read_curve_runs(
     names = [f"{part}_{metric}" for part in parts]
     wanted = set(run_ids)
     found: list[tuple[str, Run]] = []
-    for experiment in experiments:
+    for experiment in dict.fromkeys(experiments):  # one named twice: its runs count once
         runs = finished_runs(client, experiment, filter_string)
         leaves = leaf_runs(runs, lambda r: all(n in r.data.metrics for n in names))
         if wanted:
