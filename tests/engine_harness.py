@@ -97,6 +97,31 @@ def make_plan(batch_size: int, seed: int):  # type: ignore[no-untyped-def]
     return plan
 
 
+def quiet_settings(checkpoint_dir: Path, **settings: Any) -> Any:
+    """LoopSettings of a one-step test loop: no log, evaluation or checkpoint but those
+    `settings` ask for."""
+    from tibnlp.training.loop import LoopSettings
+
+    quiet: dict[str, Any] = dict(
+        max_steps=1,
+        log_every=1000,
+        eval_every=1000,
+        eval_batches=0,
+        checkpoint_every=0,
+        keep_checkpoints=1,
+        checkpoint_dir=checkpoint_dir,
+        progress=False,
+    )
+    return LoopSettings(**{**quiet, **settings})
+
+
+def tiny_loop(training: Any, checkpoint_dir: Path, **settings: Any) -> Any:
+    """The tiny pretrainer's loop over `examples(0)` (batch 8, no held-out data)."""
+    ids, lengths = examples(0)
+    train = training.batches(make_plan(8, 0), make_collate(ids, lengths, 0), 8)
+    return training.loop(train, None, quiet_settings(checkpoint_dir, **settings))
+
+
 def main(out: Path, overrides: dict[str, Any]) -> None:
     from tibnlp.config import EngineConfig, OptimizerConfig
     from tibnlp.tracking import Tracker

@@ -18,26 +18,13 @@ import torch
 def main(out: Path) -> None:
     from tibnlp.config import EngineConfig, OptimizerConfig
     from tibnlp.training.engine import init_distributed, shutdown
-    from tibnlp.training.loop import LoopSettings
     from tibnlp.training.wiring import start_training
 
     cfg = EngineConfig(threads=1)
     world = init_distributed(cfg)
     torch.manual_seed(0)
     training = start_training(h.TinyPretrainer(), cfg, OptimizerConfig(), 8, 0, 4, world)
-    ids, lengths = h.examples(0)
-    train = training.batches(h.make_plan(8, 0), h.make_collate(ids, lengths, 0), 8)
-    settings = LoopSettings(
-        max_steps=4,
-        log_every=1,
-        eval_every=100,
-        eval_batches=0,
-        checkpoint_every=1,
-        keep_checkpoints=1,
-        checkpoint_dir=out / "ck",
-        progress=False,
-    )
-    loop = training.loop(train, None, settings)
+    loop = h.tiny_loop(training, out / "ck", max_steps=4, log_every=1, checkpoint_every=1)
     torch.manual_seed(100 + 7919 * world.rank)  # distinct dropout streams per rank
     loop.save()
     expected = torch.rand(4).tolist()  # what this rank's stream gives next, uninterrupted

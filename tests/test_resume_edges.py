@@ -10,7 +10,7 @@ import torch
 
 from tibnlp.config import EngineConfig, OptimizerConfig
 from tibnlp.training.engine import init_distributed
-from tibnlp.training.loop import LoopSettings, TrainLoop
+from tibnlp.training.loop import TrainLoop
 from tibnlp.training.schedule import lr_factor
 from tibnlp.training.wiring import start_training
 
@@ -24,19 +24,10 @@ def _loop(tmp: Path, max_steps: int) -> TrainLoop:
     training = start_training(
         h.TinyPretrainer(), EngineConfig(threads=1), cfg, 8, 0, max_steps, world
     )
-    ids, lengths = h.examples(0)
-    train = training.batches(h.make_plan(8, 0), h.make_collate(ids, lengths, 0), 8)
-    settings = LoopSettings(
-        max_steps=max_steps,
-        log_every=1000,
-        eval_every=1000,
-        eval_batches=0,
-        checkpoint_every=1000,  # only the final save
-        keep_checkpoints=2,
-        checkpoint_dir=tmp / "ck",
-        progress=False,
+    # checkpoint_every=1000: only the final save
+    return h.tiny_loop(
+        training, tmp / "ck", max_steps=max_steps, checkpoint_every=1000, keep_checkpoints=2
     )
-    return training.loop(train, None, settings)
 
 
 def test_resuming_with_more_steps_follows_the_new_schedule_from_the_first_update(
@@ -112,16 +103,7 @@ def test_held_out_scores_are_the_same_at_every_evaluation(tmp_path: Path) -> Non
         "mlm_labels": labels,
     }
     heldout = training.batches(lambda epoch: [[0, 1, 2, 3]], lambda idx, key: batch, 4)
-    settings = LoopSettings(
-        max_steps=1,
-        log_every=1,
-        eval_every=1,
-        eval_batches=1,
-        checkpoint_every=0,
-        keep_checkpoints=1,
-        checkpoint_dir=tmp_path / "ck",
-        progress=False,
-    )
+    settings = h.quiet_settings(tmp_path / "ck", log_every=1, eval_every=1, eval_batches=1)
     loop = training.loop(heldout, heldout, settings)
     first, second = loop.evaluate(), loop.evaluate()
     assert first["rtd_loss"] == second["rtd_loss"] and first == second

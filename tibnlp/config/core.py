@@ -235,7 +235,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {text!r} has an empty key; use section.key=value")
     try:
-        value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else ""
+        value = yaml.load(raw, Loader=_ConfigLoader) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from exc
     return key.split("."), value
@@ -260,7 +260,7 @@ def apply_overrides(
     """Set dotted keys in a nested dict (creating sections as needed); returns `data`.
 
     With the config dataclass `cls`, a key declared `str` gets the text as typed where YAML
-    would make it a number, bool or date ("2024.10" not 2024.1, "1:30" not 90, "0755" not 493).
+    would make it a number or bool ("2024.10" not 2024.1, "0755" not 755, "yes" not True).
     """
     for text in overrides:
         parts, value = parse_override(text)
@@ -288,11 +288,12 @@ _INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _DROPPED = (_INT, _FLOAT, "tag:yaml.org,2002:timestamp")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (YAML requires unique keys;
-    PyYAML silently keeps the last, dropping a whole section written twice), with YAML 1.2's
-    numbers: PyYAML follows YAML 1.1, where `1:30` is the base-60 int 90 (a time budget of 90
-    seconds), `0755` is octal and `2024-01-01` a date, while `1e-3` is a string."""
+class _ConfigLoader(yaml.SafeLoader):
+    """The loader of config and pipeline files and of --set values: SafeLoader that refuses a
+    key given twice in one mapping (YAML requires unique keys; PyYAML silently keeps the last,
+    dropping a whole section written twice), with YAML 1.2's numbers: PyYAML follows YAML 1.1,
+    where `1:30` is the base-60 int 90 (a time budget of 90 seconds), `0755` is octal and
+    `2024-01-01` a date, while `1e-3` is a string."""
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = str(self.construct_scalar(node))
@@ -320,16 +321,16 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-_UniqueKeyLoader.yaml_implicit_resolvers = {  # YAML 1.1's numbers and dates left out
+_ConfigLoader.yaml_implicit_resolvers = {  # YAML 1.1's numbers and dates left out
     first: [(tag, rx) for tag, rx in rules if tag not in _DROPPED]
     for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_UniqueKeyLoader.add_implicit_resolver(
+_ConfigLoader.add_implicit_resolver(
     _INT,
     re.compile(r"^(?:[-+]?[0-9][0-9_]*|[-+]?0o[0-7]+|[-+]?0x[0-9a-fA-F]+)$"),
     list("-+0123456789"),
 )
-_UniqueKeyLoader.add_implicit_resolver(
+_ConfigLoader.add_implicit_resolver(
     _FLOAT,
     re.compile(
         r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
@@ -337,7 +338,7 @@ _UniqueKeyLoader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
-_UniqueKeyLoader.add_constructor(_INT, _UniqueKeyLoader.construct_yaml_int)
+_ConfigLoader.add_constructor(_INT, _ConfigLoader.construct_yaml_int)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -348,7 +349,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise DataError(f"config file {path} does not exist", "check the path")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_ConfigLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

@@ -72,9 +72,6 @@ class Planner:
     def __init__(self, spec: PipelineSpec, workdir: Path | None = None) -> None:
         self.spec = spec
         self.workdir = Path(workdir or spec.workdir)
-        # relative plain inputs (`--set vars.model=runs/...`) count from where the command
-        # runs, as --workdir does, not from the pipeline file's folder
-        self.base = Path.cwd()
         self.keys: dict[int, str] = {}
         self.outputs: dict[int, Path] = {}
         self.left_out: list[Node] = []  # nodes that `until` does not need
@@ -122,8 +119,9 @@ class Planner:
         return value
 
     def _anchored(self, value: Any) -> Any:
-        """Relative plain paths made absolute (from the working directory), so the file the
-        plan hashes is the file the stage reads."""
+        """Relative plain paths made absolute: they count from the working directory, where
+        the command runs (as --workdir does), and the file the plan hashes is the one the stage
+        reads whatever directory it runs in."""
         if isinstance(value, dict):
             return {k: self._anchored(v) for k, v in value.items()}
         if isinstance(value, list):
@@ -135,7 +133,7 @@ class Planner:
             and not value.startswith(DATA_PREFIX)
             and not Path(value).is_absolute()
         ):
-            return str(self.base / value)
+            return str(Path(value).absolute())
         return value
 
     def _inputs(self, node: Node, real: bool) -> Any:

@@ -141,18 +141,12 @@ def leaf_runs(runs: Sequence[Run], matching: Callable[[Run], Any]) -> list[Run]:
     leaves = [r for r in kept if r.info.run_id not in parents]
     # a resumed fine-tuning re-reports its finished seeds in new runs (tag `resumed`) under
     # the same stage run: one seed of one stage is one run, the latest
-    latest: dict[tuple[str, str], Run] = {}
+    latest: dict[Any, Run] = {}
     for r in sorted(leaves, key=lambda r: r.info.start_time or 0):
         parent, seed = r.data.tags.get("mlflow.parentRunId"), r.data.tags.get("seed")
-        if parent and seed:
-            latest[(parent, seed)] = r
-    newest = {r.info.run_id for r in latest.values()}
-    return [
-        r
-        for r in leaves
-        if not (r.data.tags.get("mlflow.parentRunId") and r.data.tags.get("seed"))
-        or r.info.run_id in newest
-    ]
+        latest[(parent, seed) if parent and seed else r.info.run_id] = r
+    kept_ids = {r.info.run_id for r in latest.values()}
+    return [r for r in leaves if r.info.run_id in kept_ids]
 
 
 def compare_runs(

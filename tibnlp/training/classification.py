@@ -143,9 +143,10 @@ def learning_rates(model: Classifier, ft: FinetuneConfig) -> dict[str, float]:
     lr * decay^(L - i) and the embedding layer lr * decay^L (ELECTRA's layer-wise decay; ULMFiT's
     discriminative rates): the lower a layer, the more general what it learnt in pretraining
     and the less the labels should move it. An explicit `finetune.embedding_lr` wins."""
-    # a long-document reader holds the encoder one level down (model.encoder.encoder.)
-    inner = {id(m): name for name, m in model.named_modules()}[id(inner_encoder(model.encoder))]
-    embeddings = f"model.{inner}.embeddings."
+    # prefixes by module, not spelt out: a long-document reader holds the encoder one level
+    # down (model.encoder.encoder.)
+    names = {id(m): f"model.{name}." for name, m in model.named_modules()}
+    embeddings = f"{names[id(inner_encoder(model.encoder))]}embeddings."
     rates = {"model.head.": ft.head_lr, embeddings: ft.embedding_lr}
     if ft.layer_decay == 1.0:
         return rates
@@ -160,10 +161,8 @@ def learning_rates(model: Classifier, ft: FinetuneConfig) -> dict[str, float]:
     depth, lr = encoder.cfg.num_layers, ft.optimizer.lr
     if not ft.embedding_lr:
         rates[embeddings] = lr * ft.layer_decay**depth
-    names = {id(m): name for name, m in encoder.named_modules()}
     for i in range(depth):  # layer i + 1 of 1..L
-        prefix = f"model.encoder.{names[id(encoder.layer_at(i))]}."
-        rates[prefix] = lr * ft.layer_decay ** (depth - 1 - i)
+        rates[names[id(encoder.layer_at(i))]] = lr * ft.layer_decay ** (depth - 1 - i)
     return rates
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -96,6 +97,20 @@ class Setup:
     vocab_dir: Path
     pretrained: dict[str, torch.Tensor] | None
     system: str
+
+    @functools.cached_property
+    def pretrained_sha256(self) -> str:
+        """The pretrained weights every seed starts from ("" for none), hashed once: a model
+        folder is rewritten in place (pretraining resumed for more steps) under the same name,
+        which the seed fingerprint holds."""
+        if self.pretrained is None:
+            return ""
+        digest = hashlib.sha256()
+        for name in sorted(self.pretrained):
+            tensor = self.pretrained[name].detach().contiguous().cpu()
+            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+            digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
 
 
 def load_task_data(dataset: str, task: str) -> LabelledSet:
@@ -348,7 +363,7 @@ def _run_seed(
 ) -> SeedResult:
     ft = cfg.finetune
     fingerprint = _fingerprint(setup, cfg, seed, advts is not None)
-    weights = _weights_sha256(setup.pretrained)
+    weights = setup.pretrained_sha256
     done = _load_seed(directory, fingerprint, weights)
     if done is not None and _lacks_predictions(done):
         done = _rescore(done, setup, ft, unseen, advts, fingerprint, weights)
@@ -510,19 +525,6 @@ def _rescore(
     rescored = dataclasses.replace(done, metrics=metrics)
     _save_seed(rescored, fingerprint, weights)
     return rescored
-
-
-def _weights_sha256(state: dict[str, torch.Tensor] | None) -> str:
-    """The pretrained weights a seed starts from ("" for none): a model folder is rewritten in
-    place (pretraining resumed for more steps) under the same name, which the fingerprint holds."""
-    if state is None:
-        return ""
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        tensor = state[name].detach().contiguous().cpu()
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def _save_seed(result: SeedResult, fingerprint: str, weights: str = "") -> None:

@@ -272,9 +272,7 @@ class TrainLoop:
         checkpoint.set_rank_rng_state(state["rng"], self.world.rank)
         # the optimizer state just loaded carries the lr the saved run's schedule set; this
         # run's schedule (e.g. a longer max_steps) decides the next update's lr
-        scheduler: Any = getattr(self.engine, "lr_scheduler", None)
-        if hasattr(scheduler, "set_time_fraction"):
-            scheduler.set_time_fraction(self.budget_fraction())
+        self._apply_budget_share(reapply=True)
         return True
 
     # ---- budget and exports ---------------------------------------------------------
@@ -289,10 +287,12 @@ class TrainLoop:
         by_tokens = self.tokens / s.max_tokens if s.max_tokens else 0.0
         return max(by_time, by_tokens)
 
-    def _apply_budget_share(self) -> None:
+    def _apply_budget_share(self, reapply: bool = False) -> None:
+        """Tell the schedule the share of the budget spent; `reapply`: also without a budget,
+        to set the coming update's lr again (after a restore)."""
         scheduler: Any = getattr(self.engine, "lr_scheduler", None)
         budgeted = self.settings.time_budget_s or self.settings.max_tokens
-        if budgeted and hasattr(scheduler, "set_time_fraction"):
+        if (budgeted or reapply) and hasattr(scheduler, "set_time_fraction"):
             scheduler.set_time_fraction(self.budget_fraction())
 
     def _export_reached(self) -> None:
