@@ -40,3 +40,23 @@ def test_a_moved_pack_is_read_where_it_now_is(tmp_path: Path, monkeypatch) -> No
     shutil.rmtree(old)
     WordSegmenter(new, cache)  # same content, same cache folder
     assert seen == [old.resolve(), new.resolve()]
+
+
+def test_another_botok_version_gets_its_own_trie(tmp_path: Path, monkeypatch) -> None:
+    """botok loads any pickled trie it finds: after an upgrade it must not reuse the old one."""
+    botok = pytest.importorskip("botok")
+    import tibnlp.text.words as words
+
+    bases: list[Path] = []
+
+    def config(dialect_name: str, base_path: Path) -> object:
+        bases.append(Path(base_path))
+        return object()
+
+    monkeypatch.setattr(botok, "Config", config)
+    monkeypatch.setattr(botok, "WordTokenizer", lambda config: object())
+    pack = _pack(tmp_path / "pack" / "general")
+    for version in ("1.1.7", "1.1.7", "2.0.0"):
+        monkeypatch.setattr(words, "botok_version", lambda v=version: v)
+        WordSegmenter(pack, tmp_path / "cache")
+    assert bases[0] == bases[1] != bases[2]

@@ -8,9 +8,11 @@ fails naming it instead, so nothing is ever fetched at run time.
 
 botok pickles its trie (~12 MB, built in a few seconds) beside the pack's folder, which may
 be a read-only shared copy. We point botok at a writable folder of the cache instead,
-`$XDG_CACHE_HOME/tibnlp/botok/<pack digest>/` holding a link to the pack (botok only reads
-the pack; the trie is written beside the link), keyed by the pack's content so an edited pack
-gets a fresh trie; a file lock makes concurrent first uses build it once.
+`$XDG_CACHE_HOME/tibnlp/botok/<botok version>-<pack digest>/` holding a link to the pack
+(botok only reads the pack; the trie is written beside the link), keyed by the pack's content
+so an edited pack gets a fresh trie, and by botok's version because botok loads any pickled
+trie it finds, unchecked, so an upgraded botok would otherwise reuse the old one; a file lock
+makes concurrent first uses build it once.
 
 Stored form of a sentence's words: the UTF-8 byte offsets at which its botok tokens start (in
 the `normalize`d sentence), independent of any vocabulary and directly comparable with the
@@ -82,13 +84,13 @@ class WordSegmenter:
     """botok's word tokenizer on the local pack; `starts(text)` gives the stored form."""
 
     def __init__(self, pack: Path | None = None, cache: Path | None = None) -> None:
-        botok_version()
+        version = botok_version()
         import botok
 
         pack = require_pack(pack).resolve()
         self.pack = pack
         self.digest = pack_digest(pack)
-        base = (cache or cache_root()) / "botok" / self.digest[:16]
+        base = (cache or cache_root()) / "botok" / f"{version}-{self.digest[:16]}"
         base.mkdir(parents=True, exist_ok=True)
         link = base / pack.name
         if not link.is_dir():  # absent, or left dangling by a copy of the pack that is gone
