@@ -12,7 +12,7 @@ from tibnlp.data.collate import encode_texts
 from tibnlp.data.tasks import load_tncc, model_text
 from tibnlp.errors import DataError
 from tibnlp.evaluation.predict import Predictor
-from tibnlp.evaluation.robustness import SUFFIXES, flip_rate, suffix_flip_rates
+from tibnlp.evaluation.robustness import SUFFIXES, flip_rate, suffix_flip_rates, typed
 from tibnlp.text.normalize import normalize, strip_closing_marks
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training.finetune import run_finetune
@@ -77,6 +77,20 @@ def test_flip_rate_counts_changed_predictions() -> None:
     assert rates["tsheg_flip_rate"] == 1.0  # a tsheg shifts every parity
 
 
+def test_a_shad_after_nga_is_typed_with_a_tsheg() -> None:
+    """Tibetan writes a tsheg between ང and a shad (ང་།); after other letters none."""
+    seen: list[str] = []
+
+    def predict(texts: list[str]) -> list[int]:
+        seen.extend(texts)
+        return [0] * len(texts)
+
+    suffix_flip_rates(predict, ["བོད་སྐད", "རྒྱ་ཁང", "ཁང་"], [0, 0, 0])
+    shad, tsheg = seen[:3], seen[3:]
+    assert shad == ["བོད་སྐད" + SHAD, "རྒྱ་ཁང" + TSHEG + SHAD, "ཁང་" + SHAD]
+    assert tsheg == ["བོད་སྐད" + TSHEG, "རྒྱ་ཁང" + TSHEG, "ཁང་" + TSHEG]
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> dict:
     """One tiny TextCNN per input form, trained by `run_finetune` on the synthetic titles."""
@@ -103,8 +117,8 @@ def test_shad_flip_rate(trained) -> None:
         assert predictor.meta.text_form == form
         plain = [p["prediction"] for p in predictor.predict(texts)]
         for name, suffix in SUFFIXES.items():
-            typed = [p["prediction"] for p in predictor.predict([t + suffix for t in texts])]
-            expected = sum(a != b for a, b in zip(plain, typed, strict=True)) / len(texts)
+            ended = [p["prediction"] for p in predictor.predict([typed(t, suffix) for t in texts])]
+            expected = sum(a != b for a, b in zip(plain, ended, strict=True)) / len(texts)
             assert seed.metrics["test"][f"{name}_flip_rate"] == pytest.approx(expected)
     # trimming closing marks makes the classifier blind to them
     trimmed = trained["tsheg-trimmed"]

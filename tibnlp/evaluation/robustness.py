@@ -10,8 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-# name -> what a user appends; the metric is `<part>_<name>_flip_rate`
-SUFFIXES = {"shad": "\u0f0d", "tsheg": "\u0f0b"}
+SHAD, TSHEG, NGA = "\u0f0d", "\u0f0b", "\u0f44"
+# name -> what a user appends (as `typed` writes it); the metric is `<part>_<name>_flip_rate`
+SUFFIXES = {"shad": SHAD, "tsheg": TSHEG}
+
+
+def typed(text: str, suffix: str) -> str:
+    """`text` ended with `suffix` as a user would type it: a shad after a final ང takes a
+    tsheg before it (ང་།), as Tibetan orthography writes it, not a bare ང།."""
+    if suffix == SHAD and text.endswith(NGA):
+        return text + TSHEG + SHAD
+    return text + suffix
 
 
 def flip_rate(before: Sequence[int], after: Sequence[int]) -> float:
@@ -29,6 +38,6 @@ def suffix_flip_rates(
     """`{name}_flip_rate` for each of `SUFFIXES`: `predict` takes raw texts (it normalises them
     as prediction does); `predictions` are its answers for `texts` as they are."""
     return {
-        f"{name}_flip_rate": flip_rate(predictions, predict([t + s for t in texts]))
+        f"{name}_flip_rate": flip_rate(predictions, predict([typed(t, s) for t in texts]))
         for name, s in SUFFIXES.items()
     }
