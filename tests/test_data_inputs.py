@@ -1,4 +1,5 @@
-"""Bad labelled files and symlinked outputs: clear errors, nothing half-published."""
+"""Bad labelled files, symlinked outputs and `data link`: clear errors and messages, nothing
+half-published."""
 
 from __future__ import annotations
 
@@ -40,3 +41,31 @@ def test_staged_dir_replaces_a_symlinked_output(tmp_path: Path) -> None:
         (tmp / "a").write_text("new")
     assert (link / "a").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "real"]
+
+
+def test_data_link_reports_what_it_left_alone(tmp_path: Path, monkeypatch) -> None:
+    """A rerun of `tibnlp data link` said "linked 0 folder(s)" and nothing about the entries
+    it kept, not even one that points elsewhere or is a real folder."""
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    shared, data = tmp_path / "shared", tmp_path / "data"
+    for name in ("tncc", "tusa", "advts", "wcm_bo"):
+        (shared / name).mkdir(parents=True)
+    (tmp_path / "other" / "advts").mkdir(parents=True)
+    data.mkdir()
+    (data / "tusa").symlink_to(shared / "tusa", target_is_directory=True)
+    (data / "advts").symlink_to(tmp_path / "other" / "advts", target_is_directory=True)
+    (data / "wcm_bo").mkdir()
+    monkeypatch.setenv("TIBNLP_DATA", str(data))
+    res = CliRunner().invoke(app, ["data", "link", str(shared)])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert "linked 1 folder(s)" in out and ": tncc" in out
+    assert "left 3 existing" in out
+    assert "tusa (already linked)" in out
+    # rich wraps a long path anywhere: compare it without whitespace
+    assert f"advts(linksto{tmp_path / 'other' / 'advts'})" in "".join(out.split())
+    assert "wcm_bo (not a link)" in out
+    assert (data / "tncc").resolve() == (shared / "tncc").resolve()

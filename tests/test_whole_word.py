@@ -339,7 +339,7 @@ def test_data_link_links_the_botok_pack(tmp_path: Path) -> None:
     assert manifest.kind == "resource" and manifest.root == "botok"
     (tmp_path / "shared" / "botok" / "general" / "dictionary").mkdir(parents=True)
     roots = {m.root for m in all_manifests().values()}
-    linked = link_into(tmp_path / "shared", names=roots, target=tmp_path / "data")
+    linked = link_into(tmp_path / "shared", names=roots, target=tmp_path / "data").linked
     assert linked == ["botok"]
     assert require_pack(tmp_path / "data" / "botok" / "general").is_dir()
 

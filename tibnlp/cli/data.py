@@ -40,5 +40,13 @@ def link(
 ) -> None:
     """Symlink an existing copy of the datasets into the data directory (no copying)."""
     roots = {m.root for m in all_manifests().values()}
-    linked = link_into(source, names=roots)
+    linked, kept = link_into(source, names=roots)
     console.print(f"linked {len(linked)} folder(s) into {data_dir()}: {', '.join(linked) or '-'}")
+    if kept:  # say what was not linked and why: a link to an older copy stays in use
+        same = [name for name, what in kept.items() if what == "already linked"]
+        parts = [f"{', '.join(same)} (already linked)"] if same else []
+        parts += [f"{name} ({what})" for name, what in kept.items() if name not in same]
+        console.print(
+            f"left {len(kept)} existing entr{'y' if len(kept) == 1 else 'ies'} "
+            f"alone: {'; '.join(parts)}"
+        )

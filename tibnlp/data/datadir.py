@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from tibnlp.errors import DataError
 
@@ -39,12 +40,20 @@ def require(relative: str, what: str = "") -> Path:
     return path
 
 
-def link_into(source: Path, names: set[str] | None = None, target: Path | None = None) -> list[str]:
+class LinkResult(NamedTuple):
+    linked: list[str]  # folders linked now
+    kept: dict[str, str]  # entries that were there already, left alone: name -> what it is
+
+
+def link_into(
+    source: Path, names: set[str] | None = None, target: Path | None = None
+) -> LinkResult:
     """Symlink every dataset folder (and `corpora/`) of `source` into the data directory.
 
     `source` has the data directory's layout, or holds it under `data/` (datasets) and
     `corpora/`. Only folders in `names` (when given) are linked; existing entries are left
-    alone. Returns the names linked.
+    alone, and returned with what they are ("already linked", "links to X", "not a link"), so
+    the caller can say why a folder was not linked (e.g. it points at an older copy).
     """
     source = Path(source).expanduser().resolve()
     target = target or data_dir()
@@ -63,11 +72,19 @@ def link_into(source: Path, names: set[str] | None = None, target: Path | None =
             f"{source} holds no dataset folders", "expected folders like tncc/ or corpora/"
         )
     target.mkdir(parents=True, exist_ok=True)
-    linked = []
+    result = LinkResult([], {})
     for path in candidates:
         dest = target / path.name
-        if dest.exists() or dest.is_symlink():
+        if dest.is_symlink():
+            if dest.resolve() == path.resolve():
+                result.kept[path.name] = "already linked"
+            else:
+                missing = "" if dest.exists() else ", missing"
+                result.kept[path.name] = f"links to {dest.readlink()}{missing}"
+            continue
+        if dest.exists():
+            result.kept[path.name] = "not a link"
             continue
         dest.symlink_to(path, target_is_directory=True)
-        linked.append(path.name)
-    return linked
+        result.linked.append(path.name)
+    return result
