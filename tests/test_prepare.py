@@ -137,6 +137,31 @@ def test_heldout_by_document_and_no_sentence_shared(tmp_path: Path) -> None:
     assert again["splits"] == report["splits"]
 
 
+def test_files_of_the_same_name_are_distinct_sources(tmp_path: Path) -> None:
+    """Two `news.txt` in different folders were one source "news.txt": their figures were
+    summed in `by_source` and the held-out draw, stratified by source, pooled them."""
+    for folder, docs in (("tibettimes", [S1, S2]), ("nanhai", [S3])):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "news.txt").write_text("\n\n".join(docs), encoding="utf-8")
+    (tmp_path / "extra.txt").write_text(S2 + "\n", encoding="utf-8")
+    inputs = [tmp_path / "tibettimes", tmp_path / "nanhai" / "news.txt", tmp_path / "extra.txt"]
+    inputs.append(tmp_path / "nanhai" / "news.txt")  # the same file again: the same source
+    report = prepare_corpus(inputs, tmp_path / "out", _cfg(dedup=False), False)
+    assert {k: v["documents"] for k, v in report["by_source"].items()} == {
+        "tibettimes/news.txt": 2,
+        "nanhai/news.txt": 2,
+        "extra.txt": 1,
+    }
+    assert [i["source"] for i in report["inputs"]] == [
+        "tibettimes/news.txt",
+        "nanhai/news.txt",
+        "extra.txt",
+        "nanhai/news.txt",
+    ]
+    rows = load_prepared(tmp_path / "out")["train"].to_list()
+    assert [r["source"] for r in rows][:3] == ["tibettimes/news.txt"] * 2 + ["nanhai/news.txt"]
+
+
 def test_two_processes_give_the_same_corpus(corpus: Path, tmp_path: Path) -> None:
     one = prepare_corpus([corpus, corpus], tmp_path / "one", _cfg(num_proc=1), False)
     two = prepare_corpus([corpus, corpus], tmp_path / "two", _cfg(num_proc=2), False)

@@ -4,14 +4,15 @@ Output layout (a contract: vocabulary and pretraining read it through `load_prep
 
     OUT/dataset/           datasets.DatasetDict (save_to_disk), splits `train` and `heldout`,
                            one row per document: doc_id int64 (position of the document in the
-                           inputs, in reading order), source string (input file name),
+                           inputs, in reading order), source string (input file name, with
+                           its folders where two inputs share a name: `source_names`),
                            sentences list[string] (normalised, in document order)
     OUT/report.json        figures (documents, sentences, syllables, characters) per split,
                            total and per source; dropped_lines (empty, too_little_tibetan,
                            too_few_syllables, and with on_error=skip invalid_utf8,
                            invalid_json, missing_field), dropped_sentences (duplicate),
                            dropped_documents (no_kept_lines, all_duplicates); inputs with
-                           size, sha256, lines, documents; seconds per step
+                           source, size, sha256, lines, documents; seconds per step
     OUT/corpus.yaml        the CorpusConfig used and the inputs
     OUT/tibnlp-corpus.json {"kind": "prepared_corpus", "version": 1}
     OUT/words/             with `corpus.words`: the botok words of every sentence, for
@@ -58,7 +59,7 @@ from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.filtering import LINE_REASONS, choose_heldout, dedup_mask, process_documents
 from tibnlp.text.prepared import MARKER, MARKER_CONTENT, load_prepared
-from tibnlp.text.readers import InputInfo, expand_inputs, read_documents
+from tibnlp.text.readers import InputInfo, expand_inputs, read_documents, source_names
 
 __all__ = ["MARKER", "MARKER_CONTENT", "load_prepared", "prepare_corpus"]
 SPLITS = ("train", "heldout")
@@ -129,11 +130,11 @@ def _read_inputs(
         _progress(progress) as bar,
     ):
         task = bar.add_task("reading", total=sum(f.stat().st_size for f in files))
-        for i, path in enumerate(files, 1):
+        for i, (path, source) in enumerate(zip(files, source_names(files), strict=True), 1):
             bar.update(task, description=f"reading {i}/{len(files)} {path.name}")
-            info = InputInfo(path=str(path.resolve()), size=path.stat().st_size)
+            info = InputInfo(path=str(path.resolve()), size=path.stat().st_size, source=source)
             docs = read_documents(
-                path, info, cfg.field, cfg.on_error, lambda n: bar.advance(task, n)
+                path, info, cfg.field, cfg.on_error, lambda n: bar.advance(task, n), source
             )
             for doc in docs:
                 writer.write(

@@ -52,6 +52,7 @@ class InputInfo:
 
     path: str
     size: int
+    source: str = ""  # the documents' `source` (see `source_names`)
     sha256: str = ""
     format: str = "text"
     compression: str = ""
@@ -65,6 +66,7 @@ class InputInfo:
         return {
             "path": self.path,
             "name": Path(self.path).name,
+            "source": self.source,
             "size": self.size,
             "sha256": self.sha256,
             "format": self.format,
@@ -103,6 +105,27 @@ def expand_inputs(paths: list[Path]) -> list[Path]:
     return files
 
 
+def source_names(files: list[Path]) -> list[str]:
+    """The `source` of each input: its file name, or, where different files share that name
+    (`tibettimes/news.txt`, `nanhai/news.txt`), as many trailing folders as tell them apart,
+    so per-source figures and the held-out split, stratified by source, never pool two
+    inputs. The same file given twice is one source."""
+    shown: dict[Path, Path] = {}  # resolved file -> the first path given for it
+    for file in files:
+        shown.setdefault(Path(file).resolve(), Path(file).absolute())
+
+    def tail(path: Path, k: int) -> str:
+        return Path(*path.parts[-k:]).as_posix()
+
+    names = {}
+    for real, path in shown.items():
+        k = 1
+        while any(tail(other, k) == tail(path, k) for r, other in shown.items() if r != real):
+            k += 1
+        names[real] = tail(path, k)
+    return [names[Path(file).resolve()] for file in files]
+
+
 def _base_suffix(path: Path) -> str:
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] in COMPRESSED:
@@ -125,8 +148,11 @@ def read_documents(
     field_name: str = "text",
     on_error: Literal["fail", "skip"] = "fail",
     advance: Callable[[int], None] | None = None,
+    source: str = "",
 ) -> Iterator[Document]:
     """Documents of one file, streamed; fills `info` (counts, sha256) as it goes.
+
+    `source` names the documents' origin (default: the file name; `source_names` for several).
 
     `advance(n)` is called with the number of file bytes consumed since the last call (for a
     progress bar over the compressed sizes).
@@ -139,7 +165,7 @@ def read_documents(
         stream = COMPRESSED[info.compression](raw) if info.compression else raw
         lines = _decoded_lines(path, stream, raw, info, on_error, advance)
         yield from (_jsonl_docs if is_jsonl else _text_docs)(
-            path, lines, info, field_name, on_error
+            path, source or path.name, lines, info, field_name, on_error
         )
     with path.open("rb") as raw:  # hashed separately: the stream above may stop early on error
         for chunk in iter(lambda: raw.read(1 << 20), b""):
@@ -201,7 +227,12 @@ def _note_tibetan(info: InputInfo, text: str) -> None:
 
 
 def _text_docs(
-    path: Path, lines: Iterator[tuple[int, str]], info: InputInfo, _field: str, _on_error: str
+    _path: Path,
+    source: str,
+    lines: Iterator[tuple[int, str]],
+    info: InputInfo,
+    _field: str,
+    _on_error: str,
 ) -> Iterator[Document]:
     current: list[str] = []
     start = 0
@@ -213,15 +244,20 @@ def _text_docs(
             _note_tibetan(info, text)
         elif current:
             info.documents += 1
-            yield Document(path.name, start, current)
+            yield Document(source, start, current)
             current = []
     if current:
         info.documents += 1
-        yield Document(path.name, start, current)
+        yield Document(source, start, current)
 
 
 def _jsonl_docs(
-    path: Path, lines: Iterator[tuple[int, str]], info: InputInfo, field_name: str, on_error: str
+    path: Path,
+    source: str,
+    lines: Iterator[tuple[int, str]],
+    info: InputInfo,
+    field_name: str,
+    on_error: str,
 ) -> Iterator[Document]:
     for lineno, text in lines:
         if not text.strip():
@@ -247,4 +283,4 @@ def _jsonl_docs(
         if doc_lines:
             _note_tibetan(info, value)
             info.documents += 1
-            yield Document(path.name, lineno, doc_lines)
+            yield Document(source, lineno, doc_lines)
