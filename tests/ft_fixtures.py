@@ -77,6 +77,24 @@ def make_data_dir(root: Path, sizes: tuple[int, int, int] = (90, 30, 30)) -> Pat
     return root
 
 
+def make_word_segmented_set(root: Path) -> Path:
+    """The TNCC splits of `make_data_dir` in the word-segmented form of shajiu_news_culture
+    (its manifest's folder and file names): words separated by spaces, tsheg kept, and a
+    particle split off its syllable ("... རྒན འི" for "... རྒནའི")."""
+    folder = root / "shajiu_news_culture"
+    folder.mkdir(parents=True)
+    (folder / "labels.json").write_text(json.dumps({"labels": LABELS}), "utf-8")
+    for split in ("train", "validation", "test"):
+        lines = (root / "tncc" / f"tncc_title_{split}.jsonl").read_text("utf-8").splitlines()
+        records = [json.loads(line) for line in lines]
+        for r in records:
+            r["text"] = r["text"].replace(" ", "\u0f0b ") + " འི"
+        (folder / f"shajiu_news_culture_{split}.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), "utf-8"
+        )
+    return root
+
+
 def make_vocab(directory: Path, size: int = 60) -> Path:
     """A tiny `tibnlp.text.vocab.Vocabulary` directory trained the way `vocab build` trains
     (ids 0-4 = [PAD] [UNK] [CLS] [SEP] [MASK], tsheg as the syllable boundary)."""

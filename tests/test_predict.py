@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.ft_fixtures import make_data_dir, make_vocab, tiny_textcnn
+from tests.ft_fixtures import make_data_dir, make_vocab, make_word_segmented_set, tiny_textcnn
 from tibnlp.cli.main import app
 from tibnlp.config import load_config
 from tibnlp.errors import DataError
@@ -119,3 +119,17 @@ def test_predict_batch_size_must_be_positive(classifier_dir: Path, size: str, tm
     assert result.exit_code == 2, result.exception
     assert "--batch-size" in result.output
     assert not out.exists()
+
+
+def test_a_word_segmented_classifier_reads_words_as_it_was_trained(tmp_path) -> None:
+    """Fine-tuned on a word-segmented set, the classifier records that its spaces are not
+    syllable boundaries, and `predict` drops them ("དངུ ལ" is the syllable "དངུལ") instead
+    of joining them with tsheg as for TNCC titles."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIBNLP_DATA", str(make_word_segmented_set(make_data_dir(tmp_path / "data"))))
+        cfg = load_config(None, tiny_textcnn(make_vocab(tmp_path / "vocab"), tmp_path / "runs"))
+        directory = run_finetune(cfg, "shajiu_news_culture").seeds[0].directory
+    predictor = Predictor(directory)
+    assert predictor.meta.join_spaced_syllables is False
+    segmented, plain, joined = predictor.predict(["བོད་ཀྱི་ དངུ ལ", "བོད་ཀྱི་དངུལ", "བོད་ཀྱི་དངུ་ལ"])
+    assert segmented == plain != joined

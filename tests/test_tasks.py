@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from tests.ft_fixtures import LABELS, make_data_dir
+from tests.ft_fixtures import LABELS, make_data_dir, make_word_segmented_set
 from tibnlp.data.tasks import (
     classification_datasets,
     load_advts,
@@ -53,6 +53,40 @@ def test_model_text_joins_spaced_syllables_and_unifies_tsheg() -> None:
     spaced = "བོད ཀྱི སློབ གྲྭ"
     assert model_text(spaced) == "བོད་ཀྱི་སློབ་གྲྭ"
     assert model_text("བོད\u0f0cཀྱི་སློབ་གྲྭ") == model_text(spaced)
+
+
+def test_word_segmented_text_keeps_its_syllables() -> None:
+    """In word-segmented text (shajiu_news_culture) a space that is not after a tsheg splits
+    a particle off its syllable: "དྲ་བ འི" is the one syllable "བའི", not "བ་འི"."""
+    words = "མི་དམངས་ དྲ་བ འི་ འཕྲིན། ཚེས་ ༢༥ ཉིན་ 12"
+    assert model_text(words, join_spaced_syllables=False) == "མི་དམངས་དྲ་བའི་འཕྲིན། ཚེས་ ༢༥ ཉིན་ 12"
+    assert model_text(words) == "མི་དམངས་དྲ་བ་འི་འཕྲིན། ཚེས་ ༢༥་ཉིན་ 12"  # the TNCC rule
+    trimmed = model_text(words, "tsheg-trimmed", join_spaced_syllables=False)
+    assert trimmed == "མི་དམངས་དྲ་བའི་འཕྲིན། ཚེས་ ༢༥ ཉིན་ 12"
+
+
+def test_a_word_segmented_set_is_not_tsheg_joined(data_dir) -> None:
+    from tibnlp.training.finetune import texts
+
+    make_word_segmented_set(data_dir)
+    data = load_dataset("shajiu_news_culture")
+    assert data.source_form == "word_segmented" and not data.join_spaced_syllables
+    raw = json.loads(
+        (data_dir / "tncc" / "tncc_title_test.jsonl").read_text("utf-8").split("\n")[1]
+    )
+    expected = raw["text"].replace(" ", "\u0f0b") + "འི"
+    assert data.splits["test"][1].text == expected
+    assert texts(data, "test", "tsheg-trimmed")[1] == expected  # the default input form too
+    assert load_tncc("title").join_spaced_syllables  # spaced syllables are joined
+
+
+def test_real_word_segmented_set(require_data) -> None:
+    require_data("shajiu_news_culture/shajiu_news_culture_test.jsonl")
+    data = load_dataset("shajiu_news_culture")
+    first = data.splits["test"][0].text
+    assert first.startswith("མི་དམངས་དྲ་བའི་འཕྲིན།")  # SOURCE.md: "མི་དམངས་ དྲ་བ འི་ འཕྲིན།"
+    texts = [e.text for split in data.splits.values() for e in split]
+    assert not any("\u0f0bའི\u0f0b" in t for t in texts)
 
 
 def test_document_task_absent_says_what_to_download(data_dir) -> None:

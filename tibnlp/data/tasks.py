@@ -3,11 +3,12 @@
 Every set is read the same way: the per-split JSONL files named by its manifest in `corpora/`,
 the label order from its `labels.json`. Texts are normalised once, here (form "tsheg": NFC,
 U+0F0C -> U+0F0B, syllables separated by spaces, the TNCC title form, joined with tsheg,
-which is how the pretraining corpus and the vocabulary spell them). Fine-tuning encodes them
-in the classifier's input form (`model_text`, by default also without closing shads/tshegs:
-TNCC titles never end with a shad, texts typed by users do), and prediction uses the same
-function with the form recorded in the classifier, so training and inference cannot drift
-apart.
+which is how the pretraining corpus and the vocabulary spell them; in a word-segmented set,
+manifest `text_form: word_segmented`, the spaces between words are removed instead, see
+`model_text`). Fine-tuning encodes them in the classifier's input form (`model_text`, by
+default also without closing shads/tshegs: TNCC titles never end with a shad, texts typed by
+users do), and prediction uses the same function with the form recorded in the classifier,
+so training and inference cannot drift apart.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from tibnlp.data.manifests import Manifest, all_manifests, get_manifest, read_json
 from tibnlp.errors import DataError
-from tibnlp.text.normalize import normalize, strip_closing_marks
+from tibnlp.text.normalize import normalize, remove_word_spaces, strip_closing_marks
 
 # Input forms, recorded in reports and in every fine-tuned classifier directory: "tsheg":
 # normalised, spaced syllables joined with tsheg (also the form texts are loaded in, and that of
@@ -48,6 +49,11 @@ class LabelledSet:
     max_len: int = 0  # manifest default (tokens); 0: none given
     manifest: str = ""
 
+    @property
+    def join_spaced_syllables(self) -> bool:
+        """How `model_text` reads its spaces (False: they separate words)."""
+        return self.source_form != "word_segmented"
+
     def texts(self, split: str) -> list[str]:
         return [e.text for e in self.splits[split]]
 
@@ -55,14 +61,23 @@ class LabelledSet:
         return [e.label for e in self.splits[split]]
 
 
-def model_text(text: str, form: str = STORED_TEXT_FORM) -> str:
+def model_text(text: str, form: str = STORED_TEXT_FORM, join_spaced_syllables: bool = True) -> str:
     """The model's input form of any spelling of a text (training and `predict` both use it;
-    `predict` passes the form the classifier was trained with)."""
+    `predict` passes the form the classifier was trained with).
+
+    `join_spaced_syllables`: a space between two syllables is a syllable boundary, as in
+    TNCC titles, and becomes a tsheg. False for word-segmented text (a classifier trained on
+    a `word_segmented` set), whose spaces separate words that keep their tshegs: there a
+    space between two letters splits a particle off its syllable ("དྲ་བ འི" for "དྲ་བའི"),
+    so it is removed (`remove_word_spaces`); joining would make "བ་འི", two syllables.
+    """
     if form not in TEXT_FORMS:
         raise DataError(
             f"unknown model input form {form!r}", f"known forms: {', '.join(TEXT_FORMS)}"
         )
-    text = normalize(text, join_spaced_syllables=True)
+    text = normalize(text, join_spaced_syllables=join_spaced_syllables)
+    if not join_spaced_syllables:
+        text = remove_word_spaces(text)
     return strip_closing_marks(text) if form == "tsheg-trimmed" else text
 
 
@@ -94,8 +109,11 @@ def load_dataset(name: str) -> LabelledSet:
     """A classification set with train/validation/test files, as named in `corpora/NAME.yaml`."""
     manifest = get_manifest(name, kind="classification")
     labels = manifest.labels()
+    join = manifest.text_form != "word_segmented"
     splits = {
-        split: read_jsonl(manifest.require(rel), labels, manifest.text_field, manifest.label_field)
+        split: read_jsonl(
+            manifest.require(rel), labels, manifest.text_field, manifest.label_field, join
+        )
         for split, rel in manifest.splits.items()
     }
     for split in ("train", "validation", "test"):
@@ -134,8 +152,15 @@ def load_advts(target: str) -> LabelledSet:
     )
 
 
-def read_jsonl(path: Path, labels: list[str], text_field: str, label_field: str) -> list[Example]:
-    """Records of one split; a bad line or an unknown label names the file and line."""
+def read_jsonl(
+    path: Path,
+    labels: list[str],
+    text_field: str,
+    label_field: str,
+    join_spaced_syllables: bool = True,
+) -> list[Example]:
+    """Records of one split, texts in `model_text`'s stored form; a bad line or an unknown
+    label names the file and line."""
     index = {name: i for i, name in enumerate(labels)}
     out = []
     with open(path, "rb") as fh:
@@ -164,7 +189,8 @@ def read_jsonl(path: Path, labels: list[str], text_field: str, label_field: str)
                     f"known labels: {', '.join(labels)}; fix the record or the labels file",
                 )
             rid = str(record.get("id", f"{path.stem}-{lineno}"))
-            out.append(Example(rid, model_text(str(record[text_field])), index[label]))
+            text = model_text(record[text_field], join_spaced_syllables=join_spaced_syllables)
+            out.append(Example(rid, text, index[label]))
     if not out:
         raise DataError(f"{path}: holds no records")
     return out

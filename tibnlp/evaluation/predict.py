@@ -63,8 +63,9 @@ class Predictor:
         check_vocab(self.vocab, self.meta, directory)
 
     def predict(self, texts: Sequence[str], batch_size: int = 128) -> list[dict[str, Any]]:
-        form = self.meta.text_form
-        ids = encode_texts(self.vocab, [model_text(t, form) for t in texts], read_length(self.meta))
+        form, join = self.meta.text_form, self.meta.join_spaced_syllables
+        inputs = [model_text(t, form, join) for t in texts]
+        ids = encode_texts(self.vocab, inputs, read_length(self.meta))
         probs = predict_proba(
             self.model, ids, batch_size, self.vocab.pad_id, self.meta.eval_routing
         )

@@ -44,6 +44,7 @@ class ClassifierMeta:
     model: ModelConfig = field(default_factory=ModelConfig)  # encoder == "albert"
     embedding_size: int = 128  # encoder == "embedding"
     text_form: str = "tsheg"  # the model's input form (see tibnlp.data.tasks.model_text)
+    # False: trained on a word-segmented set, whose spaces `model_text` removes, not joins
     join_spaced_syllables: bool = True
     dataset: str = ""
     source_model: str = ""  # pretrained model dir, or "" for random initialisation

@@ -20,7 +20,8 @@ normalize(x)`, checked by property tests):
 5. Only when asked (`join_spaced_syllables=True`, config `corpus.join_spaced_syllables`): a
    space between two Tibetan syllable characters becomes a tsheg: "བྲག ཡེར པ" -> "བྲག་ཡེར་པ"
    (the TNCC "text" -> "text_tsheg" rule). Spaces next to shad, brackets or non-Tibetan text
-   stay.
+   stay. (Word-segmented text needs `remove_word_spaces` instead: there such a space splits
+   a particle off its syllable.)
 6. Tsheg spacing: no space before a tsheg, no space between a tsheg and the consonant starting
    the next syllable, and repeated tshegs collapse to one ("ཀ ་ ་ཁ" -> "ཀ་ཁ").
 7. Shad spacing (shad = U+0F0D-U+0F12, U+0F14): no space between a syllable and the shad that
@@ -62,6 +63,7 @@ _SYLLABLE_END = "\u0f00-\u0f0a\u0f13\u0f15-\u0f39\u0f3e-\u0fff"
 # Patterns start with a literal or a character set where possible: `re` then scans for that
 # prefix in C instead of trying every position (several times faster on long lines).
 _JOIN_RE = re.compile(f" (?<=[{_SYLLABLE_END}] )(?=[{_START}])")
+_WORD_SPACE_RE = re.compile(" (?<=[\u0f40-\u0fbc] )(?=[\u0f40-\u0fbc])")  # letter _ letter
 _TSHEG_RUN_RE = re.compile(f"{TSHEG}{TSHEG}+")
 _SPACE_AFTER_TSHEG_RE = re.compile(f"{TSHEG} (?=[\u0f40-\u0f6c])")
 _SPACE_BEFORE_SHAD_RE = re.compile(f" (?<=[^{_SHAD} ] )(?=[{_SHAD}])")
@@ -87,6 +89,18 @@ def join_spaced_syllables(text: str) -> str:
     `normalize`d text (or use `normalize(text, join_spaced_syllables=True)`).
     """
     return _JOIN_RE.sub(TSHEG, text)
+
+
+def remove_word_spaces(text: str) -> str:
+    """Word-segmented text (words separated by spaces, tsheg kept) -> running text:
+    "མི་དམངས་ དྲ་བ འི་" -> "མི་དམངས་དྲ་བའི་".
+
+    The space after a tsheg goes anyway (rule 6); a space between two letters splits an
+    affixed particle (འི, ས, ར, འམ...) off its syllable, so it is dropped, not made a tsheg
+    as `join_spaced_syllables` would ("བ་འི" would read as two syllables). Spaces next to
+    digits, shads or other text stay. Call it on `normalize`d text.
+    """
+    return _WORD_SPACE_RE.sub("", text)
 
 
 def _space_closing_shad(match: re.Match[str]) -> str:

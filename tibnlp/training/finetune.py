@@ -199,6 +199,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         model=model_cfg,
         embedding_size=model_cfg.embedding_size if pretrained is not None else ft.embedding_size,
         text_form=ft.text_form,
+        join_spaced_syllables=data.join_spaced_syllables,
         dataset=data.name,
         source_model="" if ft.random_init else str(ft.model),
         eval_routing=ft.eval_routing,
@@ -217,7 +218,7 @@ def texts(data: LabelledSet, split: str, form: str) -> list[str]:
     """A split's texts in the classifier's input form (loaded texts are normalised already)."""
     if form == STORED_TEXT_FORM:
         return data.texts(split)
-    return [model_text(t, form) for t in data.texts(split)]
+    return [model_text(t, form, data.join_spaced_syllables) for t in data.texts(split)]
 
 
 def system_name(ft: FinetuneConfig) -> str:
@@ -278,8 +279,9 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     train_keys = texts(data, "train", ft.text_form)[: len(setup.ids["train"])]
     unseen = unseen_indices(train_keys, texts(data, "test", ft.text_form))
     advts = _advts(setup, ft.eval_also)
+    spaces = "syllables joined with U+0F0B" if data.join_spaced_syllables else "words removed"
     notes = {
-        "input_form": f"{ft.text_form} (spaces between syllables joined with U+0F0B, NFC"
+        "input_form": f"{ft.text_form} (spaces between {spaces}, NFC"
         + (", closing shads and tshegs removed)" if ft.text_form == "tsheg-trimmed" else ")"),
         "recipe": recipe(ft),
         "stored_form": data.source_form,
@@ -471,9 +473,9 @@ def _score(
         return compute_metrics(y, predict(x), labels)
 
     def predict_raw(texts: list[str]) -> list[int]:  # as `tibnlp predict` receives them
-        read = read_length(setup.meta)
+        read, join = read_length(setup.meta), setup.meta.join_spaced_syllables
         return predict(
-            encode_texts(setup.vocab, [model_text(t, ft.text_form) for t in texts], read)
+            encode_texts(setup.vocab, [model_text(t, ft.text_form, join) for t in texts], read)
         )
 
     y_test = data.targets("test")
