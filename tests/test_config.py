@@ -55,6 +55,11 @@ def test_roundtrip(tmp_path: Path) -> None:
         ("pretrain.export_at_tokens=[0]", "'pretrain.export_at_tokens[0]'"),
         ("pretrain.export_at_tokens=[5,5]", "must be distinct token counts"),
         ("pretrain.warn_after=2", "'pretrain.warn_after'"),
+        # refused when the config is read, not after minutes of tokenising
+        (
+            "pretrain.micro_batch_size=5",
+            "'pretrain.batch_size': 32 is not a multiple of pretrain.micro_batch_size (5)",
+        ),
     ],
 )
 def test_errors_name_the_key(override: str, needle: str) -> None:

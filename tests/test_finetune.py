@@ -156,6 +156,22 @@ def test_config_errors() -> None:
         load_config(None, ["finetune.eval_also=[sst2]"])
 
 
+def test_batch_the_processes_cannot_split_is_refused_before_tokenising(monkeypatch) -> None:
+    """16 texts per step over 3 processes: refused at once, naming finetune.batch_size (not
+    pretrain's), before the task is read and tokenised."""
+
+    def past_the_check(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the run went on past the batch-size check")
+
+    monkeypatch.setattr(ft_mod, "load_task_data", past_the_check)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    cfg = load_config(None, ["finetune.batch_size=16", "tracking.enabled=false"])
+    with pytest.raises(ConfigError, match=r"'finetune\.batch_size': 16 .* 3 processes"):
+        run_finetune(cfg, "tncc")
+
+
 def test_missing_vocabulary_and_model_dirs(env) -> None:
     with pytest.raises(DataError, match="does not exist"):
         run_finetune(_cfg(env, f"finetune.vocab={env.tmp / 'nope'}"), "tncc")

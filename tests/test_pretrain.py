@@ -239,6 +239,30 @@ def test_missing_inputs_are_a_config_error() -> None:
         run_pretraining(load_config(None, []))
 
 
+def test_batch_the_processes_cannot_split_is_refused_before_tokenising(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """32 sequences over 3 processes (torchrun's WORLD_SIZE): refused at once, before the
+    process group, the output folder and the corpus's tokenising (minutes on a real corpus)."""
+    import torch.distributed
+
+    from tibnlp.training import pretrain
+
+    def past_the_check(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the run went on past the batch-size check")
+
+    monkeypatch.setattr(pretrain, "init_distributed", past_the_check)
+    monkeypatch.setattr(pretrain, "build_pretraining_dataset", past_the_check)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    out = tmp_path / "out"
+    sets = ["pretrain.corpus=c", "pretrain.vocab=v", f"pretrain.output={out}"]
+    with pytest.raises(ConfigError, match=r"'pretrain\.batch_size': 32 .* 3 processes"):
+        pretrain.run_pretraining(load_config(None, [*sets, "pretrain.batch_size=32"]))
+    assert not out.exists()
+
+
 def _cli(config: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "tibnlp.cli.main", "pretrain", "-c", str(config), *args]
 

@@ -223,6 +223,15 @@ class PretrainConfig:
         )
         check(self.recurrence_segments >= 1, f"{prefix}.recurrence_segments", "must be >= 1")
         check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", "must be >= 0")
+        # the part of the batch split that needs no process count: refused as the config is
+        # read (the process count is checked when the run starts, before tokenising)
+        check(
+            not self.micro_batch_size or self.batch_size % self.micro_batch_size == 0,
+            f"{prefix}.batch_size",
+            f"{self.batch_size} is not a multiple of {prefix}.micro_batch_size "
+            f"({self.micro_batch_size}): batch_size = micro_batch_size x processes x "
+            "accumulation steps",
+        )
         for key in ("eval_every", "log_every", "checkpoint_every", "keep_checkpoints"):
             check(getattr(self, key) >= 1, f"{prefix}.{key}", "must be >= 1")
         check(self.eval_batches >= 0, f"{prefix}.eval_batches", "must be >= 0")

@@ -162,14 +162,28 @@ def resolve_precision(requested: str) -> str:
     return requested
 
 
-def accumulation_steps(batch_size: int, micro_batch_size: int, world_size: int) -> int:
+def planned_world_size() -> int:
+    """The processes `init_distributed` joins (or joined), known without joining: a run checks
+    its batch split with it before minutes of tokenising, not at `start_training`."""
+    if dist.is_initialized():
+        return dist.get_world_size()
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    return int(os.environ["WORLD_SIZE"]) if launched else 1
+
+
+def accumulation_steps(
+    batch_size: int, micro_batch_size: int, world_size: int, key: str = "pretrain.batch_size"
+) -> int:
     """Micro-steps per optimizer step so that micro * accumulation * world == batch_size."""
     micro = micro_batch_size or batch_size // world_size
     if micro < 1 or batch_size % (micro * world_size):
+        split = f"micro-batches of {micro_batch_size} x " if micro_batch_size else ""
         raise ConfigError(
-            f"config key 'pretrain.batch_size': {batch_size} is not a multiple of "
-            f"micro_batch_size ({micro}) x processes ({world_size})",
-            "choose batch_size = micro_batch_size x processes x accumulation steps",
+            f"config key '{key}': {batch_size} sequences per step do not split into "
+            f"{split}{world_size} processes",
+            f"choose {key} = micro_batch_size x processes x accumulation steps"
+            if micro_batch_size
+            else f"choose {key} as a multiple of the number of processes ({world_size})",
         )
     return batch_size // (micro * world_size)
 

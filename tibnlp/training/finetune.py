@@ -270,6 +270,11 @@ def _load_vocab(directory: Path) -> Vocabulary:
 def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResult:
     """Fine-tune one system on one dataset for every seed; log, save, aggregate, report."""
     ft = cfg.finetune
+    # the batch split over the processes before the task is read and tokenised (the engine
+    # would refuse it only at the first seed's training)
+    from tibnlp.training.engine import accumulation_steps, planned_world_size
+
+    accumulation_steps(ft.batch_size, 0, planned_world_size(), "finetune.batch_size")
     if cfg.engine.threads:
         torch.set_num_threads(cfg.engine.threads)
     data = load_task_data(dataset, task)

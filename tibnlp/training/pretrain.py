@@ -49,7 +49,15 @@ from tibnlp.models.summary import electra_flops_per_token, training_flops_per_to
 from tibnlp.text.vocab import Vocabulary, copy_vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.batches import ShardedBatches
-from tibnlp.training.engine import World, barrier, hardware_name, init_distributed, shutdown
+from tibnlp.training.engine import (
+    World,
+    accumulation_steps,
+    barrier,
+    hardware_name,
+    init_distributed,
+    planned_world_size,
+    shutdown,
+)
 from tibnlp.training.loop import LoopSettings, Progress, fit
 from tibnlp.training.skipgram import cached_vectors, embedding_init
 from tibnlp.training.wiring import Training, start_training
@@ -204,6 +212,9 @@ def run_pretraining(
             "--eval-only scores a model: it needs pretrain.init_from and takes no --resume",
             "e.g. --eval-only --set pretrain.init_from=runs/pretrain/model",
         )
+    # the batch split over the processes, before the process group, the output folder and
+    # the corpus's tokenising (minutes): start_training would refuse it only after them
+    accumulation_steps(p.batch_size, p.micro_batch_size, planned_world_size())
     world = init_distributed(cfg.engine)
     if not world.is_main:
         return _pretrain(cfg, resume, world, eval_only)
