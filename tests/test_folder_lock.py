@@ -114,6 +114,28 @@ def test_reused_pid_is_stale_and_other_hosts_are_not_guessed(tmp_path: Path) -> 
     assert str(lock) in (err.value.hint or "")  # what to delete once that process is gone
 
 
+def test_a_run_stopped_before_writing_leaves_no_folder_behind(tmp_path: Path) -> None:
+    """Nothing half-written: a run refused inside the lock (a config error) leaves no empty
+    OUTPUT, nor the parents the lock made for it; a folder that was there before, or one the
+    run wrote into, stays."""
+    made = tmp_path / "runs" / "pretrain"
+    with pytest.raises(RuntimeError), hold_folder(made):
+        raise RuntimeError("config error")
+    assert not (tmp_path / "runs").exists()
+
+    there = tmp_path / "there"
+    there.mkdir()
+    with pytest.raises(RuntimeError), hold_folder(there):
+        raise RuntimeError("config error")
+    assert there.is_dir()
+
+    written = tmp_path / "written"
+    with pytest.raises(RuntimeError), hold_folder(written):
+        (written / "config.yaml").write_text("x")
+        raise RuntimeError("failed later")
+    assert sorted(p.name for p in written.iterdir()) == ["config.yaml"]
+
+
 RUN_PIPELINE = """
 import os, sys, time
 from pathlib import Path

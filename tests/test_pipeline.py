@@ -560,6 +560,14 @@ def test_until_runs_a_stage_and_what_it_reads_only(toy: tuple[Path, str]) -> Non
     assert rest.skipped == first.ran and len(rest.ran) == 4 and sorted(CALLS) == sorted(rest.ran)
 
 
+def test_a_plan_refused_under_the_lock_leaves_no_work_dir(toy: tuple[Path, str]) -> None:
+    """The work dir is made to hold its lock; a run refused while planning leaves none."""
+    path, _ = toy
+    with pytest.raises(ConfigError, match="--until twin"):
+        run_pipeline(load_pipeline(path), echo=lambda _: None, until=["twin"])
+    assert not (path.parent / "work").exists()
+
+
 def test_until_names_an_unknown_stage(toy: tuple[Path, str]) -> None:
     from typer.testing import CliRunner
 

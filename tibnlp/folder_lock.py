@@ -91,16 +91,37 @@ def _read(lock: Path) -> tuple[str, dict[str, Any]] | None:
 
 
 def _take(lock: Path, text: str) -> bool:
-    """Create `lock` holding `text`, atomically; False when it exists."""
+    """Create `lock` holding `text`, atomically; False when it exists (or its folder was
+    removed meanwhile by the run that made it: the caller makes it again)."""
     tmp = lock.with_name(f"{lock.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(text, encoding="utf-8")
     try:
+        tmp.write_text(text, encoding="utf-8")
         os.link(tmp, lock)
         return True
-    except FileExistsError:
+    except (FileExistsError, FileNotFoundError):
         return False
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _missing(folder: Path) -> list[Path]:
+    """`folder` and its parents that do not exist yet, deepest first."""
+    out, path = [], folder.absolute()
+    while not path.exists() and path != path.parent:
+        out.append(path)
+        path = path.parent
+    return out
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the folders this holder made, deepest first, while they are empty: a run that
+    stops before writing anything (a config error) leaves no empty OUTPUT behind. rmdir never
+    removes content: a folder written into (or taken by the next run) stays."""
+    for path in sorted(made, key=lambda p: len(p.parts), reverse=True):
+        try:
+            path.rmdir()
+        except OSError:
+            return
 
 
 def _break(lock: Path, seen: str) -> None:
@@ -125,13 +146,14 @@ def hold_folder(
     poll_s: float = 1.0,
     notify: Callable[[str], None] | None = None,
 ) -> Iterator[Path]:
-    """Hold `folder` (created if missing) for the block; yields the lock file.
+    """Hold `folder` (created if missing; removed again, with the parents made for it, when
+    the block leaves it empty) for the block; yields the lock file.
 
     Refuses with `FolderBusy` while another running process holds it, or with `wait` polls
     every `poll_s` seconds (telling `notify` once whom it waits for).
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    made: list[Path] = []
     lock = folder / LOCK_NAME
     host = socket.gethostname()
     mine = {
@@ -144,7 +166,12 @@ def hold_folder(
     }
     text = json.dumps(mine, indent=1)
     told = False
-    while not _take(lock, text):
+    while True:
+        # (again after a refusal: the holder may remove a folder it made and left empty)
+        made += [p for p in _missing(folder) if p not in made]
+        folder.mkdir(parents=True, exist_ok=True)
+        if _take(lock, text):
+            break
         found = _read(lock)
         if found is None:
             continue  # released meanwhile
@@ -174,3 +201,4 @@ def hold_folder(
         found = _read(lock)
         if found is not None and found[0] == text:
             lock.unlink(missing_ok=True)
+        _remove_empty(made)
