@@ -107,6 +107,21 @@ def test_duplicate_yaml_key_names_file_and_line(tmp_path: Path) -> None:
     assert read_yaml(path)["pretrain"] == {"seq_len": 32}
 
 
+@pytest.mark.parametrize(
+    "command", [["pretrain", "-c"], ["finetune", "tncc", "--config"], ["pipeline", "run"]]
+)
+def test_a_config_folder_is_named_a_folder(tmp_path: Path, command: list[str]) -> None:
+    """`-c SOMEDIR` said "config file SOMEDIR does not exist": it exists, as a folder."""
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    result = CliRunner().invoke(app, [*command, str(folder)])
+    assert result.exit_code != 0
+    error = result.exception
+    assert isinstance(error, DataError), result.output  # as for a missing file
+    assert f"{folder} is a directory" in error.message and "does not exist" not in error.message
+    assert "YAML file" in (error.hint or "")
+
+
 def test_runs_sync_of_a_missing_buffer_is_an_error(tmp_path: Path) -> None:
     """`runs sync TYPO` said "replayed 0 ... 0 left" and exited 0: the buffer never replayed."""
     result = CliRunner().invoke(app, ["runs", "sync", str(tmp_path / "no-such-buffer")])

@@ -346,6 +346,12 @@ def read_yaml(path: Path) -> dict[str, Any]:
     from tibnlp.errors import DataError
 
     path = Path(path)
+    if path.is_dir():  # `-c configs/` exists: "does not exist" would send the user astray
+        found = sorted(str(p) for p in path.glob("*.y*ml"))[:3]
+        raise DataError(
+            f"config file {path} is a directory",
+            "give a YAML file" + (f", e.g. {', '.join(found)}" if found else ""),
+        )
     if not path.is_file():
         raise DataError(f"config file {path} does not exist", "check the path")
     try:
