@@ -533,6 +533,44 @@ def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path
     assert keys("pretrain.sop=false", "pretrain.objective=electra")["pretrain"] != mlm
 
 
+def test_paths_a_stage_sets_itself_stay_out_of_its_key(
+    toy: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The adapters set pretrain.output, .corpus, .vocab (and .init_from from an `init` input),
+    finetune.output (and .model, .vocab from inputs of those names) themselves: a value in the
+    config never reaches the stage, and changing it reran the stage for nothing. A path no
+    input fills still counts; a config that sets none keeps the key it had."""
+    from tibnlp.pipeline.cache import node_key
+    from tibnlp.pipeline.runner import Planner
+
+    path = tmp_path / "keys.yaml"
+    path.write_text(KEYS.format(workdir=tmp_path / "work"), encoding="utf-8")
+
+    def keys(*overrides: str) -> dict[str, str]:
+        steps = Planner(load_pipeline(path, overrides)).plan()
+        return {s.node.name: s.key for s in steps}
+
+    base = keys()
+    filled = ["pretrain.output=elsewhere", "pretrain.corpus=c", "pretrain.vocab=v"]
+    assert keys(*filled, "finetune.output=x", "finetune.model=m") == base
+    assert keys("finetune.vocab=v")["finetune"] != base["finetune"]  # no vocab input
+    assert keys("pretrain.init_from=runs/m")["pretrain"] != base["pretrain"]  # no init input
+    step = Planner(load_pipeline(path)).plan()[0]
+    assert step.config["pretrain"]["output"] == "runs/pretrain"  # the default, as before
+    assert step.key == node_key("pretrain", step.config, {}, step.inputs)
+
+    path.write_text(
+        KEYS.format(workdir=tmp_path / "work").replace(
+            'vocab: "data:corpora/toy.txt"}', 'vocab: "data:corpora/toy.txt", init: "data:x.txt"}'
+        ),
+        encoding="utf-8",
+    )
+    (tmp_path / "data" / "x.txt").write_text("m", encoding="utf-8")
+    with_init = keys()["pretrain"]
+    assert with_init != base["pretrain"]  # the input counts
+    assert keys("pretrain.init_from=runs/m")["pretrain"] == with_init
+
+
 def test_until_runs_a_stage_and_what_it_reads_only(toy: tuple[Path, str]) -> None:
     """`--until pretrain` is a make target: text and both pretrain variants run, finetune is
     left out (shown in the plan); the full run afterwards reuses them and runs finetune."""

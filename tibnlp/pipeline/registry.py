@@ -25,6 +25,9 @@ ALL_SECTIONS = ("corpus", "vocab", "model", "pretrain", "finetune", "engine")
 class StageDef:
     function: Callable[..., Any]
     sections: tuple[str, ...] = ALL_SECTIONS
+    # (config key, input name) the function sets itself from that input ("": to a folder in
+    # its output): left out of the content hash when the node has that input
+    fills: tuple[tuple[str, str], ...] = ()
 
     def load(self) -> Callable[..., Any]:
         return self.function
@@ -34,17 +37,20 @@ _REGISTRY: dict[str, StageDef] = {
     "slice": StageDef(stages.slice_corpus, ()),
     "prepare": StageDef(stages.prepare, ("corpus",)),
     "vocab": StageDef(stages.vocab, ("vocab",)),
-    "pretrain": StageDef(stages.pretrain, ("model", "pretrain", "engine")),
-    "finetune": StageDef(stages.finetune, ("model", "finetune", "engine")),
+    "pretrain": StageDef(stages.pretrain, ("model", "pretrain", "engine"), stages.PRETRAIN_FILLS),
+    "finetune": StageDef(stages.finetune, ("model", "finetune", "engine"), stages.FINETUNE_FILLS),
     "curve": StageDef(stages.curve, ()),
 }
 
 
 def register_stage(
-    kind: str, function: Callable[..., Any], sections: tuple[str, ...] = ALL_SECTIONS
+    kind: str,
+    function: Callable[..., Any],
+    sections: tuple[str, ...] = ALL_SECTIONS,
+    fills: tuple[tuple[str, str], ...] = (),
 ) -> None:
     """Add or replace a stage kind (plugins, tests)."""
-    _REGISTRY[kind] = StageDef(function, tuple(sections))
+    _REGISTRY[kind] = StageDef(function, tuple(sections), tuple(fills))
 
 
 def stage_def(kind: str) -> StageDef:

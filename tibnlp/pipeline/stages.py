@@ -117,6 +117,19 @@ def vocab(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
     return out, _as_dict(report)
 
 
+# The config settings each adapter sets itself, and from what: the input of that name, or ""
+# for the stage's own output folder. What the pipeline's config says for them never reaches the
+# stage, so they stay out of its cache key (`tibnlp.pipeline.runner`): keep these in step with
+# the adapters below.
+PRETRAIN_FILLS = (
+    ("pretrain.corpus", "corpus"),
+    ("pretrain.vocab", "vocab"),
+    ("pretrain.init_from", "init"),
+    ("pretrain.output", ""),
+)
+FINETUNE_FILLS = (("finetune.model", "model"), ("finetune.vocab", "vocab"), ("finetune.output", ""))
+
+
 def pretrain(ctx: StageContext) -> Path:
     cfg = ctx.config
     cfg.pretrain.corpus = str(_named(ctx, "corpus"))
