@@ -181,6 +181,45 @@ def test_an_input_that_is_no_path_is_refused_at_plan_naming_its_key(
         Planner(load_pipeline(path)).plan()
 
 
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ("[1e-4, 0.0001]", r"lists 0\.0001 twice"),  # one number, as YAML reads it
+        ("[1, '1']", r"values 1 and '1' both name the variant 'k=1'"),
+    ],
+)
+def test_grid_values_that_name_one_variant_are_refused(
+    tmp_path: Path, values: str, said: str
+) -> None:
+    """Two grid values that print alike made two nodes of one name: both ran (the same
+    number twice over), MLflow got two runs of one name and one result overwrote the other
+    in the pipeline's results."""
+    path = tmp_path / "dup.yaml"
+    path.write_text(f"stages:\n  r:\n    kind: r_read\n    grid: {{params.k: {values}}}\n")
+    with pytest.raises(ConfigError, match=said) as err:
+        load_pipeline(path)
+    assert "stages.r.grid.params.k" in err.value.message
+
+
+def test_variant_names_that_join_to_one_node_name_are_refused(tmp_path: Path) -> None:
+    """Names joined across stages ("a,b" + "c" and "a" + "b,c") give one node name too."""
+    path = _write(
+        tmp_path / "joined.yaml",
+        {
+            "p": {"kind": "r_read", "variants": [{"name": n, "set": {}} for n in ("a,b", "a")]},
+            "f": {
+                "kind": "r_read",
+                "inputs": ["${stages.p.output}"],
+                "variants": [{"name": n, "set": {}} for n in ("c", "b,c")],
+            },
+        },
+    )
+    with pytest.raises(
+        ConfigError, match=r"joined\.yaml: stages\.f: two runs are named f\[a,b,c\]"
+    ):
+        expand(load_pipeline(path))
+
+
 def test_force_names_a_stage_or_node_of_the_pipeline(tmp_path: Path) -> None:
     """`--force pretrian` silently forced nothing: the cached result was reported as fresh."""
     path = _write(tmp_path / "force.yaml", {"r": {"kind": "r_read"}})

@@ -13,6 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from tibnlp.errors import ConfigError
 from tibnlp.pipeline.spec import PipelineSpec, StageSpec
 
 
@@ -85,4 +86,16 @@ def expand(spec: PipelineSpec) -> list[Node]:
                 nodes.append(node)
         by_stage[stage.name] = nodes
         order += nodes
+    # names joined across stages ("a,b" + "c", "a" + "b,c") can meet: a node name is its
+    # MLflow run, its result and its --force handle, so two of one name are refused
+    names: set[str] = set()
+    for node in order:
+        if node.name in names:
+            raise ConfigError(
+                f"{spec.source or 'pipeline'}: stages.{node.stage.name}: two runs are named "
+                f"{node.name}",
+                "give the variants names that stay apart when joined with the names of the "
+                "variants above (no commas in variant names)",
+            )
+        names.add(node.name)
     return order

@@ -133,6 +133,28 @@ def _variant_label(key: str, value: Any) -> str:
     return f"{short}={value}"
 
 
+def _distinct_labels(key: str, values: list[Any], where: str) -> None:
+    """Two values that print alike would make two nodes of one name (two MLflow runs of one
+    name, one result overwriting the other; the same number twice runs twice): refused."""
+    seen: dict[str, Any] = {}
+    for value in values:
+        label = _variant_label(key, value)
+        if label not in seen:
+            seen[label] = value
+        elif seen[label] == value and type(seen[label]) is type(value):
+            raise ConfigError(
+                f"{where}: lists {value!r} twice (as YAML reads it: 1e-4 and 0.0001 are one "
+                "number)",
+                "list each value once",
+            )
+        else:
+            raise ConfigError(
+                f"{where}: values {seen[label]!r} and {value!r} both name the variant '{label}'",
+                "list values that print differently (one type: all numbers or all strings), "
+                "or name each run with `variants: [{name: ..., set: {...}}]`",
+            )
+
+
 def expand_variants(stage: str, grid: Any, variants: Any, where: str) -> list[Variant]:
     """Explicit `variants` x the product of `grid` values; one unnamed variant when neither."""
     base = [Variant("", {})]
@@ -158,6 +180,7 @@ def expand_variants(stage: str, grid: Any, variants: Any, where: str) -> list[Va
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{where}.grid.{key}: expected a non-empty list of values")
+        _distinct_labels(key, values, f"{where}.grid.{key}")
         out = [
             Variant(
                 ",".join(p for p in (v.name, _variant_label(key, x)) if p),
