@@ -220,6 +220,33 @@ def test_variant_names_that_join_to_one_node_name_are_refused(tmp_path: Path) ->
         expand(load_pipeline(path))
 
 
+def test_long_names_cut_alike_keep_their_own_last_run_pointer(tmp_path: Path) -> None:
+    """File names are cut at 80 characters: two stages (or variants) sharing their first 80
+    shared one `.last-*` pointer, so each explained its rerun against the other's config.
+    Names that fit keep their pointer (its name, as before)."""
+    long = "x" * 80
+
+    def write(a: int, b: int) -> Path:
+        return _write(
+            tmp_path / "long.yaml",
+            {
+                f"{long}_a": {"kind": "r_read", "config": {"finetune": {"epochs": a}}},
+                f"{long}_b": {"kind": "r_read", "config": {"finetune": {"epochs": b}}},
+                "c": {"kind": "r_read", "grid": {"params.tag": [f"{long}1", f"{long}2"]}},
+            },
+        )
+
+    run_pipeline(load_pipeline(write(1, 2)), echo=_quiet)
+    steps = Planner(load_pipeline(write(3, 4))).plan()
+    assert len({s.slot.last for s in steps}) == 4
+    assert [s.reason for s in steps[:2]] == [
+        "config changed: finetune.epochs: 1 -> 3",
+        "config changed: finetune.epochs: 2 -> 4",
+    ]
+    short = cache.slot_for(tmp_path, "finetune", "small=6,head=cnn", "0" * 64)
+    assert short.last.name == ".last-small=6_head=cnn.json"
+
+
 def test_force_names_a_stage_or_node_of_the_pipeline(tmp_path: Path) -> None:
     """`--force pretrian` silently forced nothing: the cached result was reported as fresh."""
     path = _write(tmp_path / "force.yaml", {"r": {"kind": "r_read"}})

@@ -8,6 +8,7 @@ directory, which the next run resumes into (pretraining continues from its check
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -31,8 +32,15 @@ def node_key(kind: str, sections: dict[str, Any], params: dict[str, Any], inputs
     )
 
 
+_CUT = 80  # characters of a stage or variant name in a file name
+
+
 def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)[:80] or "out"
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)[:_CUT] or "out"
+
+
+def _cut(text: str) -> bool:
+    return len(re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)) > _CUT
 
 
 @dataclass
@@ -89,9 +97,15 @@ class Slot:
 def slot_for(workdir: Path, stage: str, variant: str, key: str) -> Slot:
     base = Path(workdir) / _safe(stage)
     name = f"{_safe(variant) if variant else 'out'}-{key[:12]}"
-    return Slot(
-        base / name, base / f"{name}.partial", base / f".last-{_safe(variant or 'out')}.json"
-    )
+    # Output folders carry the key, so names cut alike cannot meet there (and moving them
+    # would rerun cached stages); the last-run pointer does not: when a name is cut, its
+    # pointer gets a hash of the whole stage and variant name, so stages or variants that
+    # share their first 80 characters (and a folder) keep one pointer each.
+    tag = ""
+    if _cut(stage) or _cut(variant):
+        tag = "-" + hashlib.sha256(f"{stage}\0{variant}".encode()).hexdigest()[:10]
+    last = base / f".last-{_safe(variant or 'out')}{tag}.json"
+    return Slot(base / name, base / f"{name}.partial", last)
 
 
 def explain_change(old: dict[str, Any] | None, config: dict[str, Any], inputs: Any) -> str:
