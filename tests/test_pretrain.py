@@ -376,3 +376,20 @@ def test_second_pretrain_on_a_held_folder_refuses_and_writes_nothing(
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
     assert [r.info.status for r in runs] == ["FINISHED"]  # the refused run opened none
+
+
+def test_a_resumed_run_does_not_warn_again(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The learning check warns once per run: its verdict rides in the checkpoint, so a run
+    resumed (here for more steps) does not print and tag the warning a second time."""
+    from tibnlp.training import pretrain
+
+    monkeypatch.setattr(pretrain, "unigram_accuracy", lambda *a: 0.99)  # never past it
+    out = tmp_path / "run"
+    short = _config_file(inputs, out, max_steps=8, eval_every=4, warn_after=0.1)
+    pretrain.run_pretraining(load_config(short))
+    assert capsys.readouterr().err.count("is not learning") == 1
+    longer = _config_file(inputs, out, max_steps=12, eval_every=4, warn_after=0.1)
+    pretrain.run_pretraining(load_config(longer), resume=True)
+    assert "is not learning" not in capsys.readouterr().err

@@ -191,3 +191,25 @@ def test_resumed_budget_counts_the_checkpoint_steps_evaluation(tmp_path: Path) -
     assert resumed.train_seconds == pytest.approx(2 + 10)  # step 2's evaluation was spent
     resumed.run()
     assert resumed.train_seconds == pytest.approx(straight.train_seconds)
+
+
+def test_objects_beside_the_loop_ride_in_its_checkpoint(tmp_path: Path) -> None:
+    # `TrainLoop.extra_state` (pretraining's LearningCheck: warned or probed already); a
+    # checkpoint written before an object was added leaves that object as it started
+    from tibnlp.training.pretrain import LearningCheck
+
+    def check() -> LearningCheck:
+        return LearningCheck(0.1, 0.25, lambda at: 0.0)
+
+    loop, first = _loop(tmp_path, 4), check()
+    first.warned = first.probed = True
+    loop.extra_state["learning_check"] = first
+    loop.run()  # checkpoints at step 4
+
+    resumed, again = _loop(tmp_path, 8), check()
+    resumed.extra_state["learning_check"] = again
+    assert resumed.restore() and again.warned and again.probed
+
+    older, fresh = _loop(tmp_path, 8), check()
+    older.extra_state["not_saved"] = fresh
+    assert older.restore() and not fresh.warned and not fresh.probed

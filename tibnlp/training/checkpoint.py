@@ -5,8 +5,8 @@ Layout: `OUTPUT/checkpoints/step00000200/` (DeepSpeed files, one tag per save) a
 used (`save_latest=False`): ours is written atomically by rank 0 only after every rank has
 finished writing, so a run killed mid-save resumes from the previous checkpoint. Anything
 needed to continue bit-exactly rides in `client_state`: RNG states, data position, MLflow run
-id, the running log window. Everything there is tensors, lists and numbers, so it loads with
-`weights_only=True`.
+id, the running log window, the loop's `extra_state` (e.g. the learning check's verdict).
+Everything there is tensors, lists, numbers and flags, so it loads with `weights_only=True`.
 """
 
 from __future__ import annotations

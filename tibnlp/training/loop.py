@@ -143,6 +143,10 @@ class TrainLoop:
         self.keys: list[str] = []
         self.window: dict[str, float] = {}  # sums since the last log, restored on resume
         self.run_id: str | None = None
+        # name -> an object beside the loop whose `state_dict()` rides in every checkpoint and
+        # whose `load_state_dict` gets it back on resume (pretraining's LearningCheck: warned
+        # or probed already, so a resumed run does neither again)
+        self.extra_state: dict[str, Any] = {}
 
     # ---- one step -------------------------------------------------------------------
     def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -245,6 +249,7 @@ class TrainLoop:
             "window": dict(self.window),
             "tokens": self.tokens,
             "train_seconds": self.train_seconds,
+            "extra": {name: obj.state_dict() for name, obj in self.extra_state.items()},
         }
         checkpoint.save(
             self.engine,
@@ -269,6 +274,10 @@ class TrainLoop:
         self.run_id = state.get("mlflow_run_id") or None
         self.tokens = float(state.get("tokens", 0.0))
         self.train_seconds = float(state.get("train_seconds", 0.0))
+        saved = state.get("extra", {})  # (absent from checkpoints before it: fresh state)
+        for name, obj in self.extra_state.items():
+            if name in saved:
+                obj.load_state_dict(saved[name])
         checkpoint.set_rank_rng_state(state["rng"], self.world.rank)
         # the optimizer state just loaded carries the lr the saved run's schedule set; this
         # run's schedule (e.g. a longer max_steps) decides the next update's lr

@@ -182,6 +182,14 @@ class LearningCheck:
                 "use model.position=relative (or a longer run)",
             )
 
+    def state_dict(self) -> dict[str, bool]:
+        """Saved with each checkpoint (`TrainLoop.extra_state`): once per run, not per process."""
+        return {"warned": self.warned, "probed": self.probed}
+
+    def load_state_dict(self, state: dict[str, bool]) -> None:
+        self.warned = bool(state.get("warned", False))
+        self.probed = bool(state.get("probed", False))
+
     def _warn(self, kind: str, message: str) -> None:
         self.warned = True
         print(f"warning: {message}", file=sys.stderr, flush=True)
@@ -477,6 +485,7 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
         lambda at: max(at.step / p.max_steps, loop.budget_fraction()),
         order_probe if heldout is not None and not chain else None,
     )
+    loop.extra_state["learning_check"] = check  # a resumed run neither warns nor probes again
 
     def open_tracker(run_id: str | None) -> Tracker:
         """The run to log into: the checkpoint's (resume), the pipeline stage's
