@@ -147,6 +147,25 @@ def test_one_mlflow_run_per_seed_under_a_parent(env) -> None:
     assert "test_shad_flip_rate_mean" in parents[0].data.metrics
 
 
+def test_a_standalone_rerun_is_counted_once_by_runs_compare(env) -> None:
+    """`tibnlp finetune` run again into the same output folder opens a new parent run and
+    re-reports its finished seeds under it; `runs compare` and `runs plot` count each seed
+    record once (a pipeline resumes its stage's run instead, see test_runs_edges)."""
+    from tibnlp.tracking.compare import compare_runs
+
+    uri = f"sqlite:///{env.tmp / 'mlflow.db'}"
+    tracking = [f"tracking.uri={uri}", "tracking.enabled=true"]
+    first = run_finetune(_cfg(env, "finetune.seeds=[1,2]", "finetune.epochs=1", *tracking), "tncc")
+    more = _cfg(env, "finetune.seeds=[1,2,3]", "finetune.epochs=1", *tracking)
+    again = run_finetune(more, "tncc")  # seeds 1 and 2 resumed, seed 3 trained
+    assert [s.run_id for s in again.seeds][:2] != [s.run_id for s in first.seeds]
+    result = compare_runs("tibnlp", ["test_macro_f1"], uri=uri)
+    ((_, n, (cell,)),) = result.rows
+    assert n == 3, result.markdown()
+    expected = [s.metrics["test"]["macro_f1"] for s in again.seeds]
+    assert cell.mean == pytest.approx(np.mean(expected))
+
+
 def test_config_errors() -> None:
     with pytest.raises(ConfigError, match=r"finetune.head"):
         load_config(None, ["finetune.encoder=none", "finetune.vocab=v", "finetune.head=linear"])

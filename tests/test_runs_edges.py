@@ -15,13 +15,18 @@ import tibnlp
 from tibnlp.tracking import Tracker, sync_buffers
 from tibnlp.tracking.buffer import Applier
 from tibnlp.tracking.compare import compare_runs
+from tibnlp.tracking.conventions import TAG_SEED_RECORD
 from tibnlp.tracking.curve import read_curve_runs
 from tibnlp.tracking.testing import sqlite_store
 
 
-def _seed(parent: Tracker, seed: int, f1: float, params: dict, resumed: bool = False) -> None:
-    """A seed run as `training/finetune.py` makes it (tag `seed`; `resumed` when re-reported)."""
+def _seed(
+    parent: Tracker, seed: int, f1: float, params: dict, resumed: bool = False, record: str = ""
+) -> None:
+    """A seed run as `training/finetune.py` makes it (tag `seed`; `resumed` when re-reported;
+    the seed record it reports)."""
     tags = {"seed": str(seed), **({"resumed": "true"} if resumed else {})}
+    tags.update({TAG_SEED_RECORD: record} if record else {})
     with parent.child(f"seed {seed}", tags=tags) as run:
         run.log_params(params)
         run.log_metrics({"test_macro_f1": f1, "validation_macro_f1": f1})
@@ -67,6 +72,24 @@ def test_a_resumed_stage_counts_each_seed_once(tmp_path: Path) -> None:
     (_, n, cells), *_ = result.rows
     assert n == 3 and cells[0].mean == pytest.approx(0.64), result.markdown()
     assert len(read_curve_runs(["pipe"], uri=uri).runs) == 3  # `runs plot` too
+
+
+def test_a_standalone_rerun_counts_each_seed_record_once(tmp_path: Path) -> None:
+    """`tibnlp finetune` run again into its output folder: a new parent run, the finished
+    seeds re-reported under it with the record they report (seed 3 is new)."""
+    uri = sqlite_store(tmp_path)
+    params = {"finetune": {"init": "pretrained", "head": "cnn", "model": "/m"},
+              "pretrain": {"tokens": 1000, "train_seconds": 36}}  # fmt: skip
+    with Tracker("solo", "first", uri=uri, buffer_dir=tmp_path / "b") as first:
+        _seed(first, 1, 0.60, params, record="r1")
+        _seed(first, 2, 0.62, params, record="r2")
+    with Tracker("solo", "again", uri=uri, buffer_dir=tmp_path / "b") as again:
+        _seed(again, 1, 0.60, params, resumed=True, record="r1")
+        _seed(again, 2, 0.62, params, resumed=True, record="r2")
+        _seed(again, 3, 0.70, params, record="r3")
+    (_, n, cells), *_ = compare_runs("solo", ["test_macro_f1"], uri=uri).rows
+    assert n == 3 and cells[0].mean == pytest.approx(0.64)
+    assert len(read_curve_runs(["solo"], uri=uri).runs) == 3  # `runs plot` too
 
 
 def test_a_resumed_child_moves_under_its_new_parent_even_offline(

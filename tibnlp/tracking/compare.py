@@ -21,7 +21,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from tibnlp.errors import TibnlpError
-from tibnlp.tracking.conventions import TAG_MODEL
+from tibnlp.tracking.conventions import TAG_MODEL, TAG_SEED_RECORD
 from tibnlp.tracking.tracker import default_tracking_uri
 
 DEFAULT_GROUP_KEYS = (
@@ -139,14 +139,26 @@ def leaf_runs(runs: Sequence[Run], matching: Callable[[Run], Any]) -> list[Run]:
     kept = [r for r in runs if matching(r)]
     parents = {r.data.tags.get("mlflow.parentRunId") for r in kept}
     leaves = [r for r in kept if r.info.run_id not in parents]
-    # a resumed fine-tuning re-reports its finished seeds in new runs (tag `resumed`) under
-    # the same stage run: one seed of one stage is one run, the latest
+    # a resumed fine-tuning re-reports its finished seeds in new runs (tag `resumed`): under
+    # the same stage run in a pipeline (one seed of one stage is one run, the latest), under a
+    # new parent run when `tibnlp finetune` is run again (one seed record is one run, the
+    # latest; records trained before the tag are told apart by their parent only)
+    leaves = _latest(leaves, lambda r: _pair(r, "mlflow.parentRunId", "seed"))
+    return _latest(leaves, lambda r: _pair(r, TAG_SEED_RECORD))
+
+
+def _pair(run: Run, *tags: str) -> tuple[str, ...] | None:
+    values = tuple(run.data.tags.get(t) or "" for t in tags)
+    return values if all(values) else None
+
+
+def _latest(runs: list[Run], key: Callable[[Run], Any]) -> list[Run]:
+    """`runs` less those a later run with the same `key` replaces (a None key: none does)."""
     latest: dict[Any, Run] = {}
-    for r in sorted(leaves, key=lambda r: r.info.start_time or 0):
-        parent, seed = r.data.tags.get("mlflow.parentRunId"), r.data.tags.get("seed")
-        latest[(parent, seed) if parent and seed else r.info.run_id] = r
+    for r in sorted(runs, key=lambda r: r.info.start_time or 0):
+        latest[key(r) or r.info.run_id] = r
     kept_ids = {r.info.run_id for r in latest.values()}
-    return [r for r in leaves if r.info.run_id in kept_ids]
+    return [r for r in runs if r.info.run_id in kept_ids]
 
 
 def compare_runs(

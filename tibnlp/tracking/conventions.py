@@ -24,6 +24,9 @@ TAG_MODEL = "tibnlp.model"  # short label of the model configuration, used to gr
 TAG_STAGE = "tibnlp.stage"
 TAG_VARIANT = "tibnlp.variant"
 TAG_PRETRAIN_RUN = "tibnlp.pretrain_run"  # the pretraining run a fine-tuned model came from
+# the fine-tuning seed record (seed_result.json) a seed run reports: the same in the run that
+# trained the seed and in every rerun that reports it again, so `runs compare` counts it once
+TAG_SEED_RECORD = "tibnlp.seed_record"
 # "majority_class": a fine-tuning stuck at that level; "not_learning": a pretraining at unigram
 TAG_WARNING = "warning"
 WARNING_MAJORITY = "majority_class"

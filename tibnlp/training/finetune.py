@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,7 @@ from tibnlp.models.io import load_config_file, load_encoder
 from tibnlp.models.long_documents.reading import inner_encoder
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
-from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, pretrain_params
+from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, TAG_SEED_RECORD, pretrain_params
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.classification import set_seed, train_one_seed
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
@@ -74,6 +75,7 @@ class SeedResult:
     metrics: dict[str, Metrics]  # validation, test, test_unseen, advts_original, advts
     directory: Path
     run_id: str | None = None
+    record_id: str = ""  # drawn when the seed is trained; kept in its record (TAG_SEED_RECORD)
 
 
 @dataclass
@@ -375,7 +377,12 @@ def _run_seed(
     if done is not None and _lacks_predictions(done):
         done = _rescore(done, setup, ft, unseen, advts, fingerprint, weights)
     if done is not None:
-        run.set_tags({"resumed": "true"})
+        if not done.record_id:  # a record from before record ids: it gets one now
+            done.record_id = uuid.uuid4().hex
+            _save_seed(done, fingerprint, weights)
+        # a standalone rerun reports the seed under a new parent run: the tag tells `runs
+        # compare` that this is the record an earlier run reported, not another seed
+        run.set_tags({"resumed": "true", TAG_SEED_RECORD: done.record_id})
         _log_seed(run, done.metrics)
         return done
     set_seed(seed)
@@ -409,7 +416,9 @@ def _run_seed(
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
         run.log_artifact(png, "confusion")
     result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
+    result.record_id = uuid.uuid4().hex
     _save_seed(result, fingerprint, weights)
+    run.set_tags({TAG_SEED_RECORD: result.record_id})
     _log_seed(run, metrics)
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
@@ -539,6 +548,7 @@ def _save_seed(result: SeedResult, fingerprint: str, weights: str = "") -> None:
     saved = {
         "fingerprint": fingerprint,
         "pretrained_sha256": weights,
+        "record_id": result.record_id,
         "seed": result.seed,
         "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run,
@@ -560,4 +570,11 @@ def _load_seed(directory: Path, fingerprint: str, weights: str = "") -> SeedResu
     if data.get("pretrained_sha256", weights) != weights:  # (records before it: not known)
         return None  # same settings and folder name, other weights
     metrics = {p: Metrics(**m) for p, m in data["metrics"].items()}
-    return SeedResult(data["seed"], data["best_epoch"], data["epochs_run"], metrics, directory)
+    return SeedResult(
+        data["seed"],
+        data["best_epoch"],
+        data["epochs_run"],
+        metrics,
+        directory,
+        record_id=data.get("record_id", ""),
+    )
