@@ -169,3 +169,29 @@ def test_natural_order_and_percent(store: str) -> None:
     assert [r[0] for r in rows] == ["dma6-12", "dma6-12", "fixed8", "fixed8"]
     seeds = [100 * v for v in SCORES[("dma6-12", 6, 12, "cnn")]]
     assert rows[0][5] == f"{statistics.mean(seeds):.2f} ± {statistics.stdev(seeds):.2f}"
+
+
+def test_runs_column_shows_the_range_when_cells_count_differently(tmp_path: Path) -> None:
+    """Under --columns-by each cell has its own runs: the CNN head three seeds, the linear one
+    seed. The runs column showed the largest count (3) beside a linear mean of one run."""
+    from tibnlp.tracking.compare import compare_runs
+
+    uri = sqlite_store(tmp_path)
+    with Tracker("uneven", "p", uri=uri, buffer_dir=tmp_path / "buf") as parent:
+        for head, seeds in (("cnn", [0.6, 0.62, 0.64]), ("linear", [0.5])):
+            for seed, f1 in enumerate(seeds, start=1):
+                with parent.child(f"{head} {seed}", tags={"tibnlp.model": "m"}) as run:
+                    run.log_params({"finetune": {"head": head, "seed": seed}})
+                    run.log_metrics({"test_macro_f1": f1})
+    result = compare_runs("uneven", ["test_macro_f1"], columns_by="finetune.head", uri=uri)
+    assert [[c.text() for c in cells] for _, _, cells in result.rows] == [
+        ["0.6200 ± 0.0200", "0.5000"]
+    ]
+    ((runs, *_),) = [row[len(result.group_keys) :] for row in result.table()]
+    assert runs == "1–3"
+    assert "1–3" in next(csv.reader(io.StringIO(result.csv().splitlines()[1])))
+    # every cell from as many runs: the count itself
+    even = compare_runs(
+        "uneven", ["test_macro_f1"], uri=uri, filter_string="params.finetune.head = 'cnn'"
+    )
+    assert [row[len(even.group_keys)] for row in even.table()] == ["3"]

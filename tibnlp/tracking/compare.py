@@ -68,14 +68,18 @@ class Cell:
 class Comparison:
     group_keys: list[str]
     metrics: list[str]  # column names (metric, or "metric [pivot value]")
-    rows: list[tuple[list[str], int, list[Cell]]]  # group values, runs, cells
+    # group values, the most runs behind one cell (`runs_text`: what the table shows), cells
+    rows: list[tuple[list[str], int, list[Cell]]]
 
     def headers(self) -> list[str]:
         return [k.removeprefix("tag:") for k in self.group_keys] + ["runs", *self.metrics]
 
     def table(self, digits: int = 4, scale: float = 1.0) -> list[list[str]]:
         """Cells as text; `scale=100` shows fractions as percentages, as papers print F1."""
-        return [[*g, str(n), *(c.text(digits, scale) for c in cells)] for g, n, cells in self.rows]
+        return [
+            [*g, runs_text(cells), *(c.text(digits, scale) for c in cells)]
+            for g, _, cells in self.rows
+        ]
 
     def markdown(self, digits: int = 4, scale: float = 1.0) -> str:
         head = self.headers()
@@ -91,12 +95,22 @@ class Comparison:
         for m in self.metrics:
             head += [f"{m} mean", f"{m} std"]
         writer.writerow(head)
-        for g, n, cells in self.rows:
-            row = [*g, n]
+        for g, _, cells in self.rows:
+            row = [*g, runs_text(cells)]
             for c in cells:
                 row += [repr(c.mean) if c.values else "", repr(c.std) if c.values else ""]
             writer.writerow(row)
         return out.getvalue()
+
+
+def runs_text(cells: Sequence[Cell]) -> str:
+    """The runs behind a row's cells: "3", or "1–3" when its cells hold different counts
+    (`--columns-by` splits a row's runs between columns; a metric some runs lack), not the
+    largest count alone, which claimed three seeds beside a mean of one."""
+    counts = sorted({len(c.values) for c in cells if c.values})
+    if not counts:
+        return "0"
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
 
 
 def _value(run: object, key: str) -> str | None:
