@@ -256,3 +256,24 @@ def test_a_local_world_is_left_at_exit() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )
     assert done.stdout.split()[-2:] == ["True", "False"], done.stdout + done.stderr
+
+
+def test_logged_lr_is_the_optimizers_own_not_param_group_0s(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Groups are built only where they have parameters: with every parameter under a rate of
+    its own (finetune.layer_decay with head_lr, post-norm), group 0 is the embedding's, the
+    lowest rate, and `lr` logged it. `lr` is optimizer.lr as the schedule sets it (the top
+    layer's rate under layer decay)."""
+    from tibnlp.training.engine import init_distributed
+    from tibnlp.training.wiring import start_training
+
+    world = init_distributed(EngineConfig(threads=1))
+    optim = OptimizerConfig(lr=5e-3, warmup_steps=2, schedule="linear")
+    rates = {"embed.": 1e-4, "conv.": 5e-3, "mlm.": 2e-2, "sop.": 2e-2}
+    training = start_training(
+        h.TinyPretrainer(), EngineConfig(threads=1), optim, 8, 0, 4, world, rates
+    )
+    assert training.engine.get_lr()[0] == pytest.approx(1e-4 * lr_factor(0, 2, 4))  # group 0
+    logged: list[float] = []
+    loop = h.tiny_loop(training, tmp_path / "ck", max_steps=4, log_every=1)
+    loop.run(on_log=lambda step, train: logged.append(train["lr"]))
+    assert logged == pytest.approx([5e-3 * lr_factor(s, 2, 4) for s in range(4)])

@@ -187,9 +187,17 @@ class TrainLoop:
                 "lower pretrain.optimizer.lr, raise warmup_steps or check the data; "
                 "then --resume from the last checkpoint",
             )
-        metrics["lr"] = float(self.engine.get_lr()[0])  # the lr this update uses
+        metrics["lr"] = self._lr()  # the lr this update uses
         self.engine.step()
         return metrics, float(reduced[n]), bool(reduced[n + 1] > 0)
+
+    def _lr(self) -> float:
+        """optimizer.lr as the schedule sets it (`WarmupDecay.optimizer_lr`), not param group
+        0's rate, which under per-prefix rates may be any group's (the embedding's)."""
+        scheduler: Any = getattr(self.engine, "lr_scheduler", None)
+        if hasattr(scheduler, "optimizer_lr"):
+            return float(scheduler.optimizer_lr())
+        return float(self.engine.get_lr()[0])
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

@@ -67,7 +67,21 @@ class LrFactor:
 
 class WarmupDecay(LambdaLR):
     """LambdaLR whose checkpoint holds only the position, not the shape: resuming with a new
-    `max_steps` (to train longer) follows the new schedule from the saved step."""
+    `max_steps` (to train longer) follows the new schedule from the saved step.
+
+    `peak_lr`: the optimizer's own lr (`optimizer.lr`), which parameters without a rate of
+    their own train at; checkpointed with the base rates it goes with."""
+
+    def __init__(self, optimizer: Optimizer, factor: LrFactor, peak_lr: float) -> None:
+        self.peak_lr = peak_lr
+        super().__init__(optimizer, factor)
+
+    def optimizer_lr(self) -> float:
+        """`peak_lr` as the schedule sets it for the coming update. What a run logs as its lr:
+        param group 0 may hold other rates (groups exist only where they have parameters: with
+        layer decay and a head rate, group 0 is the embedding's, the lowest)."""
+        group, base = self.optimizer.param_groups[0], self.base_lrs[0]
+        return self.peak_lr * group["lr"] / base  # every group shares the schedule's factor
 
     def state_dict(self) -> dict:
         state = super().state_dict()
@@ -92,5 +106,7 @@ class WarmupDecay(LambdaLR):
 
 def build_scheduler(optimizer: Optimizer, cfg: OptimizerConfig, total_steps: int) -> LambdaLR:
     return WarmupDecay(
-        optimizer, LrFactor(cfg.warmup_steps, total_steps, cfg.schedule, cfg.min_lr_ratio)
+        optimizer,
+        LrFactor(cfg.warmup_steps, total_steps, cfg.schedule, cfg.min_lr_ratio),
+        cfg.lr,
     )
