@@ -110,6 +110,36 @@ def test_layer_decay_gives_lower_layers_lower_rates(env, built) -> None:
     assert rate[id(dict(model.named_parameters())["model.encoder.embeddings.word.weight"])] == 0.003
 
 
+def test_layer_decay_puts_memory_tokens_at_the_embedding_depth() -> None:
+    """`model.memory_tokens`: learned input states of layer 1, pretrained with the encoder.
+    Under layer decay they had no prefix and trained at the top rate (optimizer.lr), above
+    every layer they feed; they decay as the embedding layer does."""
+    from tibnlp.models.classifier import Classifier, head_config
+    from tibnlp.models.encoder import Encoder
+    from tibnlp.training.classification import learning_rates
+    from tibnlp.training.optim import param_groups
+
+    cfg = load_config(
+        None,
+        [
+            *DEEP,
+            "model.vocab_size=40",
+            "model.memory_tokens=2",
+            "finetune.layer_decay=0.5",
+            "finetune.head_lr=0.02",
+            "finetune.embedding_lr=0.003",  # the embedding layer's own: not the tokens'
+            "finetune.optimizer.lr=0.001",
+            "finetune.cnn_channels=8",
+        ],
+    )
+    model = ClassifierLoss(Classifier(Encoder(cfg.model), 3, head_config(cfg.finetune)))
+    groups = param_groups(model, 0.01, learning_rates(model.model, cfg.finetune))
+    rate = {id(p): g.get("lr", 0.001) for g in groups for p in g["params"]}
+    named = dict(model.named_parameters())
+    assert rate[id(named["model.encoder.memory_tokens.states"])] == 0.001 * 0.5**3
+    assert rate[id(named["model.encoder.embeddings.word.weight"])] == 0.003
+
+
 def test_layer_decay_refused_for_shared_layers_and_out_of_range(env) -> None:
     shared = [*TINY_MODEL, "model.share_layers=true", "finetune.layer_decay=0.8"]
     with pytest.raises(ConfigError, match=r"finetune.layer_decay.*share_layers"):

@@ -142,7 +142,8 @@ def learning_rates(model: Classifier, ft: FinetuneConfig) -> dict[str, float]:
     the first matching prefix wins). `finetune.layer_decay` < 1 gives layer i of L the rate
     lr * decay^(L - i) and the embedding layer lr * decay^L (ELECTRA's layer-wise decay; ULMFiT's
     discriminative rates): the lower a layer, the more general what it learnt in pretraining
-    and the less the labels should move it. An explicit `finetune.embedding_lr` wins."""
+    and the less the labels should move it; memory tokens (`model.memory_tokens`) decay with
+    the embedding layer. An explicit `finetune.embedding_lr` wins for the embedding layer."""
     # prefixes by module, not spelt out: a long-document reader holds the encoder one level
     # down (model.encoder.encoder.)
     names = {id(m): f"model.{name}." for name, m in model.named_modules()}
@@ -163,6 +164,12 @@ def learning_rates(model: Classifier, ft: FinetuneConfig) -> dict[str, float]:
         rates[embeddings] = lr * ft.layer_decay**depth
     for i in range(depth):  # layer i + 1 of 1..L
         rates[names[id(encoder.layer_at(i))]] = lr * ft.layer_decay ** (depth - 1 - i)
+    if encoder.memory_tokens is not None:
+        # learned input states of layer 1 beside the embedding layer's output, pretrained with
+        # the encoder: depth 0 (as BEiT's layer decay puts its [CLS] token and position table),
+        # not the top rate that no prefix gave them. An explicit embedding_lr is the piece
+        # table's lever and stays the embedding layer's.
+        rates[names[id(encoder.memory_tokens)]] = lr * ft.layer_decay**depth
     return rates
 
 
