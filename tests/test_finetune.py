@@ -126,6 +126,36 @@ def test_best_epoch_is_restored(env, monkeypatch) -> None:
     )
 
 
+def test_half_precision_training_is_scored_as_predict_loads_it(env, monkeypatch) -> None:
+    """DeepSpeed's fp16 mode (a GPU without bf16) casts the module's own weights to half
+    precision. The seed was then scored in half precision, while `tibnlp predict` loads the
+    saved weights into an fp32 classifier: reported scores need not be predict's. Here the
+    cast is simulated on the CPU after training; every part must be scored in fp32."""
+    from tibnlp.evaluation.predict import Predictor
+
+    real_train, real_predict = ft_mod.train_one_seed, ft_mod.predict_proba
+    dtypes: list[torch.dtype] = []
+
+    def train_then_half(model, *args, **kwargs):  # type: ignore[no-untyped-def]
+        trained = real_train(model, *args, **kwargs)
+        model.half()  # as deepspeed.initialize leaves it under fp16
+        return trained
+
+    def predict(model, *args, **kwargs):  # type: ignore[no-untyped-def]
+        dtypes.append(next(model.parameters()).dtype)
+        return real_predict(model, *args, **kwargs)
+
+    monkeypatch.setattr(ft_mod, "train_one_seed", train_then_half)
+    monkeypatch.setattr(ft_mod, "predict_proba", predict)
+    result = run_finetune(_cfg(env, "finetune.epochs=1"), "tncc")
+    assert dtypes and set(dtypes) == {torch.float32}
+    seed = result.seeds[0]
+    data = ft_mod.load_task_data("tncc", "title")
+    predicted = Predictor(seed.directory).predict(data.texts("validation"))
+    labels = [data.labels.index(p["prediction"]) for p in predicted]
+    assert seed.metrics["validation"].predictions == labels  # scored again, as predict does
+
+
 def test_one_mlflow_run_per_seed_under_a_parent(env) -> None:
     from mlflow.tracking import MlflowClient
 

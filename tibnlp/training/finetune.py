@@ -410,7 +410,13 @@ def _run_seed(
         _aux_mlm(setup, ft, seed),
     )
 
-    metrics = _score(setup, ft, model, unseen, advts, validation)
+    # DeepSpeed's fp16 mode (a GPU without bf16) trains the module's own weights in half
+    # precision; `tibnlp predict` loads the saved weights into an fp32 classifier. Score
+    # (validation again too) and save what predict will run, not the half-precision model.
+    half = any(p.dtype != torch.float32 for p in model.parameters())
+    if half:
+        model.float()
+    metrics = _score(setup, ft, model, unseen, advts, None if half else validation)
     save_classifier(directory, model, setup.meta, setup.vocab_dir)
     for part, m in metrics.items():
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
