@@ -347,6 +347,27 @@ def test_rerun_resumes_finished_seeds(env) -> None:
     assert changed.seeds[0].metrics["test"].count == 30
 
 
+def test_rerun_after_the_data_changed_trains_again(env) -> None:
+    """The seed record held the splits' sizes, not their content: a corrected dataset with as
+    many rows (here one training title relabelled) reused the seeds trained on the old one.
+    A record from before the content hash is reused as before (what it saw is not known)."""
+    cfg = _cfg(env, "finetune.epochs=1", "finetune.seeds=[1,2]")
+    first = run_finetune(cfg, "tncc")
+    one, two = (s.directory for s in first.seeds)
+    stamps = [(d / "model.safetensors").stat().st_mtime_ns for d in (one, two)]
+    record = json.loads((two / ft_mod.SEED_FILE).read_text())
+    record.pop("data_sha256")
+    (two / ft_mod.SEED_FILE).write_text(json.dumps(record))
+    train = env.tmp / "data" / "tncc" / "tncc_title_train.jsonl"
+    rows = [json.loads(line) for line in train.read_text("utf-8").splitlines()]
+    assert rows[0]["label"] != rows[1]["label"]
+    rows[0]["label"], rows[0]["label_id"] = rows[1]["label"], rows[1]["label_id"]  # relabelled
+    train.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    run_finetune(cfg, "tncc")
+    assert (one / "model.safetensors").stat().st_mtime_ns != stamps[0]  # trained again
+    assert (two / "model.safetensors").stat().st_mtime_ns == stamps[1]  # the older record
+
+
 def _strip_predictions(seed_dir, macro_f1: float | None = None) -> None:
     """Rewrite a seed record as versions before item-level predictions wrote it."""
     path = seed_dir / ft_mod.SEED_FILE

@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import uuid
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from tibnlp.config import Config, to_dict
@@ -76,6 +78,7 @@ class SeedResult:
     directory: Path
     run_id: str | None = None
     record_id: str = ""  # drawn when the seed is trained; kept in its record (TAG_SEED_RECORD)
+    data_sha256: str = ""  # `data_sha256` of what it was trained on ("": a record before it)
 
 
 @dataclass
@@ -112,6 +115,21 @@ class Setup:
             tensor = self.pretrained[name].detach().contiguous().cpu()
             digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
             digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+
+    @functools.cached_property
+    def data_sha256(self) -> str:
+        """Every split's ids (as the model reads them, limit_train applied) and labels. The
+        seed fingerprint holds the splits' sizes only: a corrected dataset with as many rows
+        would reuse the seeds trained on the old one."""
+        digest = hashlib.sha256()
+        for split in sorted(self.ids):
+            rows = self.ids[split]
+            lengths = np.array([len(r) for r in rows], dtype=np.int64)
+            flat = np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(lengths.sum()))
+            targets = np.array(self.data.targets(split)[: len(rows)], dtype=np.int64)
+            for part in (split.encode(), lengths, flat, targets):
+                digest.update(part if isinstance(part, bytes) else part.tobytes())
         return digest.hexdigest()
 
 
@@ -373,7 +391,8 @@ def _run_seed(
     ft = cfg.finetune
     fingerprint = _fingerprint(setup, cfg, seed, advts is not None)
     weights = setup.pretrained_sha256
-    done = _load_seed(directory, fingerprint, weights)
+    data_sha256 = _data_sha256(setup, advts)
+    done = _load_seed(directory, fingerprint, weights, data_sha256)
     if done is not None and _lacks_predictions(done):
         done = _rescore(done, setup, ft, unseen, advts, fingerprint, weights)
     if done is not None:
@@ -422,7 +441,7 @@ def _run_seed(
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
         run.log_artifact(png, "confusion")
     result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
-    result.record_id = uuid.uuid4().hex
+    result.record_id, result.data_sha256 = uuid.uuid4().hex, data_sha256
     _save_seed(result, fingerprint, weights)
     run.set_tags({TAG_SEED_RECORD: result.record_id})
     _log_seed(run, metrics)
@@ -454,6 +473,15 @@ def _log_seed(run: Tracker, metrics: dict[str, Metrics]) -> None:
             for k in ("accuracy", "macro_f1", "weighted_f1")
         }
         run.log_metrics(drop)
+
+
+def _data_sha256(setup: Setup, advts: LabelledSet | None) -> str:
+    """`Setup.data_sha256`, with the AdvTS texts and labels when the seed is scored on them."""
+    if advts is None:
+        return setup.data_sha256
+    parts = {p: [advts.texts(p), advts.targets(p)] for p in sorted(advts.splits)}
+    text = json.dumps([setup.data_sha256, parts], ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
@@ -555,6 +583,7 @@ def _save_seed(result: SeedResult, fingerprint: str, weights: str = "") -> None:
         "fingerprint": fingerprint,
         "pretrained_sha256": weights,
         "record_id": result.record_id,
+        "data_sha256": result.data_sha256,
         "seed": result.seed,
         "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run,
@@ -563,7 +592,9 @@ def _save_seed(result: SeedResult, fingerprint: str, weights: str = "") -> None:
     atomic_write_text(result.directory / SEED_FILE, result_json(saved, indent=1))
 
 
-def _load_seed(directory: Path, fingerprint: str, weights: str = "") -> SeedResult | None:
+def _load_seed(
+    directory: Path, fingerprint: str, weights: str = "", data_sha256: str = ""
+) -> SeedResult | None:
     path = directory / SEED_FILE
     if not path.is_file():
         return None
@@ -575,6 +606,9 @@ def _load_seed(directory: Path, fingerprint: str, weights: str = "") -> SeedResu
         return None
     if data.get("pretrained_sha256", weights) != weights:  # (records before it: not known)
         return None  # same settings and folder name, other weights
+    recorded = data.get("data_sha256", "")  # ("": a record before it, not known)
+    if recorded and data_sha256 and recorded != data_sha256:
+        return None  # as many rows, other texts or labels
     metrics = {p: Metrics(**m) for p, m in data["metrics"].items()}
     return SeedResult(
         data["seed"],
@@ -583,4 +617,5 @@ def _load_seed(directory: Path, fingerprint: str, weights: str = "") -> SeedResu
         metrics,
         directory,
         record_id=data.get("record_id", ""),
+        data_sha256=recorded,
     )
