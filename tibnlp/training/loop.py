@@ -17,6 +17,12 @@ resumed run replays the same steps and rewrites the same export).
 Per optimizer step, every rank runs its micro-batches, then one all-reduce carries the
 metrics, the token count and the "out of time" flag, so all ranks agree on when to stop and
 on whether the loss is finite before any rank applies the update.
+
+The update is the mean of the micro-batches' mean losses (DeepSpeed scales each by
+1/accumulation, and averages ranks' gradients), as BERT's and ALBERT's per-replica means
+were: a micro-batch with fewer masked pieces weighs each of them more than one batch of the
+same examples would (tests/test_engine.py, accumulation test). Length-bucketed batches keep
+the masked counts of a step's micro-batches close.
 """
 
 from __future__ import annotations
