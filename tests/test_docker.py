@@ -93,3 +93,22 @@ def test_cli_check_catches_unknown_commands() -> None:
         _check_cli(["pipeline", "walk"])
     with pytest.raises(AssertionError, match="no option"):
         _check_cli(["runs", "compare", "--experimentt", "x"])
+
+
+def test_dockerfile_torch_matches_the_readme_pin_and_the_cuda_image() -> None:
+    """The image builds the torch the README pins (its CUDA build), and the wheel index's CUDA
+    is the base image's: DeepSpeed JIT-compiles its ops with the image's nvcc, and refuses a
+    CUDA major that differs from torch's."""
+    readme = (DOCKER.parent / "README.md").read_text(encoding="utf-8")
+    pins = set(re.findall(r"torch==(\d+\.\d+\.\d+)", readme))
+    assert len(pins) == 1, pins
+    args = {
+        ln.split()[1].split("=")[0]: ln.split("=", 1)[1]
+        for ln in _dockerfile()
+        if ln.startswith("ARG ")
+    }
+    assert args["TORCH_VERSION"] == pins.pop()
+    cuda = re.search(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-", args["CUDA_IMAGE"])
+    index = re.search(r"/whl/cu(\d+)$", args["TORCH_INDEX"])
+    assert cuda and index
+    assert index.group(1) == cuda.group(1) + cuda.group(2)
