@@ -204,6 +204,43 @@ def test_eval_only_scores_a_model_as_its_run_last_did(inputs: Path, tmp_path: Pa
         run_pretraining(load_config(_config_file(inputs, tmp_path / "c")), eval_only=True)
 
 
+def test_eval_only_tokenises_only_the_held_out_split(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--eval-only` scores the held-out split, so it tokenises that split alone: no training
+    text is encoded (it tokenised the whole corpus, train split included, before)."""
+    import json
+
+    import datasets
+
+    from tibnlp.training.pretrain import run_pretraining
+
+    model_dir = run_pretraining(load_config(_config_file(inputs, tmp_path / "a", max_steps=2)))
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
+    last = client.get_metric_history(run.info.run_id, "eval/mask_accuracy")[-1].value
+
+    corpus = datasets.load_from_disk(str(inputs / "corpus" / "dataset"))
+    text = {s: {t for doc in corpus[s]["sentences"] for t in doc} for s in ("train", "heldout")}
+    train_only = text["train"] - text["heldout"]
+    assert train_only
+    encoded: list[str] = []
+    real = Vocabulary.encode_batch
+
+    def spy(self: Vocabulary, texts: list[str], num_threads: int = -1) -> list[list[int]]:
+        encoded.extend(texts)
+        return real(self, texts, num_threads)
+
+    monkeypatch.setattr(Vocabulary, "encode_batch", spy)
+    cfg = load_config(_config_file(inputs, tmp_path / "b", init_from=str(model_dir)))
+    cfg.pretrain.vocab = str(model_dir)
+    cfg.engine.num_workers = 1  # tokenise in this process, where the spy is
+    scores = json.loads(run_pretraining(cfg, eval_only=True).read_text("utf-8"))
+    assert encoded and set(encoded) <= text["heldout"]
+    assert not set(encoded) & train_only
+    assert scores["eval/mask_accuracy"] == pytest.approx(last, abs=1e-6)  # same rows, masks
+
+
 def test_eval_only_flag_reaches_the_run(monkeypatch) -> None:
     from typer.testing import CliRunner
 

@@ -39,6 +39,7 @@ from tibnlp.text.vocab import Vocabulary
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
 MASKING = ("span", "whole_word")  # pretrain.masking; whole_word adds the column word_start
+SPLITS = ("train", "heldout")  # the splits a full build tokenises
 
 
 def _load_corpus(path: Path) -> Any:
@@ -212,6 +213,7 @@ def build_pretraining_dataset(
     segments: int = 0,
     sop_prob: float = 0.5,
     masking: str = "span",
+    splits: Sequence[str] = SPLITS,
 ) -> Path:
     """Tokenise a prepared corpus into SOP examples under `out_dir` (cached by its inputs).
 
@@ -222,6 +224,8 @@ def build_pretraining_dataset(
     `masking="whole_word"`: examples also carry `word_start`, from the botok words stored with
     the corpus (`tibnlp corpus words`, read by `tibnlp.text.corpus_words.load_words`), and
     cuts prefer word boundaries.
+    `splits`: the corpus splits to tokenise (`("heldout",)` for `pretrain --eval-only`, which
+    scores that split alone); `median_length` then comes from the first of them.
     """
     import datasets
 
@@ -244,6 +248,8 @@ def build_pretraining_dataset(
         "seed": seed,
         "short_seq_prob": short_seq_prob,
     }
+    if tuple(splits) != SPLITS:  # a partial build only: full builds keep their cache keys
+        key["splits"] = list(splits)
     if segments:  # added only when set: the cache keys of SOP datasets stay as they were
         key["segments"] = segments
     if sop_prob != 0.5:  # likewise
@@ -268,14 +274,14 @@ def build_pretraining_dataset(
     if out_dir.exists() and any(out_dir.iterdir()):
         raise DataError(f"{out_dir} exists and is not a pretraining dataset; choose another")
     procs = num_proc or os.cpu_count() or 1
-    splits = {}
-    for split in ("train", "heldout"):
+    built = {}
+    for split in splits:
         if split not in corpus:
             raise DataError(f"{corpus_dir}: the prepared corpus has no {split!r} split")
         ds = corpus[split]
         if words is not None:
             ds = datasets.concatenate_datasets([ds, words[split]], axis=1)
-        splits[split] = ds.map(
+        built[split] = ds.map(
             _examples_batch,
             batched=True,
             batch_size=16,
@@ -294,9 +300,12 @@ def build_pretraining_dataset(
             desc=f"tokenising {split}",
             load_from_cache_file=False,
         )
-    if len(splits["train"]) == 0:
-        raise DataError(f"{corpus_dir}: no pretraining example could be made from the train split")
-    lengths = list(splits["train"]["length"])
+    first = splits[0]  # the train split, unless it was not asked for
+    if len(built[first]) == 0:
+        raise DataError(
+            f"{corpus_dir}: no pretraining example could be made from the {first} split"
+        )
+    lengths = list(built[first]["length"])
     if segments:
         lengths = [n for length in lengths for n in chain_lengths(length, seq_len)]
     meta = {
@@ -304,14 +313,14 @@ def build_pretraining_dataset(
         "cache_key": cache_key,
         "vocab_size": vocab.size,
         "corpus": str(corpus_dir.resolve()),
-        "counts": {s: len(d) for s, d in splits.items()},
-        "tokens": {s: int(np.sum(d["length"])) if len(d) else 0 for s, d in splits.items()},
-        "sop_swapped": {s: int(np.sum(d["sop_label"])) if len(d) else 0 for s, d in splits.items()},
+        "counts": {s: len(d) for s, d in built.items()},
+        "tokens": {s: int(np.sum(d["length"])) if len(d) else 0 for s, d in built.items()},
+        "sop_swapped": {s: int(np.sum(d["sop_label"])) if len(d) else 0 for s, d in built.items()},
         "median_length": float(statistics.median(lengths)),
         "mean_length": float(np.mean(lengths)),
     }
     with staged_dir(out_dir) as tmp:
-        datasets.DatasetDict(splits).save_to_disk(str(tmp / "dataset"))
+        datasets.DatasetDict(built).save_to_disk(str(tmp / "dataset"))
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return out_dir
 

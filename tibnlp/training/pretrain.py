@@ -5,6 +5,7 @@ checkpoint and stop logic is `loop.TrainLoop`. Output layout:
 
     OUTPUT/config.yaml        the resolved config of the run
     OUTPUT/data/              tokenised SOP examples (built once by rank 0, then cached)
+    OUTPUT/data-heldout/      the held-out split alone, tokenised by `--eval-only`
     OUTPUT/checkpoints/       DeepSpeed checkpoints + `latest` marker (resume point)
     OUTPUT/model/             model.safetensors + model.yaml + vocabulary: `finetune --model`
     OUTPUT/exports/tokens-N/  the same, as it was when N training tokens were reached
@@ -34,6 +35,7 @@ from tibnlp.config import Config, ModelConfig, dump_yaml, to_dict
 from tibnlp.config.train import PretrainConfig, parse_duration
 from tibnlp.data.masking import MlmCollator
 from tibnlp.data.pretraining import (
+    SPLITS,
     build_pretraining_dataset,
     length_bucketed_batches,
     load_pretraining_dataset,
@@ -346,6 +348,9 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
             "pretrain.objective=electra does not read segment chains (model.recurrence.mem_len)",
             "use pretrain.objective=mlm for a recurrent model",
         )
+    # --eval-only scores the held-out split: it tokenises that split alone, into a folder of
+    # its own (a training run's data/ in the same output stays as it is)
+    data_dir = output / ("data-heldout" if eval_only else "data")
     if world.is_main:
         output.mkdir(parents=True, exist_ok=True)
         num_proc = cfg.engine.num_workers or (os.cpu_count() or 1)
@@ -353,18 +358,19 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
             Path(p.corpus),
             vocab,
             p.seq_len,
-            output / "data",
+            data_dir,
             p.seed,
             num_proc,
             segments=chain,
             sop_prob=p.sop_prob if p.sop else 0.0,
             masking=p.masking,
+            splits=("heldout",) if eval_only else SPLITS,
         )
         dump_yaml(cfg, output / "config.yaml")
     barrier()
-    splits, meta = load_pretraining_dataset(output / "data")
+    splits, meta = load_pretraining_dataset(data_dir)
     model_cfg = resolve_model_config(cfg.model, vocab.size, meta)
-    if len(splits["train"]) < p.batch_size:
+    if not eval_only and len(splits["train"]) < p.batch_size:
         raise DataError(
             f"{output / 'data'}: {len(splits['train'])} training examples, fewer than one batch "
             f"(pretrain.batch_size={p.batch_size})",
@@ -399,13 +405,6 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
 
     whole_word = p.masking == "whole_word"
     pairs = p.contrastive > 0  # each example's segments as two rows (same-document contrast)
-    train = _batches(
-        splits["train"],
-        MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed, whole_word, pairs),
-        p.batch_size,
-        p.seed,
-        training,
-    )
     heldout = None
     if p.eval_batches and len(splits["heldout"]) >= p.batch_size:
         heldout = _batches(
@@ -413,6 +412,22 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
             MlmCollator(
                 vocab, p.mask_prob, p.max_ngram, p.seed + EVAL_SEED_OFFSET, whole_word, pairs
             ),
+            p.batch_size,
+            p.seed,
+            training,
+        )
+    if eval_only:  # no train split was tokenised; no step is taken, so `train` is not drawn
+        if heldout is None:
+            raise DataError(
+                f"{p.corpus}: its held-out split has fewer rows than one batch "
+                f"(pretrain.batch_size={p.batch_size}) or pretrain.eval_batches is 0",
+                "lower pretrain.batch_size or prepare with a larger corpus.heldout_fraction",
+            )
+        train = heldout
+    else:
+        train = _batches(
+            splits["train"],
+            MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed, whole_word, pairs),
             p.batch_size,
             p.seed,
             training,
@@ -534,12 +549,7 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
         return check.tracker
 
     if eval_only:
-        if heldout is None:
-            raise DataError(
-                f"{p.corpus}: its held-out split has fewer rows than one batch "
-                f"(pretrain.batch_size={p.batch_size}) or pretrain.eval_batches is 0",
-                "lower pretrain.batch_size or prepare with a larger corpus.heldout_fraction",
-            )
+        assert heldout is not None
         scores = {f"eval/{k}": v for k, v in loop.evaluate().items()}
         scores["eval/unigram_accuracy"] = check.unigram
         if world.is_main:
