@@ -142,6 +142,36 @@ def test_segments_mode_logs_its_window(env) -> None:
     assert seed.data.metrics["long_document_window"] == WINDOW
 
 
+def test_texts_cut_at_document_max_len_are_counted(env, capsys) -> None:
+    """What a cap drops is said where the run's other notes are: per split, the texts cut at
+    the read length and the tokens dropped (results notes, parent-run tags and metrics, and a
+    line on stderr)."""
+    cap = 8  # [CLS] + 6 pieces + [SEP]
+    result = run_finetune(_cfg(env, "segments", f"finetune.document_max_len={cap}"), "tncc")
+    vocab, data = Vocabulary.load(env.vocab), load_tncc("title")
+    expected = {}
+    for split in ("train", "validation", "test"):
+        over = [n - (cap - 2) for n in map(len, map(vocab.encode, data.texts(split)))]
+        expected[split] = {
+            "texts": sum(d > 0 for d in over),
+            "tokens": sum(d for d in over if d > 0),
+        }
+    assert 0 < expected["train"]["texts"] < len(data.texts("train"))  # the cap bites, not always
+    cut = result.notes["cut_at_read_length"]
+    assert cut["read_length"] == cap
+    for split, want in expected.items():
+        assert cut[split] == {"texts": want["texts"], "tokens_dropped": want["tokens"]}
+    client = MlflowClient(f"sqlite:///{env.tmp / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("long-docs").experiment_id])
+    parent = next(r for r in runs if "seed" not in r.data.tags)
+    assert parent.data.metrics["cut_train_texts"] == expected["train"]["texts"]
+    assert parent.data.metrics["cut_test_tokens_dropped"] == expected["test"]["tokens"]
+    assert "cut_at_read_length" in parent.data.tags
+    assert f"{expected['train']['texts']} of {len(data.texts('train'))} train texts" in (
+        capsys.readouterr().err
+    )
+
+
 def test_memory_mode_logs_memory_size_and_share(env) -> None:
     result = run_finetune(_cfg(env, "memory", *MEMORY), "tncc")
     seed = _seed_run(env)

@@ -20,8 +20,21 @@ class TokenizerLike(Protocol):
 
 def encode_texts(vocab: TokenizerLike, texts: Sequence[str], max_len: int) -> list[list[int]]:
     """`max_len` counts [CLS] and [SEP]: the seed paper's 50 (titles) is the whole sequence."""
+    return encode_counting_cuts(vocab, texts, max_len)[0]
+
+
+def encode_counting_cuts(
+    vocab: TokenizerLike, texts: Sequence[str], max_len: int
+) -> tuple[list[list[int]], list[int]]:
+    """`encode_texts`, and the pieces each text lost to the cut at `max_len` (0: none), so a
+    run can say how much text it did not read."""
     body = max_len - 2
-    return [[vocab.cls_id, *vocab.encode(t)[:body], vocab.sep_id] for t in texts]
+    ids, dropped = [], []
+    for text in texts:
+        pieces = vocab.encode(text)
+        ids.append([vocab.cls_id, *pieces[:body], vocab.sep_id])
+        dropped.append(max(0, len(pieces) - body))
+    return ids, dropped
 
 
 def pad_batch(ids: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

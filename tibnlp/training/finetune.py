@@ -15,6 +15,7 @@ import functools
 import hashlib
 import itertools
 import json
+import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from tibnlp.config.core import check
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.identity import output_settings
 from tibnlp.config.model import ModelConfig
-from tibnlp.data.collate import encode_texts
+from tibnlp.data.collate import encode_counting_cuts, encode_texts
 from tibnlp.data.tasks import (
     STORED_TEXT_FORM,
     LabelledSet,
@@ -102,6 +103,9 @@ class Setup:
     vocab_dir: Path
     pretrained: dict[str, torch.Tensor] | None
     system: str
+    # per split, the texts longer than the read length (the window, or document_max_len) and
+    # the pieces cut off them: what the classifier never read
+    cut: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @functools.cached_property
     def pretrained_sha256(self) -> str:
@@ -226,12 +230,19 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         reading=reading,
     )
     read = reading.read_length(max_len)
-    ids = {
-        split: encode_texts(vocab, texts(data, split, ft.text_form), read) for split in data.splits
+    encoded = {
+        split: encode_counting_cuts(vocab, texts(data, split, ft.text_form), read)
+        for split in data.splits
     }
+    ids = {split: x for split, (x, _) in encoded.items()}
+    dropped = {split: d for split, (_, d) in encoded.items()}
     if ft.limit_train:
         ids["train"] = ids["train"][: ft.limit_train]
-    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft))
+        dropped["train"] = dropped["train"][: ft.limit_train]
+    cut = {
+        s: {"texts": sum(n > 0 for n in d), "tokens_dropped": sum(d)} for s, d in dropped.items()
+    }
+    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), cut)
 
 
 def texts(data: LabelledSet, split: str, form: str) -> list[str]:
@@ -321,6 +332,16 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     # a validation macro-F1 at this level is a classifier collapsed onto one class
     majority = majority_macro_f1(data.targets("validation"), len(data.labels))
     notes["validation_majority_macro_f1"] = majority
+    notes["cut_at_read_length"] = {"read_length": read_length(setup.meta), **setup.cut}
+    for split, c in setup.cut.items():
+        if c["texts"]:  # a document cap (or the window) drops text: say how much, once
+            print(
+                f"note: {c['texts']} of {len(setup.ids[split])} {split} texts are longer than "
+                f"the read length ({read_length(setup.meta)} tokens); {c['tokens_dropped']} "
+                "tokens were cut off and not read",
+                file=sys.stderr,
+                flush=True,
+            )
     # the pretraining behind the number (step, tokens, seconds...): what a learning curve plots
     extra = pretraining_of(ft)
     if setup.meta.source_model:
@@ -339,6 +360,9 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
             parent.log_params(to_dict(cfg.finetune))
         parent.log_params({"model_config": to_dict(setup.meta.model), **budget})
         parent.set_tags({k: str(v) for k, v in notes.items()})
+        parent.log_metrics(
+            {f"cut_{s}_{k}": float(n) for s, c in setup.cut.items() for k, n in c.items()}
+        )
         parent.set_tags(
             provenance_tags(vocab=setup.vocab_dir, parent_model=setup.meta.source_model)
         )
