@@ -353,3 +353,30 @@ def test_a_failing_speed_block_keeps_the_blocks_before_it(tmp_path, monkeypatch)
     section = (tmp_path / "out" / "section-speed.md").read_text()
     assert "FAILED" in section and "compiled multi-scale" in section
     assert "| 128 | 256 | ours | 2,000,000 |" in section
+
+
+def test_pretrain_part_passes_the_set_overrides(tmp_path: Path, monkeypatch) -> None:
+    """`run pretrain --set KEY=VALUE` (lease.sh's ARGS): the overrides reach `tibnlp pretrain`
+    as they reach the curve and wide pipelines, instead of being dropped without a word."""
+    from benchmarks.gpu import run
+
+    seen: list[list[str]] = []
+
+    def fake(args: list[str], env: dict[str, str], log: Path) -> float:
+        seen.append(args)
+        if args[0] == "pretrain":
+            raise SystemExit("stop here: the command is what this test reads")
+        return 1.0
+
+    monkeypatch.setenv("TIBNLP_DATA", str(tmp_path / "data"))
+    monkeypatch.setattr(run, "_tibnlp", fake)
+    mode = run.Mode(False, tmp_path / "out", tmp_path / "work", minutes=2.0)
+    mode.sets = ["pretrain.seed=2", "pretrain.batch_size=128"]
+    mode.out.mkdir()
+    mode.work.mkdir()
+    with pytest.raises(SystemExit, match="stop here"):
+        run.pretrain(mode, {})
+    args = seen[-1]
+    assert args[0] == "pretrain"
+    given = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    assert given[-2:] == ["pretrain.seed=2", "pretrain.batch_size=128"]  # last: they win

@@ -26,7 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--pack", type=Path, default=None, help="few files: reports.tar + parts")
     r.add_argument("--variants", default="", help="loop: variants by index, e.g. 0,3 (all)")
     r.add_argument(
-        "--set", action="append", default=[], help="curve, wide: a pipeline override (KEY=VALUE)"
+        "--set",
+        action="append",
+        default=[],
+        help="pretrain, curve, wide: a config or pipeline override (KEY=VALUE)",
     )
     r.add_argument("--until", default="", help="wide: the last pipeline stage run (all)")
     c = sub.add_parser("collect", help="here: the returned sections into results/gpu.md")

@@ -57,7 +57,7 @@ class Mode:
     compile: str = "ours"  # speed: none | ours | all
     pack: Path | None = None
     variants: str = ""  # loop: the variants to run, by index ("0,3"); empty: all
-    sets: list[str] = field(default_factory=list)  # curve, wide: pipeline overrides, last
+    sets: list[str] = field(default_factory=list)  # pretrain, curve, wide: overrides, last
     until: str = ""  # wide: the last pipeline stage run on the device (empty: all)
 
     @property
@@ -263,10 +263,10 @@ def pretrain(mode: Mode, env: dict[str, str]) -> str:
         {"pretrain": {"corpus": str(corpus), "vocab": str(vocab), "output": str(output)}},
     )
     budget = [] if mode.cpu else ["--time-budget", f"{mode.minutes:g}m"]
+    # --set KEY=VALUE (lease.sh's ARGS) reaches the run as in curve and wide, last so it wins
+    sets = [a for x in [f"tracking.uri={uri}", *mode.sets] for a in ("--set", x)]
     with timing.busy_share(mode.device, every_s=1.0) as busy:
-        t_train = _tibnlp(
-            ["pretrain", "-c", str(cfg), *budget, "--set", f"tracking.uri={uri}"], env, log
-        )
+        t_train = _tibnlp(["pretrain", "-c", str(cfg), *budget, *sets], env, log)
     model = output / "model"
     facts = read_extra(model)
     run = MlflowClient(uri).get_run(facts["mlflow_run_id"])
@@ -276,7 +276,9 @@ def pretrain(mode: Mode, env: dict[str, str]) -> str:
     _dump(mode, "pretrain", {"facts": facts, "metrics": metrics, "busy": busy, "parts": parts})
     lines = [
         f"Corpus prepare {t_prep:.0f} s, vocabulary {t_vocab:.0f} s, pretraining command "
-        f"{t_train:.0f} s (budget {'none, CPU mode' if mode.cpu else f'{mode.minutes:g} min'}).",
+        f"{t_train:.0f} s (budget {'none, CPU mode' if mode.cpu else f'{mode.minutes:g} min'}"
+        + (f"; {' '.join(mode.sets)}" if mode.sets else "")
+        + ").",
         "",
         "| step | tokens | train s | tokens/s | stopped by | GPU busy (NVML) | hardware |",
         "|---:|---:|---:|---:|---|---:|---|",
