@@ -380,3 +380,17 @@ def test_pretrain_part_passes_the_set_overrides(tmp_path: Path, monkeypatch) -> 
     assert args[0] == "pretrain"
     given = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
     assert given[-2:] == ["pretrain.seed=2", "pretrain.batch_size=128"]  # last: they win
+
+
+def test_collect_takes_the_section_of_every_part(tmp_path: Path) -> None:
+    """Every part `run` writes a section for (wide included) is one `collect` puts in gpu.md."""
+    from benchmarks.gpu import run
+
+    out = tmp_path / "out"
+    out.mkdir()
+    for part in run.PARTS:
+        results.write_part(out, part, f"section of {part}")
+    path = tmp_path / "gpu.md"
+    assert set(results.collect(out, path)) == set(run.PARTS)
+    assert "section of wide" in path.read_text()
+

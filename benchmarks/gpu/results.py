@@ -13,7 +13,8 @@ from pathlib import Path
 from tibnlp.config.core import atomic_write_text
 
 RESULTS = Path("benchmarks/results/gpu.md")
-PARTS = ("bundle", "check", "speed", "pretrain", "curve", "loop", "finetune")
+# every part `run` writes a section for (tests/test_gpu_harness.py holds them together)
+PARTS = ("bundle", "check", "speed", "pretrain", "curve", "wide", "loop", "finetune")
 
 
 def _markers(name: str) -> tuple[str, str]:
