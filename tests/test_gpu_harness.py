@@ -394,3 +394,26 @@ def test_collect_takes_the_section_of_every_part(tmp_path: Path) -> None:
     assert set(results.collect(out, path)) == set(run.PARTS)
     assert "section of wide" in path.read_text()
 
+
+def test_lease_splits_the_cores_the_machine_grants() -> None:
+    """lease.sh pins the part and `check` to cores of their own: split from the cores this
+    process may use, not a hard-coded 0-9 / 10-15 that fails on another core count."""
+    from benchmarks.gpu.cores import split
+
+    assert split(range(16)) == ("0-9", "10-15", 6)  # the lent machines: as before
+    assert split(range(8)) == ("0-4", "5-7", 3)
+    assert split(range(16, 32)) == ("16-25", "26-31", 6)  # a cpuset not starting at 0
+    assert split([0, 2, 4, 6]) == ("0,2,4", "6", 1)
+    assert split([3]) == ("", "", 1)  # one core: no pinning, both share it
+    lease = (ROOT / "benchmarks" / "gpu" / "lease.sh").read_text()
+    assert "benchmarks.gpu.cores" in lease and "taskset -c 0-9" not in lease
+    assert subprocess.run(["bash", "-n", str(ROOT / "benchmarks/gpu/lease.sh")]).returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu.cores"], cwd=ROOT, capture_output=True, text=True
+    )
+    env: dict[str, str] = {}
+    for word in done.stdout.split():
+        key, value = word.split("=", 1)
+        env[key] = value
+    assert set(env) == {"PART_CPUS", "CHECK_CPUS", "CHECK_THREADS"}
+    assert int(env["CHECK_THREADS"]) >= 1

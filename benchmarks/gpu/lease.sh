@@ -17,10 +17,16 @@ if [ "${LOOP:-1}" = 1 ]; then
   timeout 120 $G loop --variants 0 --out $W/o --work $W --pack $OUT
   echo "loop v0 done at ${SECONDS}s"
 fi
+# the part and `check` on cores of their own, split from those this machine grants (fixed
+# lists assumed 16 cores numbered from 0); unpinned if that cannot be read
+PART_CPUS=""; CHECK_CPUS=""; CHECK_THREADS=6
+eval "$(python3 -m benchmarks.gpu.cores)"
 A=""; B=""
-if command -v taskset >/dev/null; then A="taskset -c 0-9"; B="taskset -c 10-15"; fi
+if command -v taskset >/dev/null && [ -n "$CHECK_CPUS" ]; then
+  A="taskset -c $PART_CPUS"; B="taskset -c $CHECK_CPUS"
+fi
 mkdir -p $W/oc
-OMP_NUM_THREADS=6 timeout 330 $B $G check --out $W/oc --work $W/c --pack $OUT/check >$W/oc/check-stdout.log 2>&1 &
+OMP_NUM_THREADS=$CHECK_THREADS timeout 330 $B $G check --out $W/oc --work $W/c --pack $OUT/check >$W/oc/check-stdout.log 2>&1 &
 CK=$!
 P=${PART:-curve}
 timeout $((END - SECONDS - 12)) $A $G $P --minutes ${MIN:-4} --tokens 60e6 ${ARGS:-} --out $W/o --work $W --pack $OUT
