@@ -111,19 +111,23 @@ def source_names(files: list[Path]) -> list[str]:
     so per-source figures and the held-out split, stratified by source, never pool two
     inputs. The same file given twice is one source."""
     shown: dict[Path, Path] = {}  # resolved file -> the first path given for it
-    for file in files:
-        shown.setdefault(Path(file).resolve(), Path(file).absolute())
-
-    def tail(path: Path, k: int) -> str:
-        return Path(*path.parts[-k:]).as_posix()
-
-    names = {}
-    for real, path in shown.items():
-        k = 1
-        while any(tail(other, k) == tail(path, k) for r, other in shown.items() if r != real):
-            k += 1
-        names[real] = tail(path, k)
-    return [names[Path(file).resolve()] for file in files]
+    resolved = [Path(file).resolve() for file in files]
+    for real, file in zip(resolved, files, strict=True):
+        shown.setdefault(real, Path(file).absolute())
+    # Files whose last k parts differ from every other's are named by them; only those that
+    # still collide take one folder more (names equal on k parts are equal on fewer), so a
+    # folder of many files costs one pass per level, not a comparison of every pair.
+    names: dict[Path, str] = {}
+    pending, k = dict(shown), 1
+    while pending:
+        tails = {real: Path(*path.parts[-k:]).as_posix() for real, path in pending.items()}
+        counts = Counter(tails.values())
+        for real, tail in tails.items():
+            if counts[tail] == 1:
+                names[real] = tail
+                del pending[real]
+        k += 1
+    return [names[real] for real in resolved]
 
 
 def _base_suffix(path: Path) -> str:
