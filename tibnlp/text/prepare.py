@@ -134,7 +134,7 @@ def _read_inputs(
             bar.update(task, description=f"reading {i}/{len(files)} {path.name}")
             info = InputInfo(path=str(path.resolve()), size=path.stat().st_size, source=source)
             docs = read_documents(
-                path, info, cfg.field, cfg.on_error, lambda n: bar.advance(task, n), source
+                path, info, cfg.field, cfg.on_error, lambda n: bar.advance(task, n)
             )
             for doc in docs:
                 writer.write(

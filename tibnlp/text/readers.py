@@ -152,11 +152,11 @@ def read_documents(
     field_name: str = "text",
     on_error: Literal["fail", "skip"] = "fail",
     advance: Callable[[int], None] | None = None,
-    source: str = "",
 ) -> Iterator[Document]:
     """Documents of one file, streamed; fills `info` (counts, sha256) as it goes.
 
-    `source` names the documents' origin (default: the file name; `source_names` for several).
+    The documents' `source` is `info.source` (`source_names` for several inputs), else the
+    file name.
 
     `advance(n)` is called with the number of file bytes consumed since the last call (for a
     progress bar over the compressed sizes).
@@ -169,7 +169,7 @@ def read_documents(
         stream = COMPRESSED[info.compression](raw) if info.compression else raw
         lines = _decoded_lines(path, stream, raw, info, on_error, advance)
         yield from (_jsonl_docs if is_jsonl else _text_docs)(
-            path, source or path.name, lines, info, field_name, on_error
+            path, info.source or path.name, lines, info, field_name, on_error
         )
     with path.open("rb") as raw:  # hashed separately: the stream above may stop early on error
         for chunk in iter(lambda: raw.read(1 << 20), b""):
