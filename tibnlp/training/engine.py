@@ -72,11 +72,16 @@ def _skip_shared_memory_op() -> None:
         compatible["deepspeed_shm_comm"] = False
 
 
+def _launched() -> bool:
+    """Started by a launcher (torchrun, deepspeed) that names this process's rank and world."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
 def init_distributed(cfg: EngineConfig) -> World:
     """Join (or create) the process group; idempotent within a process."""
     if not torch.cuda.is_available():
         _skip_shared_memory_op()
-    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    launched = _launched()
     cuda = torch.cuda.is_available()
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if cuda else "gloo")
     if backend == "nccl" and not cuda:
@@ -167,8 +172,7 @@ def planned_world_size() -> int:
     its batch split with it before minutes of tokenising, not at `start_training`."""
     if dist.is_initialized():
         return dist.get_world_size()
-    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    return int(os.environ["WORLD_SIZE"]) if launched else 1
+    return int(os.environ["WORLD_SIZE"]) if _launched() else 1
 
 
 def accumulation_steps(
