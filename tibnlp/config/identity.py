@@ -51,14 +51,19 @@ ADDED_WHEN_SET = frozenset(
 )
 
 
-def output_settings(config: dict[str, Any], sections: Iterable[str]) -> dict[str, Any]:
-    """`config` (a full `to_dict(Config)`) reduced to `sections`, as it enters a hash."""
+def output_settings(
+    config: dict[str, Any], sections: Iterable[str], pinned: Iterable[str] = ()
+) -> dict[str, Any]:
+    """`config` (a full `to_dict(Config)`) reduced to `sections`, as it enters a hash.
+    `pinned`: more "section.name" keys held at their defaults, as `OUTPUT_NEUTRAL` (a pipeline
+    stage's own paths, which it sets itself); a config that sets none keeps its hash."""
     defaults = to_dict(Config())
+    neutral = OUTPUT_NEUTRAL | set(pinned)
     out: dict[str, Any] = {}
     for section in sections:
         values = dict(config[section])
         for name in list(values):
-            if f"{section}.{name}" in OUTPUT_NEUTRAL:
+            if f"{section}.{name}" in neutral:
                 values[name] = defaults[section][name]
             added = section in ADDED_WHEN_SET or f"{section}.{name}" in ADDED_WHEN_SET
             if added and values[name] == defaults[section][name]:

@@ -26,7 +26,7 @@ class StageDef:
     function: Callable[..., Any]
     sections: tuple[str, ...] = ALL_SECTIONS
     # (config key, input name) the function sets itself from that input ("": to a folder in
-    # its output): left out of the content hash when the node has that input
+    # its output): pinned at its default in the content hash when the node has that input
     fills: tuple[tuple[str, str], ...] = ()
 
     def load(self) -> Callable[..., Any]:

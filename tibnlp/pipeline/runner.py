@@ -66,21 +66,12 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
     node[parts[-1]] = copy.deepcopy(value)
 
 
-def _unfilled(
-    config: dict[str, Any], fills: Iterable[tuple[str, str]], inputs: Any
-) -> dict[str, Any]:
-    """`config` with the settings the stage sets itself (`StageDef.fills`: from an input the
-    node has, or to its output folder) at their defaults: whatever the file says for them
-    never reaches the stage, so it must not change the key (an output path would rerun it for
-    nothing). Pinned, not dropped: a config that sets none of them keeps its key."""
+def _filled(fills: Iterable[tuple[str, str]], inputs: Any) -> list[str]:
+    """The config keys the stage sets itself here (`StageDef.fills`: from an input the node
+    has, or to its output folder): whatever the file says for them never reaches the stage,
+    so they are pinned in its key (`output_settings`), or an output path would rerun it."""
     names = set(inputs) if isinstance(inputs, dict) else set()
-    defaults = to_dict(Config())
-    out = copy.deepcopy(config)
-    for key, source in fills:
-        if not source or source in names:
-            section, name = key.split(".")
-            out[section][name] = defaults[section][name]
-    return out
+    return [key for key, source in fills if not source or source in names]
 
 
 class Planner:
@@ -249,7 +240,7 @@ class Planner:
                 raise ConfigError(f"{where}: {exc.message}", exc.hint) from exc
             config = self.config_dict(node, real=False)
             inputs = self._inputs(node, real=False)
-            sections = output_settings(_unfilled(config, sdef.fills, inputs), sdef.sections)
+            sections = output_settings(config, sdef.sections, _filled(sdef.fills, inputs))
             params = self.params(node, real=False)
             key = node_key(node.stage.kind, sections, params, inputs)
             described = {**sections, "params": params} if params else sections
