@@ -33,6 +33,12 @@ TNCC_TASKS = {"title": "tncc", "document": "tncc_document"}
 DOCUMENT_FILE = "document-tibetan.txt"  # inside the FudanNLP zip
 
 
+def joins_spaced_syllables(source_form: str) -> bool:
+    """Whether a stored form's spaces are syllable boundaries (`model_text` joins them with
+    tsheg), not the word boundaries of a `word_segmented` set (which it removes)."""
+    return source_form != "word_segmented"
+
+
 @dataclass(frozen=True)
 class Example:
     id: str
@@ -52,7 +58,7 @@ class LabelledSet:
     @property
     def join_spaced_syllables(self) -> bool:
         """How `model_text` reads its spaces (False: they separate words)."""
-        return self.source_form != "word_segmented"
+        return joins_spaced_syllables(self.source_form)
 
     def texts(self, split: str) -> list[str]:
         return [e.text for e in self.splits[split]]
@@ -109,7 +115,7 @@ def load_dataset(name: str) -> LabelledSet:
     """A classification set with train/validation/test files, as named in `corpora/NAME.yaml`."""
     manifest = get_manifest(name, kind="classification")
     labels = manifest.labels()
-    join = manifest.text_form != "word_segmented"
+    join = joins_spaced_syllables(manifest.text_form)
     splits = {
         split: read_jsonl(
             manifest.require(rel), labels, manifest.text_field, manifest.label_field, join
