@@ -368,6 +368,24 @@ def test_rerun_after_the_data_changed_trains_again(env) -> None:
     assert (two / "model.safetensors").stat().st_mtime_ns == stamps[1]  # the older record
 
 
+def test_rerun_after_the_advts_labels_changed_trains_again(env) -> None:
+    """A seed scored on AdvTS (--eval-also advts) records that set's content too: a relabelled
+    AdvTS item trains the seed again; the same set is reused."""
+    cfg = _cfg(env, "finetune.epochs=1", "finetune.eval_also=[advts]")
+    directory = run_finetune(cfg, "tncc").seeds[0].directory
+    weights = directory / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    run_finetune(cfg, "tncc")
+    assert weights.stat().st_mtime_ns == stamp  # reused
+    path = env.tmp / "data" / "advts" / "advts_tncc_title.jsonl"
+    rows = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    other = next(r["label"] for r in rows if r["label"] != rows[0]["label"])
+    rows[0]["label"] = other
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    run_finetune(cfg, "tncc")
+    assert weights.stat().st_mtime_ns != stamp  # trained again
+
+
 def _strip_predictions(seed_dir, macro_f1: float | None = None) -> None:
     """Rewrite a seed record as versions before item-level predictions wrote it."""
     path = seed_dir / ft_mod.SEED_FILE

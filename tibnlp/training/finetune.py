@@ -17,7 +17,7 @@ import itertools
 import json
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,18 +123,26 @@ class Setup:
 
     @functools.cached_property
     def data_sha256(self) -> str:
-        """Every split's ids (as the model reads them, limit_train applied) and labels. The
-        seed fingerprint holds the splits' sizes only: a corrected dataset with as many rows
-        would reuse the seeds trained on the old one."""
-        digest = hashlib.sha256()
-        for split in sorted(self.ids):
-            rows = self.ids[split]
-            lengths = np.array([len(r) for r in rows], dtype=np.int64)
-            flat = np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(lengths.sum()))
-            targets = np.array(self.data.targets(split)[: len(rows)], dtype=np.int64)
-            for part in (split.encode(), lengths, flat, targets):
-                digest.update(part if isinstance(part, bytes) else part.tobytes())
-        return digest.hexdigest()
+        """Every split's ids (limit_train applied) and labels (`ids_sha256`). The seed
+        fingerprint holds the splits' sizes only: a corrected dataset with as many rows would
+        reuse the seeds trained on the old one."""
+        return ids_sha256(
+            (s, self.ids[s], self.data.targets(s)[: len(self.ids[s])]) for s in sorted(self.ids)
+        )
+
+
+def ids_sha256(
+    parts: Iterable[tuple[str, Sequence[Sequence[int]], Sequence[int]]], after: str = ""
+) -> str:
+    """The data a seed reads, hashed: each part's name, ids as the model reads them and labels,
+    following `after` (a hash this one extends)."""
+    digest = hashlib.sha256(after.encode())
+    for name, rows, labels in parts:
+        lengths = np.array([len(r) for r in rows], dtype=np.int64)
+        flat = np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(lengths.sum()))
+        for part in (name.encode(), lengths, flat, np.array(labels, dtype=np.int64)):
+            digest.update(part if isinstance(part, bytes) else part.tobytes())
+    return digest.hexdigest()
 
 
 def load_task_data(dataset: str, task: str) -> LabelledSet:
@@ -500,12 +508,18 @@ def _log_seed(run: Tracker, metrics: dict[str, Metrics]) -> None:
 
 
 def _data_sha256(setup: Setup, advts: LabelledSet | None) -> str:
-    """`Setup.data_sha256`, with the AdvTS texts and labels when the seed is scored on them."""
+    """`Setup.data_sha256`, extended by the AdvTS parts when the seed is scored on them."""
     if advts is None:
         return setup.data_sha256
-    parts = {p: [advts.texts(p), advts.targets(p)] for p in sorted(advts.splits)}
-    text = json.dumps([setup.data_sha256, parts], ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    parts = [(f"advts_{p}", _encoded(setup, advts, p), advts.targets(p)) for p in advts.splits]
+    return ids_sha256(sorted(parts, key=lambda part: part[0]), setup.data_sha256)
+
+
+def _encoded(setup: Setup, data: LabelledSet, split: str) -> list[list[int]]:
+    """A split of another set (AdvTS) as the classifier reads it."""
+    return encode_texts(
+        setup.vocab, texts(data, split, setup.meta.text_form), read_length(setup.meta)
+    )
 
 
 def _fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
@@ -565,8 +579,7 @@ def _score(
     }
     if advts is not None:
         for part, key in (("original", "advts_original"), ("adversarial", "advts")):
-            x = encode_texts(setup.vocab, texts(advts, part, ft.text_form), read_length(setup.meta))
-            metrics[key] = evaluate(x, advts.targets(part))
+            metrics[key] = evaluate(_encoded(setup, advts, part), advts.targets(part))
     return metrics
 
 
