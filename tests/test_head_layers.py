@@ -144,6 +144,7 @@ def test_fine_tuning_with_layers_saves_a_model_predict_rebuilds(env) -> None:
     from tibnlp.data.collate import encode_texts
     from tibnlp.evaluation.predict import predict_proba
     from tibnlp.models.classifier_io import load_classifier
+    from tibnlp.text.vocab import Vocabulary
     from tibnlp.training import finetune as ft_mod
 
     result = ft_mod.run_finetune(_cfg(env, "finetune.layers=[0,-1]"), "tncc")
@@ -153,7 +154,7 @@ def test_fine_tuning_with_layers_saves_a_model_predict_rebuilds(env) -> None:
     assert meta.head.layers == [0, -1]
     assert model.head.convs[0].in_channels == 2 * meta.model.hidden_size
     data = ft_mod.load_task_data("tncc", "title")
-    vocab = ft_mod.Vocabulary.load(seed.directory)
+    vocab = Vocabulary.load(seed.directory)
     texts = ft_mod.texts(data, "test", meta.text_form)
     probs = predict_proba(model, encode_texts(vocab, texts, meta.max_len))
     accuracy = float(np.mean(probs.argmax(1) == np.array(data.targets("test"))))

@@ -1,4 +1,5 @@
-"""Fine-tuning a classifier: data, encoder and head from config; seeds; metrics; MLflow.
+"""Fine-tuning a classifier: seeds, metrics, seed records and MLflow, on the `Setup` that
+`finetune_setup.prepare` resolves (data, encoder, vocabulary).
 
 One parent MLflow run per command, one child run per seed. Each finished seed leaves its
 classifier directory and `seed_result.json` (with a fingerprint of everything that determines
@@ -9,36 +10,23 @@ in `classification.py`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 import hashlib
-import itertools
 import json
 import sys
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from tibnlp.config import Config, to_dict
-from tibnlp.config.core import check
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.identity import output_settings
-from tibnlp.config.model import ModelConfig
-from tibnlp.data.collate import encode_counting_cuts, encode_texts
-from tibnlp.data.tasks import (
-    STORED_TEXT_FORM,
-    LabelledSet,
-    load_advts,
-    load_dataset,
-    load_tncc,
-    model_text,
-)
+from tibnlp.data.collate import encode_texts
+from tibnlp.data.tasks import LabelledSet, load_advts, model_text
 from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.metrics import Metrics, aggregate, compute_metrics, majority_macro_f1
@@ -47,26 +35,22 @@ from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import result_json, write_results
 from tibnlp.evaluation.robustness import suffix_flip_rates
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.models.classifier import head_config
 from tibnlp.models.classifier_io import (
-    ClassifierMeta,
     build_classifier,
     load_classifier,
     read_length,
     save_classifier,
 )
-from tibnlp.models.io import load_config_file, load_encoder
 from tibnlp.models.long_documents.reading import inner_encoder
-from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, TAG_SEED_RECORD, pretrain_params
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.classification import set_seed, train_one_seed
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
-from tibnlp.training.long_documents import prepare_reader, reading_of
+from tibnlp.training.finetune_setup import Setup, ids_sha256, load_task_data, prepare, texts
+from tibnlp.training.long_documents import prepare_reader
 
 SEED_FILE = "seed_result.json"
-TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
 ADVTS_TARGETS = {"tncc-title": "tncc", "tusa": "tusa"}
 
 
@@ -92,189 +76,6 @@ class FinetuneResult:
     output: Path = Path()
 
 
-@dataclass
-class Setup:
-    """Everything resolved before training: data as ids, the vocabulary, the meta to save."""
-
-    data: LabelledSet
-    ids: dict[str, list[list[int]]]
-    meta: ClassifierMeta
-    vocab: Vocabulary
-    vocab_dir: Path
-    pretrained: dict[str, torch.Tensor] | None
-    system: str
-    # per split, the texts longer than the read length (the window, or document_max_len) and
-    # the pieces cut off them: what the classifier never read
-    cut: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    @functools.cached_property
-    def pretrained_sha256(self) -> str:
-        """The pretrained weights every seed starts from ("" for none), hashed once: a model
-        folder is rewritten in place (pretraining resumed for more steps) under the same name,
-        which the seed fingerprint holds."""
-        if self.pretrained is None:
-            return ""
-        digest = hashlib.sha256()
-        for name in sorted(self.pretrained):
-            tensor = self.pretrained[name].detach().contiguous().cpu()
-            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-            digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
-        return digest.hexdigest()
-
-    @functools.cached_property
-    def data_sha256(self) -> str:
-        """Every split's ids (limit_train applied) and labels (`ids_sha256`). The seed
-        fingerprint holds the splits' sizes only: a corrected dataset with as many rows would
-        reuse the seeds trained on the old one."""
-        return ids_sha256(
-            (s, self.ids[s], self.data.targets(s)[: len(self.ids[s])]) for s in sorted(self.ids)
-        )
-
-
-def ids_sha256(
-    parts: Iterable[tuple[str, Sequence[Sequence[int]], Sequence[int]]], after: str = ""
-) -> str:
-    """The data a seed reads, hashed: each part's name, ids as the model reads them and labels,
-    following `after` (a hash this one extends)."""
-    digest = hashlib.sha256(after.encode())
-    for name, rows, labels in parts:
-        lengths = np.array([len(r) for r in rows], dtype=np.int64)
-        flat = np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(lengths.sum()))
-        for part in (name.encode(), lengths, flat, np.array(labels, dtype=np.int64)):
-            digest.update(part if isinstance(part, bytes) else part.tobytes())
-    return digest.hexdigest()
-
-
-def load_task_data(dataset: str, task: str) -> LabelledSet:
-    return load_tncc(task) if dataset == "tncc" else load_dataset(dataset)
-
-
-def prepare(cfg: Config, data: LabelledSet) -> Setup:
-    """Resolve the encoder (pretrained / random / none) and vocabulary; encode every split."""
-    ft = cfg.finetune
-    pretrained = None
-    model_cfg: ModelConfig = copy.deepcopy(cfg.model)
-    model_dir = Path(ft.model_dir) if ft.model_dir else None
-    if model_dir is None:
-        if not ft.vocab:
-            raise DataError(
-                "no vocabulary: a randomly initialised or from-scratch model needs one",
-                "pass --vocab DIR (a `tibnlp vocab build` output), or --model DIR with "
-                "--set finetune.init=random to use that model's vocabulary",
-            )
-        vocab_dir = Path(ft.vocab)
-    else:
-        if not model_dir.is_dir():
-            raise DataError(f"model directory {model_dir} does not exist")
-        if ft.init == "pretrained":
-            model_cfg, encoder = load_encoder(model_dir)
-            pretrained = encoder.state_dict()
-            if ft.encoder == "none":  # TextCNN on the model's piece embeddings alone,
-                # at the from-scratch table's scale (N(0, 1)): the encoder's LayerNorm made
-                # the table's own scale irrelevant, the TextCNN has none, and its recipe
-                # was searched at that scale
-                word = pretrained["embeddings.word.weight"]
-                pretrained = {"embeddings.weight": word / word.std()}
-        elif ft.encoder == "albert":  # the same shape, fresh weights: a no-pretraining twin
-            model_cfg = load_config_file(model_dir)
-        # the vocabulary is copied beside the weights at pretraining; --vocab must match it
-        vocab_dir = model_dir if (model_dir / MODEL_FILE).is_file() else Path(ft.vocab or ".")
-        if vocab_dir != model_dir and not ft.vocab:
-            raise DataError(
-                f"model directory {model_dir} holds no vocabulary ({MODEL_FILE})",
-                "pass --vocab DIR with the vocabulary the model was pretrained with",
-            )
-    vocab = _load_vocab(vocab_dir)
-    if model_dir is not None and ft.vocab and vocab_dir != Path(ft.vocab):
-        other = _load_vocab(Path(ft.vocab))
-        if other.sha256 != vocab.sha256:
-            raise DataError(
-                f"vocabulary {ft.vocab} (sha256 {other.sha256[:12]}) is not the one model "
-                f"{ft.model} was pretrained with ({vocab.sha256[:12]})",
-                "drop --vocab (the model directory's own vocabulary is used) or pass the "
-                "matching model",
-            )
-    if model_dir is None:
-        model_cfg.vocab_size = vocab.size
-    elif ft.encoder == "albert" and vocab.size > model_cfg.vocab_size:
-        raise DataError(
-            f"vocabulary in {vocab_dir} has {vocab.size} pieces but model {ft.model} embeds only "
-            f"{model_cfg.vocab_size}: ids would be out of range",
-            "the model directory holds a different vocabulary than its weights were trained on",
-        )
-    if ft.encoder_dropout >= 0:
-        model_cfg.dropout = model_cfg.attention_dropout = ft.encoder_dropout
-    max_len = ft.max_len or TASK_MAX_LEN.get(data.name) or data.max_len or 128
-    if ft.encoder == "albert":
-        max_len = min(max_len, model_cfg.max_len)
-    depth = model_cfg.num_layers
-    check(
-        all(i <= depth for i in ft.layers),
-        "finetune.layers",
-        f"the encoder has {depth} layers: states are 0..{depth}, or -1 for the last",
-    )
-    resolved = [depth if i == -1 else i for i in ft.layers]
-    check(
-        len(set(resolved)) == len(resolved),
-        "finetune.layers",
-        f"-1 and {depth} are the same state (the last of {depth} layers): list it once",
-    )
-    head = head_config(ft)
-    reading = reading_of(ft, model_cfg, max_len)
-    meta = ClassifierMeta(
-        encoder="embedding" if ft.encoder == "none" else "albert",
-        labels=list(data.labels),
-        max_len=max_len,
-        vocab_sha256=vocab.sha256,
-        vocab_size=model_cfg.vocab_size if pretrained is not None else vocab.size,
-        head=head,
-        model=model_cfg,
-        embedding_size=model_cfg.embedding_size if pretrained is not None else ft.embedding_size,
-        text_form=ft.text_form,
-        join_spaced_syllables=data.join_spaced_syllables,
-        dataset=data.name,
-        source_model="" if ft.random_init else str(ft.model),
-        eval_routing=ft.eval_routing,
-        reading=reading,
-    )
-    read = reading.read_length(max_len)
-    encoded = {
-        split: encode_counting_cuts(vocab, texts(data, split, ft.text_form), read)
-        for split in data.splits
-    }
-    ids = {split: x for split, (x, _) in encoded.items()}
-    dropped = {split: d for split, (_, d) in encoded.items()}
-    if ft.limit_train:
-        ids["train"] = ids["train"][: ft.limit_train]
-        dropped["train"] = dropped["train"][: ft.limit_train]
-    cut = {
-        s: {"texts": sum(n > 0 for n in d), "tokens_dropped": sum(d)} for s, d in dropped.items()
-    }
-    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), cut)
-
-
-def texts(data: LabelledSet, split: str, form: str) -> list[str]:
-    """A split's texts in the classifier's input form (loaded texts are normalised already)."""
-    if form == STORED_TEXT_FORM:
-        return data.texts(split)
-    return [model_text(t, form, data.join_spaced_syllables) for t in data.texts(split)]
-
-
-def system_name(ft: FinetuneConfig) -> str:
-    if ft.encoder == "none":
-        return "textcnn-pieces(scratch)" if ft.random_init else "textcnn-pieces(pretrained)"
-    shape = f"({Path(ft.model_dir).name})" if ft.model_dir else ""
-    base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
-    head = ft.head if ft.head == "cnn" else f"{ft.head}-{ft.pooling}"
-    long = "" if ft.long_document == "truncate" else f"+long-{ft.long_document}"
-    if ft.long_document == "memory" and ft.memory_selection == "frozen":
-        long += "-frozen"
-    routing = "+eval-per-text" if ft.eval_routing == "per_text" else ""
-    if ft.layers != [-1]:
-        head += "@" + ",".join(str(i) for i in ft.layers)
-    return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long + routing
-
-
 def recipe(ft: FinetuneConfig) -> dict[str, Any]:
     """The training settings a recipe search varies, as reports show them."""
     return {
@@ -298,12 +99,6 @@ def _untrained(ft: FinetuneConfig) -> str:
     if ft.model_dir:
         return f"random init with the shape of {ft.model_dir}"
     return "random init (the config's model section)"
-
-
-def _load_vocab(directory: Path) -> Vocabulary:
-    if not directory.is_dir():
-        raise DataError(f"vocabulary directory {directory} does not exist")
-    return Vocabulary.load(directory)
 
 
 def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResult:
