@@ -162,20 +162,17 @@ def test_files_of_the_same_name_are_distinct_sources(tmp_path: Path) -> None:
     assert [r["source"] for r in rows][:3] == ["tibettimes/news.txt"] * 2 + ["nanhai/news.txt"]
 
 
-def test_source_names_of_a_large_input_folder_are_found_in_linear_time(tmp_path: Path) -> None:
-    """A corpus given as folders of many files: every file was compared with every other
-    (3,000 files took ~30 s, 20,000 over 20 minutes, before any reading began). Names that
-    collide still get as many folders as tell them apart."""
-    import time
-
+def test_source_names_of_a_large_input_folder(tmp_path: Path) -> None:
+    """A corpus given as folders of many files (the names used to be found by comparing every
+    pair: 3,000 files took ~30 s): unique names stay plain, names that collide get as many
+    folders as tell them apart, and one file given twice stays one source."""
     from tibnlp.text.readers import source_names
 
     files = [tmp_path / f"d{i % 40}" / f"f{i}.txt" for i in range(3000)]
     files += [tmp_path / "a" / "x" / "news.txt", tmp_path / "b" / "x" / "news.txt"]
     files += [tmp_path / "c" / "news.txt", files[0]]  # the same file twice: one source
-    start = time.perf_counter()
     names = source_names(files)
-    assert time.perf_counter() - start < 5
+    assert len(set(names[:3000])) == 3000
     assert names[:2] == ["f0.txt", "f1.txt"]
     assert names[-4:] == ["a/x/news.txt", "b/x/news.txt", "c/news.txt", "f0.txt"]
 
