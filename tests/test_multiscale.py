@@ -205,3 +205,25 @@ def test_route_skips_qk_of_width_one_heads_without_changing_the_result() -> None
         expected = route.out(ref.transpose(1, 2).reshape(2, 30, 24))
         real = mask[..., None]
         torch.testing.assert_close(route(x, ctx) * real, expected * real)
+
+
+def test_width_one_heads_drop_their_attention_weight_not_value_elements() -> None:
+    """Attention dropout drops attention weights: a width-1 head's only weight (1 on its own
+    position) is dropped or kept whole, so each head output is 0 or v / (1 - p), never a
+    mix of dropped and kept elements (as SDPA/the banded path do on their weights)."""
+    torch.manual_seed(0)
+    b, h, n, d = 2, 4, 12, 8
+    q, k = (torch.randn(b, h, n, d) for _ in "qk")
+    v = torch.randn(b, h, n, d).abs() + 1  # no zero element: zero means dropped
+    lengths = torch.tensor([12, 7])
+    mask = torch.arange(n)[None, :] < lengths[:, None]
+    core = MultiScaleCore(h, ["1", "N/64"], alpha=0.0, num_layers=1, dropout=0.5).train()
+    ctx = AttentionContext(mask, lengths)
+    assert core.pointwise_heads(ctx) == 2
+    outs = [core(q[:, 2:], k[:, 2:], v, ctx)]  # heads 0-1: "1"; heads 2-3: N/64 -> width 1
+    outs.append(window_attention(q, k, v, torch.zeros(b, dtype=torch.long), lengths, 0.5, True))
+    for out in outs:
+        kept = out != 0
+        assert kept.any() and (~kept).any()
+        assert bool((kept.all(-1) | (~kept).all(-1)).all())  # whole vectors kept or dropped
+        torch.testing.assert_close(out[kept], 2 * v[kept])

@@ -195,7 +195,7 @@ def window_attention(
     big_r = int(radius.max())
     n = q.shape[-2]
     if big_r == 0:  # width 1: each query attends to itself only, with weight 1
-        return F.dropout(v, dropout, training)
+        return _pointwise(v, dropout, training)
     if bool((radius >= lengths - 1).all()):  # the window covers every real token
         mask = None if int(lengths.min()) == n else _allowed_dense_keys(lengths, n)
         p = dropout if training else 0.0
@@ -203,6 +203,16 @@ def window_attention(
     if big_r <= BAND_MAX_RADIUS:
         return _banded(q, k, v, radius, lengths, dropout, training)
     return _blocked(q, k, v, radius, lengths, dropout, training)
+
+
+def _pointwise(v: torch.Tensor, dropout: float, training: bool) -> torch.Tensor:
+    """Width-1 heads: the context is the value itself (one attention weight, 1). Attention
+    dropout drops that weight, so the whole vector is kept (scaled) or zeroed, as dropout on
+    the probabilities of the wider windows (and SDPA) does; an elementwise F.dropout(v)
+    would be a different noise (MODELS.md section 3: a width-1 head is a window like any)."""
+    if not training or dropout == 0:
+        return v
+    return F.dropout(v.new_ones(*v.shape[:-1], 1), dropout, True) * v
 
 
 def _allowed_dense_keys(lengths: torch.Tensor, n: int) -> torch.Tensor:
@@ -264,7 +274,7 @@ class MultiScaleCore(AttentionCore):
             radius = scale.radii(ctx.lengths)
             if start < offset:  # pointwise heads: q and k are absent
                 assert scale.width == 1 and start + count <= offset
-                outs.append(F.dropout(v[:, sl], self.dropout, self.training and not reference))
+                outs.append(_pointwise(v[:, sl], self.dropout, self.training and not reference))
             else:
                 qsl = slice(start - offset, start - offset + count)
                 args = (q[:, qsl], k[:, qsl], v[:, sl], radius, ctx.lengths)
