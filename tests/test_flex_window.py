@@ -47,6 +47,23 @@ def test_flex_windows_equal_the_dense_reference_per_head() -> None:
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
 
 
+def test_flex_windows_across_tiles_equal_the_reference_with_padding() -> None:
+    """Several 128-tiles (odd N), rows of odd lengths down to 1, windows from 1 to the whole
+    row: the block mask's partial/full tiles give the dense reference, padding rows too."""
+    torch.manual_seed(0)
+    n, lengths = 261, torch.tensor([261, 200, 129, 7, 1])
+    b, h, d = 5, 5, 8
+    q, k, v = (torch.randn(b, h, n, d) for _ in range(3))
+    scales = ["1", "3", "N/16", "N/4", "N/1"]
+    radius = torch.stack([Scale.parse(s).radii(lengths) for s in scales], 1)
+    out = flex.flex_window_attention(q, k, v, radius, lengths)
+    for i in range(h):
+        one = (q[:, i : i + 1], k[:, i : i + 1], v[:, i : i + 1], radius[:, i], lengths)
+        torch.testing.assert_close(
+            out[:, i : i + 1], reference_window_attention(*one), rtol=1e-5, atol=1e-6
+        )
+
+
 def test_multiscale_model_through_flex_equals_its_cpu_path(monkeypatch) -> None:
     """The whole multi-scale model (width-1 heads included) with the flex path forced on."""
     design = next(d for d in designs() if d.name == "multi-scale")
