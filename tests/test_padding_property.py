@@ -77,15 +77,26 @@ def test_padded_batch_equals_each_row_alone(name: str) -> None:
         torch.testing.assert_close(enc(other, mask).hidden, out.hidden, rtol=0, atol=0)
 
 
+RECURRENT: dict[str, dict[str, object]] = {
+    "plain": {},
+    "pre_norm": {"norm": "pre"},
+    "memory_tokens": {"memory_tokens": 2},
+    "unshared": {"share_layers": False},
+    "dynamic_sentence": {"heads": HeadsConfig(2, 4, threshold=4, rule="sentence")},
+}
+
+
 @pytest.mark.parametrize("mem_len", [4, 16])
-def test_recurrent_padded_batch_equals_each_row_alone(mem_len: int) -> None:
+@pytest.mark.parametrize("variant", sorted(RECURRENT))
+def test_recurrent_padded_batch_equals_each_row_alone(mem_len: int, variant: str) -> None:
     """Two segments with segment recurrence: rows padded differently in both segments keep
     the states they have alone (the memory's real states keep their distances)."""
     torch.manual_seed(0)
-    enc = Encoder(tiny(position="relative", recurrence=RecurrenceConfig(mem_len=mem_len))).eval()
+    rec = RecurrenceConfig(mem_len=mem_len)
+    enc = Encoder(tiny(position="relative", recurrence=rec, **RECURRENT[variant])).eval()
     _nonzero_relative_biases(enc)
     ids1, mask1 = _batch()
-    ids2, _ = _batch()
+    ids2 = _batch()[0].flip(1)
     lengths2 = [6, 11, 2, 4, 7]
     mask2 = (torch.arange(N)[None, :] < torch.tensor(lengths2)[:, None]).long()
     with torch.no_grad():
@@ -95,3 +106,20 @@ def test_recurrent_padded_batch_equals_each_row_alone(mem_len: int) -> None:
             a1 = enc(ids1[i : i + 1, :n1], mask1[i : i + 1, :n1])
             a2 = enc(ids2[i : i + 1, :n2], mask2[i : i + 1, :n2], memory=a1.memory)
             torch.testing.assert_close(second.hidden[i, :n2], a2.hidden[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(DESIGNS))
+def test_sparse_last_layer_equals_the_full_run_on_a_padded_batch(name: str) -> None:
+    """`outputs_at` (the fast last layer, where a design allows it): the read positions
+    equal the full run's, everything else is zero; other designs ignore it."""
+    torch.manual_seed(0)
+    enc = Encoder(DESIGNS[name]).eval()
+    _nonzero_relative_biases(enc)
+    ids, mask = _batch()
+    want = (torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) < 0.4) & (mask > 0)
+    want[:, 0] = True
+    with torch.no_grad():
+        full, sparse = enc(ids, mask).hidden, enc(ids, mask, outputs_at=want).hidden
+    torch.testing.assert_close(sparse[want], full[want], rtol=1e-5, atol=1e-5)
+    if enc.supports_sparse_outputs:
+        assert sparse[~want].abs().max() == 0
