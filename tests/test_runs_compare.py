@@ -195,3 +195,24 @@ def test_runs_column_shows_the_range_when_cells_count_differently(tmp_path: Path
         "uneven", ["test_macro_f1"], uri=uri, filter_string="params.finetune.head = 'cnn'"
     )
     assert [row[len(even.group_keys)] for row in even.table()] == ["3"]
+
+
+def test_seeds_stuck_at_the_majority_class_are_marked(tmp_path: Path) -> None:
+    """A seed fine-tuning tags `warning=majority_class` when it predicts (nearly) one class:
+    its score is not a result. The mean over seeds still holds it, so the row must say so,
+    as `finetune report` does, instead of reading like three honest seeds."""
+    from tibnlp.tracking.compare import compare_runs
+
+    uri = sqlite_store(tmp_path)
+    with Tracker("stuck", "p", uri=uri, buffer_dir=tmp_path / "buf") as parent:
+        for model, scores in (("ok", [0.6, 0.62, 0.64]), ("bad", [0.6, 0.03, 0.62])):
+            for seed, f1 in enumerate(scores, start=1):
+                with parent.child(f"{model} {seed}", tags={"tibnlp.model": model}) as run:
+                    run.log_metrics({"test_macro_f1": f1})
+                    if f1 < 0.1:
+                        run.set_tags({"warning": "majority_class"})
+    result = compare_runs("stuck", ["test_macro_f1"], uri=uri)
+    runs = {row[0]: row[1] for row in result.table()}
+    assert runs == {"ok": "3", "bad": "3 (1 at majority class: not a result)"}
+    assert "3 (1 at majority class" in result.markdown()
+    assert "3 (1 at majority class" in result.csv()

@@ -21,7 +21,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from tibnlp.errors import TibnlpError
-from tibnlp.tracking.conventions import TAG_MODEL, TAG_SEED_RECORD
+from tibnlp.tracking.conventions import TAG_MODEL, TAG_SEED_RECORD, TAG_WARNING, WARNING_MAJORITY
 from tibnlp.tracking.tracker import default_tracking_uri
 
 DEFAULT_GROUP_KEYS = (
@@ -70,6 +70,13 @@ class Comparison:
     metrics: list[str]  # column names (metric, or "metric [pivot value]")
     # group values, the most runs behind one cell (`runs_text`: what the table shows), cells
     rows: list[tuple[list[str], int, list[Cell]]]
+    # per row, the runs tagged `warning` (a seed stuck at the majority class): the means hold
+    # them, so the runs column says so ("" or e.g. "1 at majority class: not a result")
+    warnings: list[str] = field(default_factory=list)
+
+    def runs(self, i: int) -> str:
+        flag = self.warnings[i] if i < len(self.warnings) else ""
+        return runs_text(self.rows[i][2]) + (f" ({flag})" if flag else "")
 
     def headers(self) -> list[str]:
         return [k.removeprefix("tag:") for k in self.group_keys] + ["runs", *self.metrics]
@@ -77,8 +84,8 @@ class Comparison:
     def table(self, digits: int = 4, scale: float = 1.0) -> list[list[str]]:
         """Cells as text; `scale=100` shows fractions as percentages, as papers print F1."""
         return [
-            [*g, runs_text(cells), *(c.text(digits, scale) for c in cells)]
-            for g, _, cells in self.rows
+            [*g, self.runs(i), *(c.text(digits, scale) for c in cells)]
+            for i, (g, _, cells) in enumerate(self.rows)
         ]
 
     def markdown(self, digits: int = 4, scale: float = 1.0) -> str:
@@ -95,8 +102,8 @@ class Comparison:
         for m in self.metrics:
             head += [f"{m} mean", f"{m} std"]
         writer.writerow(head)
-        for g, _, cells in self.rows:
-            row = [*g, runs_text(cells)]
+        for i, (g, _, cells) in enumerate(self.rows):
+            row = [*g, self.runs(i)]
             for c in cells:
                 row += [repr(c.mean) if c.values else "", repr(c.std) if c.values else ""]
             writer.writerow(row)
@@ -220,21 +227,33 @@ def compare_runs(
     columns = [(m, p) for m in names for p in pivots]
     groups: dict[tuple[str, ...], dict[tuple[str, str], Cell]] = {}
     started: dict[tuple[str, ...], int] = {}
+    warned: dict[tuple[str, ...], dict[str, int]] = {}
     for r in sorted(runs, key=lambda r: r.info.start_time or 0):
         gkey = tuple(_value(r, k) or "" for k in keys)
         pivot = (_value(r, columns_by) or "") if columns_by else ""
         cells = groups.setdefault(gkey, {c: Cell() for c in columns})
         started.setdefault(gkey, len(started))
+        warning = r.data.tags.get(TAG_WARNING)
+        if warning:
+            counts = warned.setdefault(gkey, {})
+            counts[warning] = counts.get(warning, 0) + 1
         for m in names:
             if m in r.data.metrics:
                 cells[(m, pivot)].values.append(float(r.data.metrics[m]))
-    rows = []
+    rows, warnings = [], []
     for gkey in sorted(groups, key=_natural if order == "natural" else started.__getitem__):
         cells = groups[gkey]
         n = max(len(c.values) for c in cells.values()) if cells else 0
         rows.append((list(gkey), n, [cells[c] for c in columns]))
+        warnings.append(_warning_text(warned.get(gkey, {})))
     labels = [f"{m} [{p}]" if columns_by else m for m, p in columns]
-    return Comparison(keys, labels, rows)
+    return Comparison(keys, labels, rows, warnings)
+
+
+def _warning_text(counts: dict[str, int]) -> str:
+    """The warned runs of a row in words: a seed at the majority class is not a result."""
+    names = {WARNING_MAJORITY: "at majority class: not a result"}
+    return "; ".join(f"{n} {names.get(w, f'warning {w}')}" for w, n in sorted(counts.items()))
 
 
 def _natural(key: tuple[str, ...]) -> tuple[tuple[int, float, str], ...]:
