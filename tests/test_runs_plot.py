@@ -118,3 +118,35 @@ def test_fails_clearly_on_an_experiment_without_the_metric(
     result = CliRunner().invoke(app, [*args, "--tracking-uri", uri])
     assert isinstance(result.exception, TibnlpError)
     assert "'curve-a'" in str(result.exception) and "'test_micro_f1'" in str(result.exception)
+
+
+def _drawn(runs: list, axis: str = "tokens") -> tuple[list[str], list]:
+    """The labels and the lines of one panel of the curve of `runs` (test part only)."""
+    from tibnlp.evaluation.curve import _panel
+    from tibnlp.evaluation.plots import plt
+
+    fig, ax = plt.subplots()
+    try:
+        _panel(ax, aggregate_curve(runs, "macro_f1", ["test"]), axis, labelled=False)
+        return ax.get_legend_handles_labels()[1], list(ax.get_lines())
+    finally:
+        plt.close(fig)
+
+
+def test_a_reference_line_with_seeds_at_the_majority_class_says_so() -> None:
+    """A random-init twin stuck at the majority class is no 0-token reference: its line must
+    be marked as the curve's points are, or the gain over it reads as pretraining's."""
+    from tibnlp.evaluation.curve import CurveRun
+
+    def run(kind: str, tokens: float, f1: float, warning: str = "") -> CurveRun:
+        return CurveRun(kind, tokens, 1.0 if tokens else 0.0, {"test": f1}, warning=warning)
+
+    runs = [run("pretrained", 1000, f) for f in (0.5, 0.52)]
+    runs += [run("random", 0, 0.45), run("random", 0, 0.04, "majority_class")]
+    runs += [run("random", 0, 0.46)]
+    labels, _ = _drawn(runs)
+    (twin,) = [label for label in labels if label.startswith("random-init")]
+    assert "NOT LEARNING: 1/3 seeds at majority class" in twin
+    labels, _ = _drawn([r for r in runs if not r.warning])
+    assert not [label for label in labels if "NOT LEARNING" in label]
+

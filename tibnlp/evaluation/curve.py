@@ -106,6 +106,8 @@ def _references(ax: Axes, curve: Curve, labelled: bool) -> None:
                 mean, std = 100 * stat.mean, 100 * stat.std
                 color = REFERENCE_COLOR[kind]
                 name = REFERENCE_LABEL[kind] + (f" [{point.series}]" if point.series else "")
+                if point.warnings:  # a stuck baseline is no reference: the gain over it is not
+                    name += f" (NOT LEARNING: {point.warnings}/{stat.n} seeds at majority class)"
                 ax.axhline(
                     mean, color=color, ls=PART_STYLE.get(part, ":"), lw=1.2,
                     label=f"{name}: {part} {mean:.1f}",
