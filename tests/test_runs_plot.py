@@ -150,3 +150,18 @@ def test_a_reference_line_with_seeds_at_the_majority_class_says_so() -> None:
     labels, _ = _drawn([r for r in runs if not r.warning])
     assert not [label for label in labels if "NOT LEARNING" in label]
 
+
+def test_the_hours_panel_draws_its_line_in_the_order_of_its_axis() -> None:
+    """Points come sorted by tokens; where CPU-hours do not grow with tokens (exports of runs
+    on other thread counts in one series) the hours line went back and forth."""
+    from tibnlp.evaluation.curve import CurveRun
+
+    runs = [
+        CurveRun("pretrained", tokens, hours, {"test": f1})
+        for tokens, hours, f1 in ((1000, 2.0, 0.5), (4000, 1.0, 0.6), (8000, 3.0, 0.7))
+    ]
+    _, lines = _drawn(runs, "hours")
+    curve = next(line for line in lines if len(line.get_xdata()) == 3)
+    assert list(curve.get_xdata()) == [1.0, 2.0, 3.0]
+    assert list(curve.get_ydata()) == pytest.approx([60.0, 50.0, 70.0])
+

@@ -146,6 +146,8 @@ def _panel(ax: Axes, curve: Curve, axis: Literal["tokens", "hours"], labelled: b
         points = [p for p in curve.of("pretrained") if p.series == name]
         xs = [p.tokens if axis == "tokens" else p.hours for p in points]
         keep = [(x, p) for x, p in zip(xs, points, strict=True) if x is not None and x > 0]
+        # points come by tokens; CPU-hours need not grow with them: draw the line along x
+        keep.sort(key=lambda k: k[0])
         if not keep:
             continue
         drawn = True
