@@ -165,3 +165,38 @@ def test_the_hours_panel_draws_its_line_in_the_order_of_its_axis() -> None:
     assert list(curve.get_xdata()) == [1.0, 2.0, 3.0]
     assert list(curve.get_ydata()) == pytest.approx([60.0, 50.0, 70.0])
 
+
+def test_textcnn_on_a_pretrained_embedding_is_not_the_from_scratch_reference(
+    tmp_path: Path,
+) -> None:
+    """`finetune.encoder=none` with a pretrained model is TextCNN on that model's word
+    embedding (the quickstart's `vectors` stage): a pretrained system at that model's tokens,
+    a curve of its own; it was drawn as (and averaged into) the from-scratch TextCNN line."""
+    from tibnlp.tracking.curve import run_kind
+
+    uri = sqlite_store(tmp_path)
+    systems = (  # (init, encoder, model, tokens) -> test macro-F1 per seed
+        (("pretrained", "albert", "/m", 1000), [0.50, 0.52]),
+        (("pretrained", "none", "/m", 1000), [0.60, 0.62]),
+        (("random", "none", "", 0), [0.40, 0.42]),
+    )
+    with Tracker("vectors", "p", uri=uri, buffer_dir=tmp_path / "buf") as parent:
+        for (init, encoder, model, tokens), scores in systems:
+            for seed, f1 in enumerate(scores, start=1):
+                with parent.child(f"{encoder} {init} {seed}") as run:
+                    run.log_params(
+                        {
+                            "finetune": {"init": init, "encoder": encoder, "head": "cnn"},
+                            "finetune.model": model,
+                            "pretrain.tokens": tokens,
+                            "pretrain.train_seconds": 36.0 if tokens else 0,
+                        }
+                    )
+                    run.log_metrics({"test_macro_f1": f1})
+    assert run_kind({"finetune.encoder": "none", "finetune.model": "/m"}) == "pretrained"
+    curve = aggregate_curve(read_curve_runs(["vectors"], parts=["test"], uri=uri).runs,
+                            "macro_f1", ["test"])  # fmt: skip
+    assert [p.values["test"].mean for p in curve.of("textcnn")] == [pytest.approx(0.41)]
+    pretrained = {p.series: p.values["test"].mean for p in curve.of("pretrained")}
+    assert len(pretrained) == 2 and sorted(pretrained.values()) == pytest.approx([0.51, 0.61])
+    assert "TextCNN" in next(s for s, v in pretrained.items() if v > 0.6)

@@ -27,6 +27,7 @@ from tibnlp.tracking.tracker import Tracker, default_tracking_uri
 
 TAG_PIPELINE = "tibnlp.pipeline"  # set on a pipeline's parent run (its name)
 DEFAULT_SERIES_KEYS = ("finetune.head",)  # what tells curves apart when it varies
+TEXTCNN_ON_EMBEDDING = "TextCNN on the pretrained embedding"  # the series of such runs
 
 
 @dataclass
@@ -44,11 +45,13 @@ def _number(params: dict[str, str], key: str) -> float | None:
 
 
 def run_kind(params: dict[str, str]) -> Kind:
+    model = params.get("finetune.model", "")
+    untrained = params.get("finetune.init") == "random" or model in ("", "none")
     if params.get("finetune.encoder") == "none":
-        return "textcnn"
-    if params.get("finetune.init") == "random" or params.get("finetune.model", "") in ("", "none"):
-        return "random"
-    return "pretrained"
+        # TextCNN on a pretrained model's word embedding is a pretrained system (as the result
+        # table counts it), not the from-scratch reference: `read_curve_runs` names its curve
+        return "textcnn" if untrained else "pretrained"
+    return "random" if untrained else "pretrained"
 
 
 def _key_value(run: Run, key: str) -> str:
@@ -120,6 +123,8 @@ def read_curve_runs(
             continue
         seconds = 0.0 if kind != "pretrained" else _number(params, f"{PRETRAIN}train_seconds")
         processes = _number(params, f"{PRETRAIN}processes") or 1.0
+        if kind == "pretrained" and params.get("finetune.encoder") == "none":
+            series = ", ".join(s for s in (series, TEXTCNN_ON_EMBEDDING) if s)
         result.runs.append(
             CurveRun(
                 kind=kind,
