@@ -216,3 +216,8 @@ def test_seeds_stuck_at_the_majority_class_are_marked(tmp_path: Path) -> None:
     assert runs == {"ok": "3", "bad": "3 (1 at majority class: not a result)"}
     assert "3 (1 at majority class" in result.markdown()
     assert "3 (1 at majority class" in result.csv()
+    # under --columns-by the mark names the column whose runs it counts
+    pivoted = compare_runs(
+        "stuck", ["test_macro_f1"], ["tag:none"], columns_by="tag:tibnlp.model", uri=uri
+    )
+    assert pivoted.table()[0][1] == "3 (1 [bad] at majority class: not a result)"

@@ -227,7 +227,7 @@ def compare_runs(
     columns = [(m, p) for m in names for p in pivots]
     groups: dict[tuple[str, ...], dict[tuple[str, str], Cell]] = {}
     started: dict[tuple[str, ...], int] = {}
-    warned: dict[tuple[str, ...], dict[str, int]] = {}
+    warned: dict[tuple[str, ...], dict[tuple[str, str], int]] = {}  # (pivot, warning) -> runs
     for r in sorted(runs, key=lambda r: r.info.start_time or 0):
         gkey = tuple(_value(r, k) or "" for k in keys)
         pivot = (_value(r, columns_by) or "") if columns_by else ""
@@ -236,7 +236,7 @@ def compare_runs(
         warning = r.data.tags.get(TAG_WARNING)
         if warning:
             counts = warned.setdefault(gkey, {})
-            counts[warning] = counts.get(warning, 0) + 1
+            counts[(pivot, warning)] = counts.get((pivot, warning), 0) + 1
         for m in names:
             if m in r.data.metrics:
                 cells[(m, pivot)].values.append(float(r.data.metrics[m]))
@@ -250,10 +250,14 @@ def compare_runs(
     return Comparison(keys, labels, rows, warnings)
 
 
-def _warning_text(counts: dict[str, int]) -> str:
-    """The warned runs of a row in words: a seed at the majority class is not a result."""
+def _warning_text(counts: dict[tuple[str, str], int]) -> str:
+    """The warned runs of a row in words (with their column's pivot value under
+    `--columns-by`): a seed at the majority class is not a result."""
     names = {WARNING_MAJORITY: "at majority class: not a result"}
-    return "; ".join(f"{n} {names.get(w, f'warning {w}')}" for w, n in sorted(counts.items()))
+    return "; ".join(
+        f"{n}{f' [{pivot}]' if pivot else ''} {names.get(w, f'warning {w}')}"
+        for (pivot, w), n in sorted(counts.items())
+    )
 
 
 def _natural(key: tuple[str, ...]) -> tuple[tuple[int, float, str], ...]:
