@@ -215,3 +215,14 @@ def test_pooling_checks_the_items_of_the_part_compared() -> None:
         pool_rows([old, new], "test_unseen")
     with pytest.raises(DataError, match="cannot be pooled"):
         pool_rows([old, new])
+
+
+def test_a_run_pooled_twice_is_refused() -> None:
+    """`--pool` naming A's own folder (or one run twice) counted its seeds twice: the pooled
+    mean then weights that run double while the output claims more seeds."""
+    true, pred = _data()
+    s1 = _row("sys-a", true, [pred])
+    s2 = _row("sys-a", true, [np.where(np.arange(len(true)) % 2 == 0, true, pred)])
+    with pytest.raises(DataError, match="given twice"):
+        pool_rows([s1, s2, json.loads(json.dumps(s1))])
+    assert len(pool_rows([s1, s2])["seeds"]) == 2

@@ -177,6 +177,12 @@ def pool_rows(rows: Sequence[dict[str, Any]], part: str | None = None) -> dict[s
         return kept if part is None else {part: kept.get(part)}
 
     first = rows[0]
+    for i, row in enumerate(rows):  # one run twice would weigh its seeds double in the mean
+        if row in rows[:i]:
+            raise DataError(
+                f"{row['dataset']} {row['system']}: the same results are given twice",
+                "pool each run once (--pool names runs other than A)",
+            )
     for row in rows[1:]:
         same = row["dataset"] == first["dataset"] and _recipe(row["system"]) == _recipe(
             first["system"]
