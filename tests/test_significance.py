@@ -226,3 +226,17 @@ def test_a_run_pooled_twice_is_refused() -> None:
     with pytest.raises(DataError, match="given twice"):
         pool_rows([s1, s2, json.loads(json.dumps(s1))])
     assert len(pool_rows([s1, s2])["seeds"]) == 2
+
+
+def test_summary_table_says_when_the_twin_was_scored_on_other_items() -> None:
+    """The point gain without an interval is for results written before predictions were
+    kept; a twin scored on other test items (another version of the data) fell back to it
+    silently, as if the two rows were comparable."""
+    true, pred = _data()
+    better = np.where(np.arange(len(true)) % 2 == 0, true, pred)
+    rows = [
+        _row("albert-pretrained(m)+cnn", true, [better]),
+        _row("albert-random(m)+cnn", true[::-1].copy(), [pred[::-1].copy()]),
+    ]
+    line = next(ln for ln in summary_table(rows).splitlines() if "albert-pretrained" in ln)
+    assert "not the same test items" in line.rstrip(" |").split(" | ")[-1]

@@ -19,7 +19,7 @@ from rich.table import Table
 from tibnlp.errors import DataError
 from tibnlp.evaluation.anchors import TNCC_TITLE_MACRO_F1
 from tibnlp.evaluation.metrics import not_learning
-from tibnlp.evaluation.significance import compare_rows
+from tibnlp.evaluation.significance import compare_rows, row_predictions
 from tibnlp.fsutil import atomic_write_text
 
 RESULTS_JSON = "results.json"
@@ -262,9 +262,14 @@ def _gain(row: dict[str, Any], twin: dict[str, Any]) -> str:
     kept their predictions (`evaluation.significance`)."""
     diff = _mean(row, "test", "macro_f1") - _mean(twin, "test", "macro_f1")
     try:
-        return f"{100 * diff:+.2f} {compare_rows(row, twin).interval()}"
+        for kept in (row, twin):
+            row_predictions(kept, "test")
     except DataError:  # results written before predictions were kept: the point gain only
         return f"{100 * diff:+.2f}"
+    try:
+        return f"{100 * diff:+.2f} {compare_rows(row, twin).interval()}"
+    except DataError:  # both kept predictions, of other items: not silently a point gain
+        return f"{100 * diff:+.2f} (not the same test items: no interval)"
 
 
 def rich_table(rows: Sequence[dict[str, Any]]) -> Table:
