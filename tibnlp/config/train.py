@@ -140,7 +140,10 @@ class PretrainConfig:
     # span: n-grams of whole syllables; whole_word: n-grams of whole botok words (the corpus
     # needs its words: `tibnlp corpus words CORPUS` or corpus.words: true at preparation)
     masking: Literal["span", "whole_word"] = "span"
-    sop: bool = True  # sentence-order prediction; off: MLM only, segments kept in order
+    # sentence-order prediction; off: MLM only, segments kept in order, and a one-sentence
+    # chunk (a title of the title stage) is one segment, `[CLS] text [SEP]`, as fine-tuning
+    # reads a text
+    sop: bool = True
     sop_prob: float = 0.5  # share of swapped pairs when sop is on
     # mlm: predict the masked pieces. electra: a small generator fills the masks and the
     # encoder tells, for every real token, original from replaced (tibnlp.models.electra)

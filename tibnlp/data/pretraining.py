@@ -6,7 +6,12 @@ document are accumulated until they reach a target of `seq_len - 3` tokens (with
 inputs), then cut at a random sentence boundary into A and B; with probability 1/2 they are
 swapped (`sop_label` 1). A chunk of one sentence is cut at a syllable boundary near its middle.
 Sentences longer than the budget are first split at syllable boundaries, so no text is lost to
-truncation. Consequence for `median_length` (the DMA-ALBERT threshold `m`): most examples are
+truncation. Without a pair task (`pairs=False`: MLM only, no SOP, no same-document contrast) a
+chunk of one sentence is not cut: it becomes `[CLS] text [SEP]`, all segment 0, the layout
+fine-tuning reads a text in (a title of the title stage is one such chunk); chunks of several
+sentences keep their A/B pair.
+
+Consequence for `median_length` (the DMA-ALBERT threshold `m`): most examples are
 full (close to `seq_len`); short ones come from the `short_seq_prob` draws and from document
 tails, so the median sits near `seq_len` on long-document corpora and drops on corpora of
 short documents. Measured on the real corpus (16000-piece vocabulary, short_seq_prob 0.1):
@@ -87,9 +92,11 @@ def make_examples(
     short_seq_prob: float,
     sop_prob: float = 0.5,
     levels: list[list[int]] | None = None,
+    pairs: bool = True,
 ) -> list[dict[str, Any]]:
     """SOP examples of one document (see the module docstring for the policy); `sop_prob`:
-    the share of pairs whose segments are swapped (0: text in order, for MLM without SOP).
+    the share of pairs whose segments are swapped (0: text in order, for MLM without SOP);
+    `pairs=False`: no task reads the pair, so a one-sentence chunk stays one segment.
 
     `levels` (per sentence, per piece: `tibnlp.data.words.piece_levels`) adds the column
     `word_start`, and cuts prefer word boundaries; without it boundaries are syllables."""
@@ -106,13 +113,13 @@ def make_examples(
     size = 0
     for i, part in enumerate(parts):
         if chunk and size + len(part[0]) > budget:  # would overflow: emit what we have
-            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob, head))
+            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob, head, pairs))
             chunk, size = [], 0
             target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
         chunk.append(part)
         size += len(part[0])
         if size >= target or i == len(parts) - 1:
-            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob, head))
+            out.extend(_emit(doc_id, chunk, vocab, rng, sop_prob, head, pairs))
             chunk, size = [], 0
             target = rng.randint(2, budget) if rng.random() < short_seq_prob else budget
     return out
@@ -125,6 +132,7 @@ def _emit(
     rng: random.Random,
     sop_prob: float,
     head: int = True,
+    pairs: bool = True,
 ) -> list[dict[str, Any]]:
     pair = _pair(chunk, rng)
     if pair is None:
@@ -132,7 +140,20 @@ def _emit(
     a, a_starts, b, b_starts = pair
     # A and B each open a unit: a chunk of one word cut in two makes two words (masked apart)
     a_starts, b_starts = [head, *a_starts[1:]], [head, *b_starts[1:]]
-    swapped = rng.random() < sop_prob
+    swapped = rng.random() < sop_prob  # drawn either way: the document's later draws stay
+    if not pairs and len(chunk) == 1:  # nothing reads the cut: the sentence stays whole
+        ids, starts = chunk[0]
+        whole = [vocab.cls_id, *ids, vocab.sep_id]
+        return [
+            {
+                "input_ids": whole,
+                "token_type_ids": [0] * len(whole),
+                **boundary_columns([head, head, *starts[1:], head], head == WORD),
+                "sop_label": 0,
+                "length": len(whole),
+                "doc_id": doc_id,
+            }
+        ]
     if swapped:
         a, a_starts, b, b_starts = b, b_starts, a, a_starts
     ids = [vocab.cls_id, *a, vocab.sep_id, *b, vocab.sep_id]
@@ -173,6 +194,7 @@ def _examples_batch(
     short: float,
     segments: int = 0,
     sop_prob: float = 0.5,
+    pairs: bool = True,
 ) -> dict[str, list]:
     words = "word_starts" in batch  # the corpus came joined with its botok words
     out: dict[str, list] = {k: [] for k in _features(words)}
@@ -190,7 +212,9 @@ def _examples_batch(
         examples = (
             make_chains(int(doc_id), ids, vocab, seq_len, segments, levels)
             if segments
-            else make_examples(int(doc_id), ids, vocab, seq_len, rng, short, sop_prob, levels)
+            else make_examples(
+                int(doc_id), ids, vocab, seq_len, rng, short, sop_prob, levels, pairs
+            )
         )
         for ex in examples:
             for key, value in ex.items():
@@ -214,6 +238,7 @@ def build_pretraining_dataset(
     sop_prob: float = 0.5,
     masking: str = "span",
     splits: Sequence[str] = SPLITS,
+    pairs: bool = True,
 ) -> Path:
     """Tokenise a prepared corpus into SOP examples under `out_dir` (cached by its inputs).
 
@@ -224,6 +249,8 @@ def build_pretraining_dataset(
     `masking="whole_word"`: examples also carry `word_start`, from the botok words stored with
     the corpus (`tibnlp corpus words`, read by `tibnlp.text.corpus_words.load_words`), and
     cuts prefer word boundaries.
+    `pairs=False`: no pair task reads the examples (MLM only: `pretrain.sop` off and no
+    `pretrain.contrastive`), so a one-sentence chunk is one segment, `[CLS] text [SEP]`.
     `splits`: the corpus splits to tokenise (`("heldout",)` for `pretrain --eval-only`, which
     scores that split alone); `median_length` then comes from the first of them.
     """
@@ -254,6 +281,8 @@ def build_pretraining_dataset(
         key["segments"] = segments
     if sop_prob != 0.5:  # likewise
         key["sop_prob"] = sop_prob
+    if not pairs:  # likewise; data built before one-sentence chunks stayed whole is rebuilt
+        key["pairs"] = False
     words = None
     if masking == "whole_word":  # likewise; the words key names the segmentation (pack, botok)
         from tibnlp.text.corpus_words import load_words
@@ -296,6 +325,7 @@ def build_pretraining_dataset(
                 "short": short_seq_prob,
                 "segments": segments,
                 "sop_prob": sop_prob,
+                "pairs": pairs,
             },
             desc=f"tokenising {split}",
             load_from_cache_file=False,

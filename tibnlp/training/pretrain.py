@@ -365,6 +365,8 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
             sop_prob=p.sop_prob if p.sop else 0.0,
             masking=p.masking,
             splits=("heldout",) if eval_only else SPLITS,
+            # a one-sentence chunk is cut into A and B only for a task that reads the pair
+            pairs=p.sop or p.contrastive > 0,
         )
         dump_yaml(cfg, output / "config.yaml")
     barrier()
