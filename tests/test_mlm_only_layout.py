@@ -160,3 +160,21 @@ def test_pretraining_asks_for_pairs_only_when_a_pair_task_reads_them(
     with pytest.raises(_Built):
         pretrain.run_pretraining(load_config(None, [*base, *sets]))
     assert seen["pairs"] is pairs
+
+
+def test_a_whole_sentence_keeps_its_word_levels(inputs: tuple) -> None:
+    """Whole-word data: the uncut sentence carries its own word starts, [CLS]/[SEP] open units."""
+    from tibnlp.data.pretraining import make_examples
+    from tibnlp.data.words import INSIDE, SYLLABLE, WORD
+
+    _, vocab = inputs
+    ids = vocab.encode("་".join(["ཀ", "ཁ", "ག", "ང", "ཅ"]))
+    levels = [WORD] + [SYLLABLE if i % 2 else WORD for i in range(1, len(ids))]
+    levels[-1] = INSIDE if len(ids) > 2 else levels[-1]
+    (ex,) = make_examples(
+        7, [ids], vocab, SEQ_LEN, random.Random(0), 0.0, 0.0, [levels], pairs=False
+    )
+    assert ex["input_ids"] == [vocab.cls_id, *ids, vocab.sep_id]
+    assert ex["word_start"] == [True, *[x == WORD for x in levels], True]
+    assert ex["syllable_start"] == [True, *[bool(x) for x in levels], True]
+    assert ex["token_type_ids"] == [0] * (len(ids) + 2)
