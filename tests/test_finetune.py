@@ -87,6 +87,23 @@ def test_encoder_dropout_overrides_the_models_own(env) -> None:
     assert 0.2 in drops
 
 
+def test_recipe_note_gives_the_encoders_dropout_in_effect(env) -> None:
+    """The result's recipe shows the encoder's dropout as fine-tuning ran it (the model's own
+    unless finetune.encoder_dropout is set), beside the head's `dropout`: a model pretrained
+    without dropout is fine-tuned without it by default, which the note must not hide."""
+    model = make_model_dir(env.tmp, env.vocab)  # dropout 0.1 (the model section's default)
+    albert = ("finetune.encoder=albert", f"finetune.model={model}", "finetune.vocab=")
+    one = ("finetune.epochs=1", "finetune.dropout=0.3")
+    kept = run_finetune(_cfg(env, *albert, *one), "tncc").notes["recipe"]
+    assert (kept["dropout"], kept["encoder_dropout"], kept["attention_dropout"]) == (0.3, 0.1, 0.1)
+    off = _cfg(env, *albert, *one, "finetune.encoder_dropout=0", "finetune.seeds=[2]")
+    recipe = run_finetune(off, "tncc").notes["recipe"]
+    assert (recipe["encoder_dropout"], recipe["attention_dropout"]) == (0.0, 0.0)
+    # TextCNN has no encoder: no encoder dropout to report
+    textcnn = run_finetune(_cfg(env, "finetune.epochs=1"), "tncc").notes["recipe"]
+    assert "encoder_dropout" not in textcnn and textcnn["dropout"] == 0.1
+
+
 def test_best_epoch_is_restored(env, monkeypatch) -> None:
     logged: list[dict] = []
 

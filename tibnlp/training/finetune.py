@@ -36,6 +36,7 @@ from tibnlp.evaluation.report import result_json, write_results
 from tibnlp.evaluation.robustness import suffix_flip_rates
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.classifier_io import (
+    ClassifierMeta,
     build_classifier,
     load_classifier,
     read_length,
@@ -76,8 +77,16 @@ class FinetuneResult:
     output: Path = Path()
 
 
-def recipe(ft: FinetuneConfig) -> dict[str, Any]:
-    """The training settings a recipe search varies, as reports show them."""
+def recipe(ft: FinetuneConfig, meta: ClassifierMeta | None = None) -> dict[str, Any]:
+    """The training settings a recipe search varies, as reports show them. `dropout` is the
+    head's; with a transformer encoder (`meta`), its own dropout as fine-tuning runs it too
+    (the model's unless `finetune.encoder_dropout` is set: 0 for a model pretrained without)."""
+    encoder: dict[str, float] = {}
+    if meta is not None and meta.encoder == "albert":
+        encoder = {
+            "encoder_dropout": meta.model.dropout,
+            "attention_dropout": meta.model.attention_dropout,
+        }
     return {
         "lr": ft.optimizer.lr,
         "head_lr": ft.head_lr or ft.optimizer.lr,
@@ -87,6 +96,7 @@ def recipe(ft: FinetuneConfig) -> dict[str, Any]:
         "batch_size": ft.batch_size,
         "warmup_ratio": ft.warmup_ratio,
         "dropout": ft.dropout,
+        **encoder,
         "layer_decay": ft.layer_decay,
         "mlm_weight": ft.mlm_weight,
         "mlm_prob": ft.mlm_prob,
@@ -122,7 +132,7 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     notes = {
         "input_form": f"{ft.text_form} (spaces between {spaces}, NFC"
         + (", closing shads and tshegs removed)" if ft.text_form == "tsheg-trimmed" else ")"),
-        "recipe": recipe(ft),
+        "recipe": recipe(ft, setup.meta),
         "stored_form": data.source_form,
         "max_len": setup.meta.max_len,
         "sizes": {s: len(v) for s, v in setup.ids.items()},
