@@ -106,7 +106,9 @@ def test_csv_pivot_puts_heads_side_by_side(store: str) -> None:
         "tibnlp.model",
         "model.heads.small",
         "model.heads.large",
-        "runs",
+        "runs min",
+        "runs max",
+        "warning",
         "test_macro_f1 [cnn] mean",
         "test_macro_f1 [cnn] std",
         "test_macro_f1 [linear] mean",
@@ -114,8 +116,8 @@ def test_csv_pivot_puts_heads_side_by_side(store: str) -> None:
     ]
     dma = rows[2]  # after fixed8, made first
     assert dma[0] == "dma6-12"
-    assert float(dma[4]) == pytest.approx(statistics.mean(SCORES[("dma6-12", 6, 12, "cnn")]))
-    assert float(dma[7]) == pytest.approx(statistics.stdev(SCORES[("dma6-12", 6, 12, "linear")]))
+    assert float(dma[6]) == pytest.approx(statistics.mean(SCORES[("dma6-12", 6, 12, "cnn")]))
+    assert float(dma[9]) == pytest.approx(statistics.stdev(SCORES[("dma6-12", 6, 12, "linear")]))
 
 
 def test_aggregate_runs_add_no_empty_columns(store: str) -> None:
@@ -189,7 +191,8 @@ def test_runs_column_shows_the_range_when_cells_count_differently(tmp_path: Path
     ]
     ((runs, *_),) = [row[len(result.group_keys) :] for row in result.table()]
     assert runs == "1–3"
-    assert "1–3" in next(csv.reader(io.StringIO(result.csv().splitlines()[1])))
+    (csv_row,) = csv.DictReader(io.StringIO(result.csv()))
+    assert (csv_row["runs min"], csv_row["runs max"], csv_row["warning"]) == ("1", "3", "")
     # every cell from as many runs: the count itself
     even = compare_runs(
         "uneven", ["test_macro_f1"], uri=uri, filter_string="params.finetune.head = 'cnn'"
@@ -215,7 +218,10 @@ def test_seeds_stuck_at_the_majority_class_are_marked(tmp_path: Path) -> None:
     runs = {row[0]: row[1] for row in result.table()}
     assert runs == {"ok": "3", "bad": "3 (1 at majority class: not a result)"}
     assert "3 (1 at majority class" in result.markdown()
-    assert "3 (1 at majority class" in result.csv()
+    csv_rows = {r["tibnlp.model"]: r for r in csv.DictReader(io.StringIO(result.csv()))}
+    assert csv_rows["bad"]["runs max"] == "3"
+    assert csv_rows["bad"]["warning"] == "1 at majority class: not a result"
+    assert csv_rows["ok"]["warning"] == ""
     # under --columns-by the mark names the column whose runs it counts
     pivoted = compare_runs(
         "stuck", ["test_macro_f1"], ["tag:none"], columns_by="tag:tibnlp.model", uri=uri

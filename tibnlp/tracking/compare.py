@@ -95,15 +95,20 @@ class Comparison:
         return "\n".join(lines) + "\n"
 
     def csv(self) -> str:
-        """Machine-readable: mean and std in separate columns, full precision."""
+        """Machine-readable: mean and std in separate columns, full precision; the runs as
+        numbers (fewest and most behind one cell) and the warning in a column of its own, so a
+        script reads integers where the table shows "1–3 (1 at majority class ...)"."""
         out = io.StringIO()
         writer = csv.writer(out)
-        head = [k.removeprefix("tag:") for k in self.group_keys] + ["runs"]
+        head = [k.removeprefix("tag:") for k in self.group_keys]
+        head += ["runs min", "runs max", "warning"]
         for m in self.metrics:
             head += [f"{m} mean", f"{m} std"]
         writer.writerow(head)
         for i, (g, _, cells) in enumerate(self.rows):
-            row = [*g, self.runs(i)]
+            counts = [len(c.values) for c in cells if c.values] or [0]
+            flag = self.warnings[i] if i < len(self.warnings) else ""
+            row = [*g, str(min(counts)), str(max(counts)), flag]
             for c in cells:
                 row += [repr(c.mean) if c.values else "", repr(c.std) if c.values else ""]
             writer.writerow(row)
