@@ -14,7 +14,7 @@ from pathlib import Path
 
 import datasets
 import pytest
-from tibetan_fixtures import prepared_inputs, syllable
+from tibetan_fixtures import prepared_inputs, save_prepared, syllable
 
 from tibnlp.config import load_config
 from tibnlp.data.collate import encode_texts
@@ -27,8 +27,6 @@ SEQ_LEN = 48
 def _titles(path: Path, n_docs: int = 120, heldout: int = 10) -> Path:
     """A prepared corpus of one sentence per document, as `corpus prepare` makes of titles:
     2 to 12 syllables joined by tsheg, no closing shad."""
-    import json
-
     rng = random.Random(3)
     docs = [
         {
@@ -38,20 +36,7 @@ def _titles(path: Path, n_docs: int = 120, heldout: int = 10) -> Path:
         }
         for i in range(n_docs)
     ]
-    features = datasets.Features(
-        {
-            "doc_id": datasets.Value("int64"),
-            "source": datasets.Value("string"),
-            "sentences": datasets.Sequence(datasets.Value("string")),
-        }
-    )
-    datasets.DatasetDict(
-        train=datasets.Dataset.from_list(docs[heldout:], features=features),
-        heldout=datasets.Dataset.from_list(docs[:heldout], features=features),
-    ).save_to_disk(str(path / "dataset"))
-    (path / "tibnlp-corpus.json").write_text(json.dumps({"kind": "prepared_corpus", "version": 1}))
-    (path / "report.json").write_text(json.dumps({"documents": n_docs}))
-    return path
+    return save_prepared(path, docs, heldout, {"documents": n_docs})
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tibetan_fixtures import save_prepared
 
 from tibnlp.config import CorpusConfig, VocabConfig, load_config
 from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
@@ -57,27 +58,12 @@ def _need_botok() -> Path:
 
 def write_corpus(path: Path, n_docs: int = 24, heldout: int = 4) -> Path:
     """A prepared corpus (the `tibnlp corpus prepare` layout) of the real sentences."""
-    import datasets
-
     rng = random.Random(0)
     docs = [
         {"doc_id": i, "source": "real", "sentences": rng.choices(SENTENCES, k=rng.randint(2, 7))}
         for i in range(n_docs)
     ]
-    features = datasets.Features(
-        {
-            "doc_id": datasets.Value("int64"),
-            "source": datasets.Value("string"),
-            "sentences": datasets.Sequence(datasets.Value("string")),
-        }
-    )
-    datasets.DatasetDict(
-        train=datasets.Dataset.from_list(docs[heldout:], features=features),
-        heldout=datasets.Dataset.from_list(docs[:heldout], features=features),
-    ).save_to_disk(str(path / "dataset"))
-    (path / "tibnlp-corpus.json").write_text(json.dumps({"kind": "prepared_corpus", "version": 1}))
-    (path / "report.json").write_text(json.dumps({"documents": n_docs}))
-    return path
+    return save_prepared(path, docs, heldout, {"documents": n_docs})
 
 
 def write_slice(corpora: Path, out: Path) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 ROOTS = "ཀཁགངཅཆཇཉཏཐདནཔཕབམཙཚཛཝཞཟའཡརལཤསཧ"
 VOWELS = ["", "ི", "ུ", "ེ", "ོ"]
@@ -29,7 +30,6 @@ def sentence(rng: random.Random, words: list[str]) -> str:
 def write_prepared(
     path: Path, n_docs: int = 120, seed: int = 0, empty: bool = False, heldout: int = 10
 ) -> Path:
-    import datasets
 
     rng = random.Random(seed)
     words = ["་".join(syllable(rng) for _ in range(rng.choice([1, 1, 2, 3]))) for _ in range(400)]
@@ -41,6 +41,16 @@ def write_prepared(
         }
         for i in range(n_docs)
     ]
+    return save_prepared(path, docs, heldout, {"documents": n_docs, "seed": seed})
+
+
+def save_prepared(
+    path: Path, docs: list[dict[str, Any]], heldout: int, report: dict[str, Any]
+) -> Path:
+    """Save `docs` in the layout `tibnlp corpus prepare` writes: the first `heldout` documents
+    are the held-out split, the rest train."""
+    import datasets
+
     features = datasets.Features(
         {
             "doc_id": datasets.Value("int64"),
@@ -55,7 +65,7 @@ def write_prepared(
     path.mkdir(parents=True, exist_ok=True)
     dd.save_to_disk(str(path / "dataset"))
     (path / "tibnlp-corpus.json").write_text(json.dumps({"kind": "prepared_corpus", "version": 1}))
-    (path / "report.json").write_text(json.dumps({"documents": n_docs, "seed": seed}))
+    (path / "report.json").write_text(json.dumps(report))
     return path
 
 

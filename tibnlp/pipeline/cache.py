@@ -35,12 +35,16 @@ def node_key(kind: str, sections: dict[str, Any], params: dict[str, Any], inputs
 _CUT = 80  # characters of a stage or variant name in a file name
 
 
+def _file_chars(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)
+
+
 def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)[:_CUT] or "out"
+    return _file_chars(text)[:_CUT] or "out"
 
 
 def _cut(text: str) -> bool:
-    return len(re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)) > _CUT
+    return len(_file_chars(text)) > _CUT
 
 
 @dataclass

@@ -168,8 +168,9 @@ def read_documents(
         info.compression = _compression(path, raw)
         stream = COMPRESSED[info.compression](raw) if info.compression else raw
         lines = _decoded_lines(path, stream, raw, info, on_error, advance)
+        info.source = info.source or path.name
         yield from (_jsonl_docs if is_jsonl else _text_docs)(
-            path, info.source or path.name, lines, info, field_name, on_error
+            path, lines, info, field_name, on_error
         )
     with path.open("rb") as raw:  # hashed separately: the stream above may stop early on error
         for chunk in iter(lambda: raw.read(1 << 20), b""):
@@ -232,7 +233,6 @@ def _note_tibetan(info: InputInfo, text: str) -> None:
 
 def _text_docs(
     _path: Path,
-    source: str,
     lines: Iterator[tuple[int, str]],
     info: InputInfo,
     _field: str,
@@ -248,16 +248,15 @@ def _text_docs(
             _note_tibetan(info, text)
         elif current:
             info.documents += 1
-            yield Document(source, start, current)
+            yield Document(info.source, start, current)
             current = []
     if current:
         info.documents += 1
-        yield Document(source, start, current)
+        yield Document(info.source, start, current)
 
 
 def _jsonl_docs(
     path: Path,
-    source: str,
     lines: Iterator[tuple[int, str]],
     info: InputInfo,
     field_name: str,
@@ -287,4 +286,4 @@ def _jsonl_docs(
         if doc_lines:
             _note_tibetan(info, value)
             info.documents += 1
-            yield Document(source, lineno, doc_lines)
+            yield Document(info.source, lineno, doc_lines)
