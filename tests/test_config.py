@@ -146,3 +146,16 @@ def test_export_token_counts_are_a_set_in_any_order() -> None:
     down = load_config(None, ["pretrain.export_at_tokens=[4000000, 1000000, 2000000]"])
     assert down.pretrain.export_at_tokens == [1000000, 2000000, 4000000]
     assert config_hash(to_dict(up.pretrain)) == config_hash(to_dict(down.pretrain))
+
+
+@pytest.mark.parametrize("section", ["pretrain", "finetune"])
+def test_lamb_under_zero_is_refused_at_load(section: str) -> None:
+    """DeepSpeed refuses our LAMB under ZeRO only once the engine starts (and with a flag it
+    would run one trust ratio per flat shard): the config says so when it is read."""
+    sets = [f"{section}.optimizer.name=lamb", "engine.zero_stage=1"]
+    with pytest.raises(ConfigError) as info:
+        load_config(None, sets)
+    assert f"'{section}.optimizer.name'" in str(info.value)
+    assert "engine.zero_stage: 0" in str(info.value)
+    assert load_config(None, [sets[0], "engine.zero_stage=0"]).engine.zero_stage == 0
+    assert load_config(None, ["pretrain.optimizer.name=adamw", "engine.zero_stage=2"])

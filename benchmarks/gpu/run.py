@@ -169,7 +169,7 @@ def check(mode: Mode, env: dict[str, str]) -> str:
 
 # ---- pretrain ----------------------------------------------------------------------------
 PAPER = {  # pipelines/paper_tiny.yaml's pretraining, with a warm-up sized to minutes
-    "engine": {"precision": "bf16", "zero_stage": 1, "num_workers": 8},
+    "engine": {"precision": "bf16", "zero_stage": 0, "num_workers": 8},  # LAMB: no ZeRO
     "pretrain": {
         "seq_len": 512,
         "batch_size": 256,

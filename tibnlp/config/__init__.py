@@ -37,6 +37,21 @@ class Config:
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
+    def validate(self, prefix: str) -> None:
+        # LAMB's trust ratio is per weight tensor; ZeRO 1 and 2 hand the optimizer flat shards
+        # of many tensors, which would make it one ratio per shard (DeepSpeed refuses it as an
+        # untested ZeRO optimizer, deep inside the engine's start)
+        for section in ("pretrain", "finetune"):
+            name = getattr(self, section).optimizer.name
+            check(
+                not (name == "lamb" and self.engine.zero_stage > 0),
+                f"{section}.optimizer.name",
+                f"lamb runs with engine.zero_stage 0 only (here {self.engine.zero_stage}): its "
+                "per-tensor trust ratio needs whole tensors, and ZeRO hands it flat shards. Set "
+                "engine.zero_stage: 0 (an ALBERT-tiny's optimizer state is a few MB, nothing "
+                "to shard) or optimizer.name: adamw",
+            )
+
 
 def load_config(path: Path | None = None, overrides: Iterable[str] = ()) -> Config:
     """Defaults <- YAML file <- `--set` overrides, validated."""
