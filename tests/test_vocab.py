@@ -224,3 +224,22 @@ def test_cli_reports_errors_without_traceback(tmp_path: Path) -> None:
     assert proc.returncode != 0
     message = " ".join(proc.stderr.split())  # rich wraps long lines
     assert "is not a prepared corpus" in message and "Traceback" not in message
+
+
+def test_punctuation_pieces_stand_alone(corpus: Path, tmp_path: Path) -> None:
+    """vocab.punctuation_pieces: a closing shad never glues onto its syllable (so a
+    sentence-final syllable encodes as its mid-sentence twin), and the head marks are known
+    even where the corpus never has them (this one has none)."""
+    text = "ཀ་ཁ་གང།"
+    build_vocabulary(corpus, tmp_path / "v", _config(punctuation_pieces=True))
+    v = Vocabulary.load(tmp_path / "v")
+    ids = v.encode(text)
+    assert v.id_to_piece(ids[-1]) == "།"
+    assert ids[:-1] == v.encode("ཀ་ཁ་གང")
+    head = [v.id_to_piece(i) for i in v.encode("༄༅། །ཀ་ཁ")]
+    assert "[UNK]" not in head and {"༄", "༅", "།"} <= set(head)
+    assert v.decode(ids) == text
+    starts = v.syllable_starts(ids)  # the shad stays in its syllable's unit
+    assert sum(starts) == 3 and not starts[-1]
+    report = json.loads((tmp_path / "v" / "report.json").read_text())
+    assert report["punctuation_pieces"] is True

@@ -35,6 +35,7 @@ def build(
     for key in (
         "vocab_size",
         "split_on_tsheg",
+        "punctuation_pieces",
         "unk_share",
         "pieces_per_syllable",
         "syllable_type_coverage",

@@ -49,6 +49,12 @@ class VocabConfig:
     vocab_size: int = 30000
     character_coverage: float = 0.9995
     split_on_tsheg: bool = True  # pieces never cross a syllable boundary
+    # Tibetan punctuation (the shad forms, the head marks ༄ ༅ and their kin: `PUNCTUATION` in
+    # tibnlp/text/vocab_build.py) as pieces of their own, whatever the corpus. Otherwise a
+    # closing shad is glued onto the syllable before it (`▁རེད།`), so a sentence-final syllable
+    # learns an embedding apart from its mid-sentence twin, and marks the corpus rarely holds
+    # (the head marks some TNCC titles open with) encode as [UNK].
+    punctuation_pieces: bool = False
     # Under the syllable rule the corpus's syllable inventory bounds the size (about 20k pieces
     # for the shared corpora), so by default vocab_size is a ceiling: the largest vocabulary
     # the corpus supports is built and the report says so. true: fail instead.

@@ -41,6 +41,9 @@ SYLLABLE_RULES = {
     "F0C": "20",  # non-breaking tsheg
     **{f"{c:X}": f"{c:X} 20" for c in (0x0F0D, 0x0F0E, 0x0F0F, 0x0F10, 0x0F11, 0x0F12, 0x0F14)},
 }
+# vocab.punctuation_pieces: each always a piece of its own (SentencePiece user-defined
+# symbols, cut out wherever they stand): head marks, shads, the other section marks
+PUNCTUATION = tuple(chr(c) for c in (*range(0x0F04, 0x0F0B), *range(0x0F0D, 0x0F13), 0x0F14))
 _TOO_BIG_RE = re.compile(r"<=\s*(\d+)")
 
 
@@ -90,6 +93,7 @@ def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> byte
             bos_id=-1,
             eos_id=-1,
             control_symbols=specials[2:],
+            user_defined_symbols=list(PUNCTUATION) if config.punctuation_pieces else [],
             hard_vocab_limit=config.hard_limit,
             minloglevel=2,
         )
@@ -186,6 +190,7 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
         "vocab_size": vocab.size,
         "requested_vocab_size": config.vocab_size,
         "split_on_tsheg": config.split_on_tsheg,
+        "punctuation_pieces": config.punctuation_pieces,
         "sha256": vocab.sha256,
         "sentencepiece": spm.__version__,
         "num_threads": _threads(config),
