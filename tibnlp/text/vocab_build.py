@@ -60,11 +60,53 @@ def _sentences(split: Any) -> Iterator[str]:
             yield from (s for s in sentences if s.strip())
 
 
+# the same rules as a str.translate table: the units SentencePiece trains on
+_UNIT_BREAKS = str.maketrans(
+    {
+        chr(int(key, 16)): "".join(chr(int(code, 16)) for code in value.split())
+        for key, value in SYLLABLE_RULES.items()
+    }
+)
+
+
+def _unit_seeds(config: VocabConfig, sentences: Iterator[str], path: Path) -> int:
+    """vocab.whole_units: the seed file SentencePiece starts from (`piece<TAB>frequency`):
+    every whitespace unit of the normalised text (`▁` + the unit) seen at least twice, and
+    every substring of those units of two characters or more (SentencePiece adds the single
+    characters), by corpus frequency; the `seed_sentencepiece_size` best by frequency x length,
+    as SentencePiece ranks its own. Returns the number of seeds."""
+    units: Counter[str] = Counter()
+    for sentence in sentences:
+        text = sentence.translate(_UNIT_BREAKS) if config.split_on_tsheg else sentence
+        units.update(text.split())
+    found: Counter[str] = Counter()
+    for unit, count in units.items():
+        if count < 2:
+            continue
+        word = WORD_START + unit
+        for i in range(len(word)):
+            for j in range(i + 2, len(word) + 1):
+                found[word[i:j]] += count
+    drop = set(config.special_tokens) | set(PUNCTUATION if config.punctuation_pieces else ())
+    ranked = sorted(
+        ((p, c) for p, c in found.items() if p != WORD_START and p not in drop),
+        key=lambda pc: (-pc[1] * len(pc[0]), pc[0]),
+    )[: _seed_size(config)]
+    path.write_text("".join(f"{p}\t{c}\n" for p, c in ranked), encoding="utf-8")
+    return len(ranked)
+
+
+def _seed_size(config: VocabConfig) -> int:
+    return max(1_000_000, config.vocab_size * 10)
+
+
 def _threads(config: VocabConfig) -> int:
     return config.num_threads or os.cpu_count() or 1
 
 
-def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> bytes:
+def _train(
+    config: VocabConfig, sentences: Iterator[str], workdir: Path, seeds: Path | None = None
+) -> bytes:
     model = io.BytesIO()
     specials = config.special_tokens
     rules: dict[str, Any] = {"normalization_rule_name": "identity"}
@@ -72,6 +114,8 @@ def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> byte
         tsv = workdir / "syllable_rules.tsv"
         tsv.write_text("".join(f"{k}\t{v}\n" for k, v in SYLLABLE_RULES.items()))
         rules = {"normalization_rule_tsv": str(tsv)}
+    if seeds is not None:
+        rules["seed_sentencepieces_file"] = str(seeds)
     spm.set_random_generator_seed(config.seed)  # sampling and shuffling are reproducible
     try:
         spm.SentencePieceTrainer.train(
@@ -85,7 +129,7 @@ def _train(config: VocabConfig, sentences: Iterator[str], workdir: Path) -> byte
             shuffle_input_sentence=True,
             max_sentence_length=config.max_sentence_length,
             num_threads=_threads(config),
-            seed_sentencepiece_size=max(1_000_000, config.vocab_size * 10),
+            seed_sentencepiece_size=_seed_size(config),
             pad_id=PAD_ID,
             pad_piece=specials[0],
             unk_id=UNK_ID,
@@ -128,6 +172,7 @@ def _canonical(proto: bytes) -> bytes:
     model.ParseFromString(proto)
     model.normalizer_spec.ClearField("normalization_rule_tsv")
     model.trainer_spec.ClearField("num_threads")
+    model.trainer_spec.ClearField("seed_sentencepieces_file")  # a temporary path
     return model.SerializeToString(deterministic=True)
 
 
@@ -183,7 +228,11 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
     if first is None:
         raise DataError(f"{corpus_dir}: the train split has no sentences; nothing to learn from")
     with tempfile.TemporaryDirectory() as workdir:
-        proto = _train(config, _sentences(train), Path(workdir))
+        seeds = None
+        if config.whole_units:
+            seeds = Path(workdir) / "seeds.tsv"
+            _unit_seeds(config, _sentences(train), seeds)
+        proto = _train(config, _sentences(train), Path(workdir), seeds)
     vocab = Vocabulary(proto)
     heldout = list(_sentences(corpus["heldout"]))
     report: dict[str, Any] = {
@@ -191,6 +240,7 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
         "requested_vocab_size": config.vocab_size,
         "split_on_tsheg": config.split_on_tsheg,
         "punctuation_pieces": config.punctuation_pieces,
+        "whole_units": config.whole_units,
         "sha256": vocab.sha256,
         "sentencepiece": spm.__version__,
         "num_threads": _threads(config),
