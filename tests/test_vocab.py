@@ -231,16 +231,18 @@ def test_punctuation_pieces_stand_alone(corpus: Path, tmp_path: Path) -> None:
     sentence-final syllable encodes as its mid-sentence twin), and the head marks are known
     even where the corpus never has them (this one has none)."""
     text = "ཀ་ཁ་གང།"
-    build_vocabulary(corpus, tmp_path / "v", _config(punctuation_pieces=True))
+    cfg = _config(vocab_size=2000, punctuation_pieces=True, whole_units=True)
+    build_vocabulary(corpus, tmp_path / "v", cfg)
     v = Vocabulary.load(tmp_path / "v")
     ids = v.encode(text)
-    assert v.id_to_piece(ids[-1]) == "།"
+    assert v.id_to_piece(ids[-1]) == "▁།"
     assert ids[:-1] == v.encode("ཀ་ཁ་གང")
+    # with or without a space after the shad, the next syllable opens with its `▁` piece
+    assert v.encode("ཀ།ཁ") == v.encode("ཀ། ཁ") == v.encode("ཀ ། ཁ")
+    assert v.encode("ཀ།ཁ")[-1] == v.encode("ཁ")[-1]
     head = [v.id_to_piece(i) for i in v.encode("༄༅། །ཀ་ཁ")]
-    assert "[UNK]" not in head and {"༄", "༅", "།"} <= set(head)
-    assert v.decode(ids) == text
-    starts = v.syllable_starts(ids)  # the shad stays in its syllable's unit
-    assert sum(starts) == 3 and not starts[-1]
+    assert "[UNK]" not in head and {"༄", "༅", "▁།"} <= set(head)  # required characters
+    assert v.syllable_starts(ids) == [True] * 4  # the shad is a unit of its own
     report = json.loads((tmp_path / "v" / "report.json").read_text())
     assert report["punctuation_pieces"] is True
 
@@ -251,13 +253,14 @@ def test_whole_units_make_every_repeated_syllable_one_piece(corpus: Path, tmp_pa
     temporary seed file's path stays out of the model, so a rebuild gives the same bytes."""
     from collections import Counter
 
-    from tibnlp.text.vocab_build import _UNIT_BREAKS, _sentences, load_corpus
+    from tibnlp.text.vocab_build import _sentences, load_corpus, unit_breaks
 
     cfg = _config(vocab_size=2000, whole_units=True)  # a ceiling: the corpus supports fewer
     report = build_vocabulary(corpus, tmp_path / "v", cfg)
     v = Vocabulary.load(tmp_path / "v")
     train = _sentences(load_corpus(corpus)["train"])
-    units = Counter(u for sentence in train for u in sentence.translate(_UNIT_BREAKS).split())
+    table = unit_breaks(cfg)
+    units = Counter(u for sentence in train for u in sentence.translate(table).split())
     repeated = [u for u, c in units.items() if c >= 2]  # bare syllables and syllable + shad
     assert len(repeated) > 100
     assert all(len(v.encode(u)) == 1 and v.unk_id not in v.encode(u) for u in repeated)

@@ -41,8 +41,10 @@ SYLLABLE_RULES = {
     "F0C": "20",  # non-breaking tsheg
     **{f"{c:X}": f"{c:X} 20" for c in (0x0F0D, 0x0F0E, 0x0F0F, 0x0F10, 0x0F11, 0x0F12, 0x0F14)},
 }
-# vocab.punctuation_pieces: each always a piece of its own (SentencePiece user-defined
-# symbols, cut out wherever they stand): head marks, shads, the other section marks
+# vocab.punctuation_pieces: head marks, shads and the other section marks, each a unit of its
+# own (whitespace on both sides: `▁།`) and in the vocabulary whatever the corpus (required
+# characters). Not SentencePiece's user-defined symbols: the normalisation rules skip those,
+# so a syllable right after one would lose its `▁`.
 PUNCTUATION = tuple(chr(c) for c in (*range(0x0F04, 0x0F0B), *range(0x0F0D, 0x0F13), 0x0F14))
 _TOO_BIG_RE = re.compile(r"<=\s*(\d+)")
 
@@ -60,13 +62,22 @@ def _sentences(split: Any) -> Iterator[str]:
             yield from (s for s in sentences if s.strip())
 
 
-# the same rules as a str.translate table: the units SentencePiece trains on
-_UNIT_BREAKS = str.maketrans(
-    {
-        chr(int(key, 16)): "".join(chr(int(code, 16)) for code in value.split())
-        for key, value in SYLLABLE_RULES.items()
+def normalization_rules(config: VocabConfig) -> dict[str, str]:
+    """SentencePiece's rules (hex code points -> hex code points) for this config; empty:
+    identity."""
+    rules = dict(SYLLABLE_RULES) if config.split_on_tsheg else {}
+    if config.punctuation_pieces:
+        rules.update({f"{ord(c):X}": f"20 {ord(c):X} 20" for c in PUNCTUATION})
+    return rules
+
+
+def unit_breaks(config: VocabConfig) -> dict[int, str]:
+    """The same rules as a str.translate table: the units SentencePiece trains on are the
+    whitespace-separated parts of `text.translate(unit_breaks(config))`."""
+    return {
+        int(key, 16): "".join(chr(int(code, 16)) for code in value.split())
+        for key, value in normalization_rules(config).items()
     }
-)
 
 
 def _unit_seeds(config: VocabConfig, sentences: Iterator[str], path: Path) -> int:
@@ -76,9 +87,9 @@ def _unit_seeds(config: VocabConfig, sentences: Iterator[str], path: Path) -> in
     characters), by corpus frequency; the `seed_sentencepiece_size` best by frequency x length,
     as SentencePiece ranks its own. Returns the number of seeds."""
     units: Counter[str] = Counter()
+    table = unit_breaks(config)
     for sentence in sentences:
-        text = sentence.translate(_UNIT_BREAKS) if config.split_on_tsheg else sentence
-        units.update(text.split())
+        units.update(sentence.translate(table).split())
     found: Counter[str] = Counter()
     for unit, count in units.items():
         if count < 2:
@@ -87,9 +98,8 @@ def _unit_seeds(config: VocabConfig, sentences: Iterator[str], path: Path) -> in
         for i in range(len(word)):
             for j in range(i + 2, len(word) + 1):
                 found[word[i:j]] += count
-    drop = set(config.special_tokens) | set(PUNCTUATION if config.punctuation_pieces else ())
     ranked = sorted(
-        ((p, c) for p, c in found.items() if p != WORD_START and p not in drop),
+        ((p, c) for p, c in found.items() if p != WORD_START and p not in config.special_tokens),
         key=lambda pc: (-pc[1] * len(pc[0]), pc[0]),
     )[: _seed_size(config)]
     path.write_text("".join(f"{p}\t{c}\n" for p, c in ranked), encoding="utf-8")
@@ -110,10 +120,12 @@ def _train(
     model = io.BytesIO()
     specials = config.special_tokens
     rules: dict[str, Any] = {"normalization_rule_name": "identity"}
-    if config.split_on_tsheg:
+    if table := normalization_rules(config):
         tsv = workdir / "syllable_rules.tsv"
-        tsv.write_text("".join(f"{k}\t{v}\n" for k, v in SYLLABLE_RULES.items()))
+        tsv.write_text("".join(f"{k}\t{v}\n" for k, v in table.items()))
         rules = {"normalization_rule_tsv": str(tsv)}
+    if config.punctuation_pieces:
+        rules["required_chars"] = "".join(PUNCTUATION)
     if seeds is not None:
         rules["seed_sentencepieces_file"] = str(seeds)
     spm.set_random_generator_seed(config.seed)  # sampling and shuffling are reproducible
@@ -137,7 +149,6 @@ def _train(
             bos_id=-1,
             eos_id=-1,
             control_symbols=specials[2:],
-            user_defined_symbols=list(PUNCTUATION) if config.punctuation_pieces else [],
             hard_vocab_limit=config.hard_limit,
             minloglevel=2,
         )
