@@ -5,7 +5,9 @@ SentencePiece trains in C++, so tracemalloc would miss it: the build runs as a c
 runs in its own child, one after the other, so the figures sit side by side.
 
     python benchmarks/bench_vocab.py --corpus DIR --out-root DIR \
-        [--runs true:16000,false:16000,false:30000]   # split_on_tsheg:vocab_size
+        [--runs true:16000,false:16000,false:30000]   # split_on_tsheg:vocab_size[:OPTIONS]
+
+OPTIONS: vocab switches turned on, joined by `+` (`true:16000:whole_units+punctuation_pieces`).
 
 Outputs go to OUT_ROOT/vocab-<split|nosplit>-<size>.
 """
@@ -22,8 +24,12 @@ from pathlib import Path
 
 from tibnlp.fsutil import atomic_write_text
 
+SWITCHES = ("whole_units", "punctuation_pieces")
 
-def build(corpus: Path, output: Path, vocab_size: int, split: bool) -> dict[str, object]:
+
+def build(
+    corpus: Path, output: Path, vocab_size: int, split: bool, switches: list[str]
+) -> dict[str, object]:
     cmd = [
         sys.executable,
         "-m",
@@ -38,6 +44,7 @@ def build(corpus: Path, output: Path, vocab_size: int, split: bool) -> dict[str,
         str(vocab_size),
         "--set",
         f"vocab.split_on_tsheg={'true' if split else 'false'}",
+        *(a for name in switches for a in ("--set", f"vocab.{name}=true")),
     ]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd)
@@ -64,10 +71,13 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for run in args.runs.split(","):
-        split_text, size_text = run.split(":")
+        split_text, size_text, *rest = run.split(":")
+        switches = rest[0].split("+") if rest else []
+        if unknown := [s for s in switches if s not in SWITCHES]:
+            raise SystemExit(f"--runs {run}: unknown switch {unknown[0]} (known: {SWITCHES})")
         split = split_text == "true"
-        name = f"vocab-{'split' if split else 'nosplit'}-{size_text}"
-        rows.append(build(args.corpus, args.out_root / name, int(size_text), split))
+        name = "-".join(["vocab", "split" if split else "nosplit", size_text, *switches])
+        rows.append(build(args.corpus, args.out_root / name, int(size_text), split, switches))
         print(json.dumps(rows[-1]), flush=True)  # kept even if a later run is stopped
     text = json.dumps({"cpus": os.cpu_count(), "load": os.getloadavg(), "runs": rows}, indent=2)
     print(text)
