@@ -533,6 +533,23 @@ def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path
     assert keys("pretrain.sop=false", "pretrain.objective=electra")["pretrain"] != mlm
 
 
+def test_vocab_switches_enter_the_key_only_when_set() -> None:
+    """vocab.whole_units and vocab.punctuation_pieces came later: at their defaults a vocab
+    stage (and all that reads it) keeps the key it had before they existed."""
+    from tibnlp.config import Config
+    from tibnlp.config.core import to_dict
+    from tibnlp.config.identity import output_settings
+
+    config = to_dict(Config())
+    before = {
+        k: v for k, v in config["vocab"].items() if k not in {"whole_units", "punctuation_pieces"}
+    }
+    assert output_settings(config, ("vocab",)) == {"vocab": before}
+    for key in ("whole_units", "punctuation_pieces"):
+        changed = {**config, "vocab": {**config["vocab"], key: True}}
+        assert output_settings(changed, ("vocab",))["vocab"] == {**before, key: True}
+
+
 def test_paths_a_stage_sets_itself_stay_out_of_its_key(
     toy: tuple[Path, str], tmp_path: Path
 ) -> None:
