@@ -267,3 +267,16 @@ def test_whole_units_make_every_repeated_syllable_one_piece(corpus: Path, tmp_pa
     assert report["whole_units"] is True and report["syllable_type_single_piece"] > 0.5
     build_vocabulary(corpus, tmp_path / "again", cfg)
     assert Vocabulary.load(tmp_path / "again").sha256 == v.sha256
+
+
+def test_unit_seeds_stop_at_the_longest_piece(tmp_path: Path) -> None:
+    """A repeated unit without whitespace (a URL, an unspaced line) gives seeds no longer than
+    SentencePiece keeps, not all its quadratically many substrings."""
+    from tibnlp.text.vocab_build import _max_piece_length, _unit_seeds
+
+    long = "".join(chr(c) for c in range(0x0F40, 0x0F40 + 40))  # 40 distinct letters
+    seeds = tmp_path / "seeds.tsv"
+    n = _unit_seeds(_config(), iter([long, long, "ཀ་ཁ"]), seeds)
+    pieces = [line.split("\t")[0] for line in seeds.read_text(encoding="utf-8").splitlines()]
+    assert n == len(pieces) and max(map(len, pieces)) == _max_piece_length() == 16
+    assert "▁" + long[:15] in pieces and long[:16] in pieces and long[:17] not in pieces

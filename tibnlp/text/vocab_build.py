@@ -84,8 +84,11 @@ def _unit_seeds(config: VocabConfig, sentences: Iterator[str], path: Path) -> in
     """vocab.whole_units: the seed file SentencePiece starts from (`piece<TAB>frequency`):
     every whitespace unit of the normalised text (`▁` + the unit) seen at least twice, and
     every substring of those units of two characters or more (SentencePiece adds the single
-    characters), by corpus frequency; the `seed_sentencepiece_size` best by frequency x length,
-    as SentencePiece ranks its own. Returns the number of seeds."""
+    characters) and at most `_max_piece_length()` (SentencePiece drops longer seeds, and a
+    repeated unit without whitespace, a long URL, would give quadratically many), by corpus
+    frequency; the `seed_sentencepiece_size` best by frequency x length, as SentencePiece ranks
+    its own. Returns the number of seeds."""
+    longest = _max_piece_length()
     units: Counter[str] = Counter()
     table = unit_breaks(config)
     for sentence in sentences:
@@ -96,7 +99,7 @@ def _unit_seeds(config: VocabConfig, sentences: Iterator[str], path: Path) -> in
             continue
         word = WORD_START + unit
         for i in range(len(word)):
-            for j in range(i + 2, len(word) + 1):
+            for j in range(i + 2, min(i + longest, len(word)) + 1):
                 found[word[i:j]] += count
     ranked = sorted(
         ((p, c) for p, c in found.items() if p != WORD_START and p not in config.special_tokens),
@@ -104,6 +107,13 @@ def _unit_seeds(config: VocabConfig, sentences: Iterator[str], path: Path) -> in
     )[: _seed_size(config)]
     path.write_text("".join(f"{p}\t{c}\n" for p, c in ranked), encoding="utf-8")
     return len(ranked)
+
+
+def _max_piece_length() -> int:
+    """SentencePiece's max_sentencepiece_length (its default: `_train` leaves it)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    return int(pb.TrainerSpec().max_sentencepiece_length)  # type: ignore[attr-defined]
 
 
 def _seed_size(config: VocabConfig) -> int:
