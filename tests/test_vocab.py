@@ -90,6 +90,7 @@ def test_encode_decode_and_batch(vocab: Vocabulary) -> None:
     batch = vocab.encode_batch(texts)
     assert batch == [vocab.encode(t) for t in texts]
     assert vocab.decode(vocab.encode(texts[0])) == texts[0]
+    assert not vocab.punctuation_pieces
     assert vocab.encode(texts[2]) == vocab.encode("ཀ་ཁ")  # normalised before encoding
 
 
@@ -245,6 +246,9 @@ def test_punctuation_pieces_stand_alone(corpus: Path, tmp_path: Path) -> None:
     assert v.syllable_starts(ids) == [True] * 4  # the shad is a unit of its own
     report = json.loads((tmp_path / "v" / "report.json").read_text())
     assert report["punctuation_pieces"] is True
+    # decoding drops the space the rule put before a shad (not the tsheg after ང)
+    assert v.punctuation_pieces
+    assert v.decode(v.encode("ཀ་ཁ།ཀ་ང་།")) == "ཀ་ཁ། ཀ་ང་།"
 
 
 def test_whole_units_make_every_repeated_syllable_one_piece(corpus: Path, tmp_path: Path) -> None:

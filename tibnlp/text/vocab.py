@@ -32,6 +32,7 @@ import sentencepiece as spm
 
 from tibnlp.errors import DataError
 from tibnlp.text.normalize import normalize
+from tibnlp.text.sentences import SHADS
 from tibnlp.text.special import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_PIECES, UNK_ID
 from tibnlp.text.syllables import SYLLABLE_RE, TSHEG
 
@@ -47,6 +48,9 @@ _SYLLABLE_CHARS = frozenset(
 )
 
 _SPACE_AFTER_SYLLABLE = re.compile(f"(?<={SYLLABLE_RE.pattern[:-1]}) (?=[^ A-Za-z0-9])")
+# vocab.punctuation_pieces: the space its rule put before a closing shad (normalised text has
+# none, but a tsheg after ང, which the rule made a space too)
+_SPACE_BEFORE_SHAD = re.compile(f"(?<={SYLLABLE_RE.pattern[:-1]})(?<!ང) (?=[{SHADS}])")
 
 
 def is_syllable_char(char: str) -> bool:
@@ -78,6 +82,7 @@ class Vocabulary:
         self.sha256: str = hashlib.sha256(model_proto).hexdigest()
         # Trained with the tsheg-as-whitespace rule (split_on_tsheg)? Read it off the model.
         self.split_on_tsheg: bool = TSHEG not in self.sp.normalize(f"ཀ{TSHEG}ཀ")
+        self.punctuation_pieces: bool = f"{WORD_START}།" in self.sp.normalize("ཀ།")
         # Per piece: does it end inside a syllable (the next piece may continue it), and is
         # it a lone whitespace marker (which belongs to the syllable after it)?
         pieces = [self.sp.id_to_piece(i) for i in range(self.size)]
@@ -129,6 +134,8 @@ class Vocabulary:
         space ~5:1 before ASCII).
         """
         text = str(self.sp.decode(list(ids)))
+        if self.punctuation_pieces:
+            text = _SPACE_BEFORE_SHAD.sub("", text)
         if self.split_on_tsheg:  # whitespace after a syllable was a tsheg
             text = _SPACE_AFTER_SYLLABLE.sub(TSHEG, text)
         return text
