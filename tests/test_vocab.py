@@ -284,3 +284,18 @@ def test_unit_seeds_stop_at_the_longest_piece(tmp_path: Path) -> None:
     pieces = [line.split("\t")[0] for line in seeds.read_text(encoding="utf-8").splitlines()]
     assert n == len(pieces) and max(map(len, pieces)) == _max_piece_length() == 16
     assert "▁" + long[:15] in pieces and long[:16] in pieces and long[:17] not in pieces
+
+
+def test_cli_sets_and_shows_the_vocab_switches(corpus: Path, tmp_path: Path) -> None:
+    """`--set vocab.whole_units=true` reaches the build, and the table says which switches
+    built the vocabulary."""
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    args = ["vocab", "build", "--corpus", str(corpus), "--output", str(tmp_path / "v")]
+    sets = ["--set", "vocab.whole_units=true", "--set", "vocab.num_threads=1"]
+    result = CliRunner().invoke(app, [*args, "--vocab-size", "300", *sets])
+    assert result.exit_code == 0, result.output
+    shown = " ".join(result.output.replace("│", " ").split())
+    assert "whole_units True" in shown and "punctuation_pieces False" in shown

@@ -36,6 +36,7 @@ def build(
         "vocab_size",
         "split_on_tsheg",
         "punctuation_pieces",
+        "whole_units",
         "unk_share",
         "pieces_per_syllable",
         "syllable_type_coverage",
