@@ -254,7 +254,7 @@ def test_punctuation_pieces_stand_alone(corpus: Path, tmp_path: Path) -> None:
 
 def test_whole_units_make_every_repeated_syllable_one_piece(corpus: Path, tmp_path: Path) -> None:
     """vocab.whole_units: SentencePiece starts from every unit seen twice, so each of those
-    syllables is one piece (its own seeds miss a unit that no other unit extends); the
+    syllables is one piece (its own seeds miss syllables only ever followed by another); the
     temporary seed file's path stays out of the model, so a rebuild gives the same bytes."""
     from collections import Counter
 
