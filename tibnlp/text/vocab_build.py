@@ -27,6 +27,7 @@ from tibnlp.config.core import dump_yaml, to_dict
 from tibnlp.config.text import VocabConfig
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
+from tibnlp.text.sentences import SHADS
 from tibnlp.text.special import PAD_ID, UNK_ID
 from tibnlp.text.syllables import count_syllables, syllables
 from tibnlp.text.vocab import MARKER, MODEL_FILE, WORD_START, Vocabulary
@@ -39,13 +40,14 @@ from tibnlp.text.vocab import MARKER, MODEL_FILE, WORD_START, Vocabulary
 SYLLABLE_RULES = {
     "F0B": "20",  # tsheg
     "F0C": "20",  # non-breaking tsheg
-    **{f"{c:X}": f"{c:X} 20" for c in (0x0F0D, 0x0F0E, 0x0F0F, 0x0F10, 0x0F11, 0x0F12, 0x0F14)},
+    **{f"{ord(c):X}": f"{ord(c):X} 20" for c in SHADS},
 }
 # vocab.punctuation_pieces: head marks, shads and the other section marks, each a unit of its
 # own (whitespace on both sides: `▁།`) and in the vocabulary whatever the corpus (required
 # characters). Not SentencePiece's user-defined symbols: the normalisation rules skip those,
 # so a syllable right after one would lose its `▁`.
-PUNCTUATION = tuple(chr(c) for c in (*range(0x0F04, 0x0F0B), *range(0x0F0D, 0x0F13), 0x0F14))
+HEAD_MARKS = "".join(chr(c) for c in range(0x0F04, 0x0F0B))  # ༄ ༅ and their kin
+PUNCTUATION = tuple(HEAD_MARKS + SHADS)
 _TOO_BIG_RE = re.compile(r"<=\s*(\d+)")
 
 

@@ -74,8 +74,11 @@ class Comparison:
     # them, so the runs column says so ("" or e.g. "1 at majority class: not a result")
     warnings: list[str] = field(default_factory=list)
 
+    def warning(self, i: int) -> str:
+        return self.warnings[i] if i < len(self.warnings) else ""
+
     def runs(self, i: int) -> str:
-        flag = self.warnings[i] if i < len(self.warnings) else ""
+        flag = self.warning(i)
         return runs_text(self.rows[i][2]) + (f" ({flag})" if flag else "")
 
     def headers(self) -> list[str]:
@@ -106,9 +109,8 @@ class Comparison:
             head += [f"{m} mean", f"{m} std"]
         writer.writerow(head)
         for i, (g, _, cells) in enumerate(self.rows):
-            counts = [len(c.values) for c in cells if c.values] or [0]
-            flag = self.warnings[i] if i < len(self.warnings) else ""
-            row = [*g, str(min(counts)), str(max(counts)), flag]
+            fewest, most = run_counts(cells)
+            row = [*g, str(fewest), str(most), self.warning(i)]
             for c in cells:
                 row += [repr(c.mean) if c.values else "", repr(c.std) if c.values else ""]
             writer.writerow(row)
@@ -119,10 +121,14 @@ def runs_text(cells: Sequence[Cell]) -> str:
     """The runs behind a row's cells: "3", or "1–3" when its cells hold different counts
     (`--columns-by` splits a row's runs between columns; a metric some runs lack), not the
     largest count alone, which claimed three seeds beside a mean of one."""
-    counts = sorted({len(c.values) for c in cells if c.values})
-    if not counts:
-        return "0"
-    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    fewest, most = run_counts(cells)
+    return str(fewest) if fewest == most else f"{fewest}–{most}"
+
+
+def run_counts(cells: Sequence[Cell]) -> tuple[int, int]:
+    """The fewest and most runs behind a row's cells ((0, 0) when none holds a value)."""
+    counts = [len(c.values) for c in cells if c.values] or [0]
+    return min(counts), max(counts)
 
 
 def _value(run: object, key: str) -> str | None:
