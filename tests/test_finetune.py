@@ -14,6 +14,7 @@ from tibnlp.config import load_config
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.significance import compare_rows
 from tibnlp.training import finetune as ft_mod
+from tibnlp.training.classification import PrefixedRun
 from tibnlp.training.finetune import run_finetune
 
 
@@ -335,6 +336,56 @@ def test_pretrained_model_dir_is_fine_tuned_and_frozen(env) -> None:
     original = load_file(str(model_dir / "model.safetensors"))
     for key, value in original.items():
         assert torch.equal(saved[f"encoder.{key}"], value)
+
+
+def test_probe_epochs_train_the_head_on_the_frozen_encoder_first(env, monkeypatch) -> None:
+    """finetune.probe_epochs (LP-FT): a first phase trains the head alone at probe_lr with the
+    encoder frozen at its pretrained weights and logs under probe/; the fine-tuning then starts
+    from that head with every weight trainable."""
+    model_dir = _pretrained_dir(env)
+    calls: list[dict] = []
+    train = ft_mod.train_one_seed
+
+    def recording(model, *args, **kwargs):
+        ft, run = args[4], args[6]
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        frozen = [not p.requires_grad for p in model.encoder.parameters()]
+        out = train(model, *args, **kwargs)
+        after = {k: v.clone() for k, v in model.state_dict().items()}
+        calls.append(dict(ft=ft, run=run, before=state, after=after, frozen=frozen))
+        return out
+
+    monkeypatch.setattr(ft_mod, "train_one_seed", recording)
+    extra = ("finetune.probe_epochs=2", "finetune.probe_lr=0.05", "finetune.head_lr=0.002")
+    cfg = _cfg(
+        env, "finetune.encoder=albert", f"finetune.model={model_dir}", "finetune.vocab=", *extra
+    )
+    result = run_finetune(cfg, "tncc")
+    assert result.system.endswith("+probe2")
+    probe, tune = calls
+    assert all(probe["frozen"]) and not any(tune["frozen"])
+    assert (probe["ft"].epochs, probe["ft"].patience, probe["ft"].optimizer.lr) == (2, 2, 0.05)
+    assert probe["ft"].head_lr == 0 and probe["ft"].probe_epochs == 0
+    assert (tune["ft"].epochs, tune["ft"].head_lr) == (5, 0.002)
+    assert isinstance(probe["run"], PrefixedRun) and probe["run"].prefix == "probe/"
+    enc = [k for k in probe["before"] if k.startswith("encoder.")]
+    head = [k for k in probe["before"] if k.startswith("head.")]
+    assert enc and head
+    assert all(torch.equal(probe["before"][k], probe["after"][k]) for k in enc)
+    assert any(not torch.equal(probe["before"][k], probe["after"][k]) for k in head)
+    # the fine-tuning starts from the probed head
+    assert all(torch.equal(probe["after"][k], tune["before"][k]) for k in probe["after"])
+    with pytest.raises(ConfigError, match=r"finetune.probe_epochs"):
+        load_config(None, ["finetune.probe_epochs=1", "finetune.freeze_encoder=true"])
+    with pytest.raises(ConfigError, match=r"finetune.probe_lr"):
+        load_config(None, ["finetune.probe_lr=-1"])
+
+
+def test_prefixed_run_prefixes_metric_names() -> None:
+    logged: list = []
+    run = SimpleNamespace(log_metrics=lambda m, step=None: logged.append((m, step)))
+    PrefixedRun(run, "probe/").log_metrics({"eval/macro_f1": 0.5}, step=3)
+    assert logged == [({"probe/eval/macro_f1": 0.5}, 3)]
 
 
 def test_vocabulary_mismatch_and_ids_out_of_range(env) -> None:

@@ -57,6 +57,12 @@ class FinetuneConfig:
     # real tokens (the one pooling setting; the CNN head pools by max-over-time itself)
     pooling: Literal["cls", "cls_max"] = "cls"
     freeze_encoder: bool = False
+    # > 0: LP-FT (Kumar et al. 2022): first this many epochs train the head alone on the frozen
+    # encoder (at probe_lr; 0: the head's rate), then the whole classifier fine-tunes with
+    # the recipe below from that head, so a random head's first gradients do not distort
+    # what pretraining learnt
+    probe_epochs: int = 0
+    probe_lr: float = 0.0
     # dynamic heads with rule batch route a whole batch by its mean length, so a text's route
     # (and prediction) at evaluation depends on the texts scored with it; per_text: every text
     # by its own length, as if scored one at a time (validation, test, AdvTS and `predict`)
@@ -134,6 +140,15 @@ class FinetuneConfig:
         check(self.eval_batch_size >= 1, f"{prefix}.eval_batch_size", "must be >= 1")
         check(self.epochs >= 1, f"{prefix}.epochs", "must be >= 1")
         check(self.patience >= 1, f"{prefix}.patience", "must be >= 1")
+        check(self.probe_epochs >= 0, f"{prefix}.probe_epochs", "must be >= 0 (0 = off)")
+        check(self.probe_lr >= 0.0, f"{prefix}.probe_lr", "must be >= 0 (0 = the head's rate)")
+        if self.probe_epochs:
+            check(
+                not self.freeze_encoder,
+                f"{prefix}.probe_epochs",
+                "a head probed on the frozen encoder before fine-tuning it; with "
+                "finetune.freeze_encoder=true the encoder is never fine-tuned: set one of them",
+            )
         check(self.head_lr >= 0.0, f"{prefix}.head_lr", "must be >= 0 (0 = optimizer.lr)")
         check(self.embedding_lr >= 0.0, f"{prefix}.embedding_lr", "must be >= 0 (0 = optimizer.lr)")
         check(0.0 < self.layer_decay <= 1.0, f"{prefix}.layer_decay", "must be in (0, 1]")

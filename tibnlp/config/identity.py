@@ -47,6 +47,8 @@ ADDED_WHEN_SET = frozenset(
         "finetune.layer_decay",
         "finetune.mlm_weight",
         "finetune.mlm_prob",
+        "finetune.probe_epochs",
+        "finetune.probe_lr",
         "vocab.punctuation_pieces",
         "vocab.whole_units",
     }

@@ -46,7 +46,7 @@ from tibnlp.models.long_documents.reading import inner_encoder
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, TAG_SEED_RECORD, pretrain_params
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
-from tibnlp.training.classification import set_seed, train_one_seed
+from tibnlp.training.classification import PrefixedRun, probe_recipe, set_seed, train_one_seed
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
 from tibnlp.training.finetune_setup import Setup, ids_sha256, load_task_data, prepare, texts
 from tibnlp.training.long_documents import prepare_reader
@@ -248,9 +248,24 @@ def _run_seed(
     figures, on_epoch = prepare_reader(model.encoder, ft, setup.ids)
     if setup.meta.reading.mode != "truncate":
         run.log_metrics({"long_document_window": float(setup.meta.max_len), **figures})
-    model.freeze_encoder(ft.freeze_encoder)
     data, ids, labels = setup.data, setup.ids, setup.data.labels
     y_train = data.targets("train")[: len(ids["train"])]
+    if ft.probe_epochs:  # LP-FT: the head first, on the frozen encoder
+        model.freeze_encoder(True)
+        train_one_seed(
+            model,
+            ids["train"],
+            y_train,
+            ids["validation"],
+            data.targets("validation"),
+            probe_recipe(ft),
+            seed,
+            PrefixedRun(run, "probe/"),
+            cfg.engine,
+            labels,
+            on_epoch,
+        )
+    model.freeze_encoder(ft.freeze_encoder)
     best_epoch, epochs_run, validation = train_one_seed(
         model,
         ids["train"],

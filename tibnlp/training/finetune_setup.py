@@ -219,7 +219,8 @@ def system_name(ft: FinetuneConfig) -> str:
     routing = "+eval-per-text" if ft.eval_routing == "per_text" else ""
     if ft.layers != [-1]:
         head += "@" + ",".join(str(i) for i in ft.layers)
-    return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + long + routing
+    probe = f"+probe{ft.probe_epochs}" if ft.probe_epochs else ""
+    return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + probe + long + routing
 
 
 def _load_vocab(directory: Path) -> Vocabulary:
