@@ -143,6 +143,17 @@ def test_an_override_error_does_not_blame_the_file(tmp_path: Path) -> None:
         load_config(path, ["pretrain.optimizer.lr=0.1"])
 
 
+def test_a_conflict_with_an_override_names_the_file_and_the_set_key(tmp_path: Path) -> None:
+    """lamb from the file with `--set engine.zero_stage=1`: both halves of the conflict are
+    named, not the file alone."""
+    path = tmp_path / "paper.yaml"
+    path.write_text("pretrain:\n  optimizer: {name: lamb}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["engine.zero_stage=1", "pretrain.max_steps=5"])
+    assert info.value.message.startswith(f"{path} with --set engine.zero_stage: config key")
+    assert "pretrain.max_steps" not in info.value.message
+
+
 def test_yaml_numbers_follow_yaml_1_2(tmp_path: Path) -> None:
     """PyYAML reads YAML 1.1: `1:30` is the base-60 int 90 (a time budget of 90 seconds),
     `0755` octal, `2024-01-01` a date and `1e-3` a string. Files and --set values (pipelines

@@ -376,22 +376,30 @@ def load(cls: type[T], path: Path | None = None, overrides: Iterable[str] = ()) 
     try:
         return from_dict(cls, apply_overrides(data, overrides, cls))
     except ConfigError as exc:
-        if path is not None and "config key" in exc.message and not _overridden(exc, overrides):
-            raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
-        raise
+        if path is None or "config key" not in exc.message:
+            raise
+        named = re.search(r"config key '([^'\[]+)", exc.message)
+        if named and _set_by(named.group(1), overrides):
+            raise  # the key the error names was set by --set: the file is not to blame
+        # a conflict between the file and a --set key the message mentions: name both
+        also = [
+            k
+            for k in _set_keys(overrides)
+            if re.search(rf"(?<![\w.]){re.escape(k)}\b", exc.message)
+        ]
+        where = f"{path} with --set {', '.join(also)}" if also else str(path)
+        raise ConfigError(f"{where}: {exc.message}", exc.hint) from exc
 
 
-def _overridden(exc: ConfigError, overrides: list[str]) -> bool:
-    """Whether the key an error names was set by an override (then the file is not to blame)."""
-    match = re.search(r"config key '([^'\[]+)", exc.message)
-    if not match:
-        return False
-    key = match.group(1)
-    for text in overrides:
-        set_key = text.split("=", 1)[0].strip()
-        if key == set_key or key.startswith(set_key + ".") or set_key.startswith(key + "."):
-            return True
-    return False
+def _set_keys(overrides: list[str]) -> list[str]:
+    return [text.split("=", 1)[0].strip() for text in overrides]
+
+
+def _set_by(key: str, overrides: list[str]) -> bool:
+    """Whether `key` (or a section above or a key below it) was set by an override."""
+    return any(
+        key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in _set_keys(overrides)
+    )
 
 
 def dump_yaml(obj: Any, path: Path) -> None:
