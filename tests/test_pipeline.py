@@ -635,3 +635,25 @@ def test_until_names_an_unknown_stage(toy: tuple[Path, str]) -> None:
     result = CliRunner().invoke(app, ["pipeline", "run", str(path), "--until", "text"])
     assert result.exit_code == 0, result.output
     assert "left  pretrain[small=6]" in result.output and CALLS == ["text"]
+
+
+def test_an_output_revision_reruns_only_its_stage_kind(monkeypatch) -> None:
+    """OUTPUT_REVISION: a code change that alters what a stage kind writes gives that kind new
+    keys (its cached outputs run again); kinds at revision 1 keep the keys they had."""
+    from tibnlp.pipeline import cache
+    from tibnlp.tracking.conventions import config_hash
+
+    def bare(kind: str) -> str:  # the key as made before revisions existed
+        return config_hash(
+            {"salt": cache._SALT, "kind": kind, "config": {}, "params": {}, "inputs": []}
+        )
+
+    assert cache.node_key("vocab", {}, {}, []) == bare("vocab")
+    assert cache.node_key("pretrain", {}, {}, []) != bare("pretrain")  # revision 2: 659a990
+    before = cache.node_key("finetune", {}, {}, [])
+    assert before == bare("finetune")
+    monkeypatch.setitem(cache.OUTPUT_REVISION, "finetune", 2)
+    assert cache.node_key("finetune", {}, {}, []) != before
+    # same config and inputs, another key: the plan says the code's revision may be why
+    reason = cache.explain_change({"config": {}, "inputs": []}, {}, [])
+    assert "output revision" in reason

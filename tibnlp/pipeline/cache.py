@@ -26,10 +26,27 @@ MANIFEST = ".tibnlp-stage.json"
 _SALT = "tibnlp-pipeline-v1"
 
 
+# A stage kind's output revision, raised when a code change alters what the stage writes for
+# the same settings and inputs, so outputs cached before the change run again instead of being
+# reused. A kind not listed is at revision 1, which leaves its keys as they were.
+OUTPUT_REVISION: dict[str, int] = {
+    # 2: without a pair task, a one-sentence chunk is `[CLS] text [SEP]`, no longer cut into
+    # `[CLS] A [SEP] B [SEP]` (659a990): the corpus and title stages train on other examples
+    "pretrain": 2,
+}
+
+
 def node_key(kind: str, sections: dict[str, Any], params: dict[str, Any], inputs: Any) -> str:
-    return config_hash(
-        {"salt": _SALT, "kind": kind, "config": sections, "params": params, "inputs": inputs}
-    )
+    key: dict[str, Any] = {
+        "salt": _SALT,
+        "kind": kind,
+        "config": sections,
+        "params": params,
+        "inputs": inputs,
+    }
+    if OUTPUT_REVISION.get(kind, 1) > 1:
+        key["revision"] = OUTPUT_REVISION[kind]
+    return config_hash(key)
 
 
 _CUT = 80  # characters of a stage or variant name in a file name
@@ -124,4 +141,4 @@ def explain_change(old: dict[str, Any] | None, config: dict[str, Any], inputs: A
         shown = ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed[:3])
         more = f" (+{len(changed) - 3} more)" if len(changed) > 3 else ""
         return f"config changed: {shown}{more}"
-    return "stage definition changed"
+    return "stage definition or its output revision (code) changed"
