@@ -13,8 +13,8 @@ from tests.ft_fixtures import TINY_MODEL, make_data_dir, make_model_dir, make_vo
 from tibnlp.config import load_config
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.significance import compare_rows
+from tibnlp.tracking import PrefixedRun
 from tibnlp.training import finetune as ft_mod
-from tibnlp.training.classification import PrefixedRun
 from tibnlp.training.finetune import run_finetune
 
 

@@ -44,8 +44,8 @@ def node_key(kind: str, sections: dict[str, Any], params: dict[str, Any], inputs
         "params": params,
         "inputs": inputs,
     }
-    if OUTPUT_REVISION.get(kind, 1) > 1:
-        key["revision"] = OUTPUT_REVISION[kind]
+    if (revision := OUTPUT_REVISION.get(kind, 1)) > 1:
+        key["revision"] = revision
     return config_hash(key)
 
 

@@ -6,6 +6,7 @@ tags, buffering when the server is away) lives in one place.
 
 from tibnlp.tracking.conventions import git_commit, path_hash, provenance_tags
 from tibnlp.tracking.tracker import (
+    PrefixedRun,
     Tracker,
     TrackingOutageWarning,
     default_tracking_uri,
@@ -14,6 +15,7 @@ from tibnlp.tracking.tracker import (
 )
 
 __all__ = [
+    "PrefixedRun",
     "Tracker",
     "TrackingOutageWarning",
     "default_tracking_uri",

@@ -100,6 +100,18 @@ def _create_sqlite_store_once(uri: str) -> None:
             _SQLITE_READY.add(uri)
 
 
+class PrefixedRun:
+    """A tracker whose metric names carry a prefix: a phase before the main training (the
+    probe of `finetune.probe_epochs`) logs `probe/...` at its own steps, so its curves do not
+    overwrite the fine-tuning's at the same step numbers."""
+
+    def __init__(self, run: Tracker | PrefixedRun, prefix: str) -> None:
+        self.run, self.prefix = run, prefix
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.run.log_metrics({self.prefix + k: v for k, v in metrics.items()}, step=step)
+
+
 class Tracker:
     """One MLflow run (optionally nested under a parent). Use as a context manager."""
 

@@ -125,18 +125,6 @@ def epoch_batches(
     return training.batches(plan, collate, batch_size)
 
 
-class PrefixedRun:
-    """A tracker whose metric names carry a prefix: a phase before the main training (the
-    probe of `finetune.probe_epochs`) logs `probe/...` at its own steps, so its curves do not
-    overwrite the fine-tuning's at the same step numbers."""
-
-    def __init__(self, run: Any, prefix: str) -> None:
-        self.run, self.prefix = run, prefix
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.run.log_metrics({self.prefix + k: v for k, v in metrics.items()}, step=step)
-
-
 def probe_recipe(ft: FinetuneConfig) -> FinetuneConfig:
     """The first phase of LP-FT (`finetune.probe_epochs`): the head alone, at `probe_lr` (else
     the head's rate), for exactly `probe_epochs` (no early stop; the best validation epoch's

@@ -43,10 +43,10 @@ from tibnlp.models.classifier_io import (
     save_classifier,
 )
 from tibnlp.models.long_documents.reading import inner_encoder
-from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
+from tibnlp.tracking import PrefixedRun, Tracker, provenance_tags, tracker_from_config
 from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, TAG_SEED_RECORD, pretrain_params
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
-from tibnlp.training.classification import PrefixedRun, probe_recipe, set_seed, train_one_seed
+from tibnlp.training.classification import probe_recipe, set_seed, train_one_seed
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
 from tibnlp.training.finetune_setup import Setup, ids_sha256, load_task_data, prepare, texts
 from tibnlp.training.long_documents import prepare_reader
