@@ -522,3 +522,30 @@ def test_cli_document_task_error(env) -> None:
     result = CliRunner().invoke(app, args)
     assert isinstance(result.exception, DataError)
     assert "FudanNLP" in (result.exception.hint or "")
+
+
+def test_class_balance_weighs_the_loss_by_inverse_class_frequency(env, built) -> None:
+    """finetune.class_balance: class c's loss weight is (N / (K n_c))^power, from the training
+    labels read; the weighted loss is what the loop minimises."""
+    from tibnlp.training.classification import ClassifierLoss, class_weights
+
+    assert class_weights([0, 0, 0, 1], 3, 0.0) is None
+    torch.testing.assert_close(class_weights([0, 0, 0, 1], 3, 1.0), torch.tensor([4 / 9, 4 / 3, 1]))
+    half = class_weights([0, 0, 0, 1], 3, 0.5)
+    assert half is not None
+    torch.testing.assert_close(half, torch.tensor([(4 / 9) ** 0.5, (4 / 3) ** 0.5, 1.0]))
+    result = run_finetune(_cfg(env, "finetune.epochs=1", "finetune.class_balance=1"), "tncc")
+    assert result.system == "textcnn-pieces(scratch)+balance1"
+    loss_module = built[-1][0]
+    assert isinstance(loss_module, ClassifierLoss) and loss_module.class_weights is not None
+    data = ft_mod.load_task_data("tncc", "title")
+    counts = np.bincount(data.targets("train"), minlength=len(data.labels))
+    expected = counts.sum() / (len(data.labels) * counts)
+    np.testing.assert_allclose(loss_module.class_weights.numpy(), expected, rtol=1e-6)
+    ids, mask = torch.tensor([[2, 7, 3], [2, 8, 3]]), torch.ones(2, 3, dtype=torch.long)
+    labels = torch.tensor([0, 1])
+    logits = loss_module.model(ids, mask)
+    weighted = torch.nn.functional.cross_entropy(logits, labels, weight=loss_module.class_weights)
+    torch.testing.assert_close(loss_module(ids, mask, labels)["loss"], weighted)
+    with pytest.raises(ConfigError, match=r"finetune.class_balance"):
+        load_config(None, ["finetune.class_balance=2"])

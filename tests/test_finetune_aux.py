@@ -229,8 +229,21 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
             ft_mod._fingerprint(setup, _cfg(env, *TINY_MODEL, *extra), 1, False)
         return spy.call_args.args[0]["finetune"]
 
-    new = {"layer_decay", "mlm_weight", "mlm_prob"}
+    new = {"layer_decay", "mlm_weight", "mlm_prob", "static_vectors", "class_balance"}
     assert not new & set(hashed()) and "optimizer" in hashed()
     assert not new & set(hashed("finetune.layer_decay=1", "finetune.mlm_prob=0.15"))
     assert hashed("finetune.mlm_weight=0.5")["mlm_weight"] == 0.5
     assert hashed("finetune.layer_decay=0.8")["layer_decay"] == 0.8
+    assert hashed("finetune.class_balance=0.5")["class_balance"] == 0.5
+
+
+def test_static_size_enters_the_seed_key_only_when_there_is_a_channel(env) -> None:
+    cfg = _cfg(env, *TINY_MODEL)
+    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    with mock.patch.object(ft_mod.json, "dumps", wraps=json.dumps) as spy:
+        ft_mod._fingerprint(setup, cfg, 1, False)
+    assert "static_size" not in spy.call_args.args[0]["meta"]["head"]
+    setup.meta.head.static_size = 6
+    with mock.patch.object(ft_mod.json, "dumps", wraps=json.dumps) as spy:
+        ft_mod._fingerprint(setup, cfg, 1, False)
+    assert spy.call_args.args[0]["meta"]["head"]["static_size"] == 6

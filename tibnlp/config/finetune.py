@@ -102,6 +102,10 @@ class FinetuneConfig:
     # the pretrained model's MLM head (tibnlp.training.aux_mlm); mlm_prob of the pieces masked
     mlm_weight: float = 0.0
     mlm_prob: float = 0.15
+    # class weights (N / (K n_c))^class_balance in the training loss, n_c the training
+    # examples of class c among K: 0 off, 1 inverse frequency (each class weighs as much as
+    # macro-F1 counts it), 0.5 between. TNCC's rarest classes are where pretraining pays most
+    class_balance: float = 0.0
     seeds: list[int] = field(default_factory=lambda: [1])
     cnn_kernels: list[int] = field(default_factory=lambda: [2, 3, 4])
     cnn_channels: int = 128
@@ -109,6 +113,12 @@ class FinetuneConfig:
     # layer's output, i the output of layer i. [0, -1] gives the head the word embedding's
     # evidence beside the context (benchmarks/results/layers.md). Encoder albert, truncate only
     layers: list[int] = field(default_factory=lambda: [-1])
+    # word vectors read beside those states as a frozen channel (Kim 2014's static channel):
+    # a [V, dim] tensor file (.pt), or a pretraining output folder (or its model folder) whose
+    # skip-gram start they are (`pretrain.skipgram`, kept in OUTPUT/skipgram). Fine-tuning
+    # moves the word embedding and MLM washes it out; the frozen copy keeps what the vectors
+    # knew. With init random: a frozen random table of the same shape (the twin's). "": off
+    static_vectors: str = ""
     dropout: float = 0.1
     # dropout inside the encoder while fine-tuning; -1 keeps the model's own. Pretraining with
     # dropout off (a short-budget lever) must not silently switch it off for fine-tuning too.
@@ -162,6 +172,11 @@ class FinetuneConfig:
                 "'truncate'; set finetune.mlm_weight=0",
             )
         check(0.0 <= self.warmup_ratio < 1.0, f"{prefix}.warmup_ratio", "must be in [0, 1)")
+        check(
+            0.0 <= self.class_balance <= 1.0,
+            f"{prefix}.class_balance",
+            "must be in [0, 1] (0: off, 1: inverse class frequency)",
+        )
         check(len(self.seeds) >= 1, f"{prefix}.seeds", "needs at least one seed")
         check(len(set(self.seeds)) == len(self.seeds), f"{prefix}.seeds", "must be distinct")
         check(len(self.cnn_kernels) >= 1, f"{prefix}.cnn_kernels", "needs at least one width")
@@ -174,6 +189,14 @@ class FinetuneConfig:
                 f"{prefix}.layers",
                 "other states than the last are read with encoder 'albert' and long_document "
                 "'truncate' only; set finetune.layers=[-1]",
+            )
+        if self.static_vectors:
+            check(
+                (self.encoder, self.head, self.long_document) == ("albert", "cnn", "truncate"),
+                f"{prefix}.static_vectors",
+                "a static word-vector channel is read by the CNN head beside a transformer "
+                "encoder (encoder 'albert', head 'cnn', long_document 'truncate'); "
+                'set finetune.static_vectors=""',
             )
         check(0.0 <= self.dropout < 1.0, f"{prefix}.dropout", "must be in [0, 1)")
         check(

@@ -49,6 +49,8 @@ ADDED_WHEN_SET = frozenset(
         "finetune.mlm_prob",
         "finetune.probe_epochs",
         "finetune.probe_lr",
+        "finetune.static_vectors",
+        "finetune.class_balance",
         "vocab.punctuation_pieces",
         "vocab.whole_units",
     }

@@ -44,10 +44,13 @@ class HeadConfig:
     # the encoder states read, concatenated along the width: 0 the embedding layer's output,
     # i the output of layer i, -1 the last layer's (see tibnlp.models.encoder.EncoderOutput)
     layers: list[int] = field(default_factory=lambda: [-1])
+    # > 0: a frozen word-vector table of this width is read beside the states (the static
+    # channel, `finetune.static_vectors`); its rows are weights of the classifier, never trained
+    static_size: int = 0
 
     @property
     def reads_last_only(self) -> bool:
-        return self.layers == [-1]
+        return self.layers == [-1] and not self.static_size
 
     def validate(self, prefix: str) -> None:
         check_layers(self.layers, f"{prefix}.layers")
@@ -55,6 +58,7 @@ class HeadConfig:
         check(all(k >= 1 for k in self.kernels), f"{prefix}.kernels", "widths must be >= 1")
         check(self.channels >= 1, f"{prefix}.channels", "must be >= 1")
         check(0.0 <= self.dropout < 1.0, f"{prefix}.dropout", "must be in [0, 1)")
+        check(self.static_size >= 0, f"{prefix}.static_size", "must be >= 0 (0 = none)")
 
 
 def masked_max(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -176,6 +180,8 @@ def _hidden_size(encoder: nn.Module) -> int:
 class Classifier(nn.Module):
     """`encoder` + head. `head` is "cnn", "linear", "mlp" or a full `HeadConfig`."""
 
+    static_vectors: torch.Tensor | None
+
     def __init__(
         self,
         encoder: nn.Module,
@@ -194,12 +200,20 @@ class Classifier(nn.Module):
         self.encoder = encoder
         if not head.reads_last_only and not isinstance(encoder, Encoder):
             raise ValueError(
-                f"head layers {head.layers} need the transformer encoder read whole "
-                f"(got {type(encoder).__name__}); use layers [-1]"
+                f"head layers {head.layers} (static channel {head.static_size}) need the "
+                f"transformer encoder read whole (got {type(encoder).__name__}); use layers "
+                "[-1] and no static channel"
             )
         # the index of the last layer's state (-1 says the same)
         self.last_state = encoder.cfg.num_layers if isinstance(encoder, Encoder) else -1
-        width = (hidden_size or _hidden_size(encoder)) * len(head.layers)
+        width = (hidden_size or _hidden_size(encoder)) * len(head.layers) + head.static_size
+        # the static channel: a buffer, so no optimizer or freeze setting ever moves it, saved
+        # with the weights (filled by fine-tuning: pretrained vectors, or random for a twin)
+        table = None
+        if head.static_size:
+            assert isinstance(encoder, Encoder)
+            table = torch.zeros(encoder.cfg.vocab_size, head.static_size)
+        self.register_buffer("static_vectors", table)
         self.head = build_head(head, width, num_labels)
 
     def forward(
@@ -231,15 +245,21 @@ class Classifier(nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The head over several encoder states side by side. The last layer's state is
-        normalised already (final norm, or post-LN); the others are layer-normalised here, without
-        parameters, so that each enters the head at the same scale."""
+        """The head over several encoder states side by side, and the static channel's vectors
+        when there is one. The last layer's state is normalised already (final norm, or
+        post-LN); the others are layer-normalised here, without parameters, so that each enters
+        the head at the same scale."""
         layers = self.head_config.layers
         out = self.encoder(input_ids, attention_mask, token_type_ids, states=tuple(layers))
         parts = [
             s if i in (-1, self.last_state) else nn.functional.layer_norm(s, s.shape[-1:])
             for i, s in zip(layers, out.states, strict=True)
         ]
+        if self.static_vectors is not None:  # normalised like the states; padding stays zero
+            static = nn.functional.layer_norm(
+                self.static_vectors[input_ids], self.static_vectors.shape[-1:]
+            )
+            parts.append(static * attention_mask.unsqueeze(-1).to(static.dtype))
         # padding: zero in every state, and a parameter-free norm keeps a zero vector zero
         return self.head(torch.cat(parts, dim=-1), attention_mask), out.route_large_fraction
 

@@ -271,7 +271,7 @@ class Planner:
 
 def _provenance(inputs: Any) -> dict[str, str]:
     named = inputs if isinstance(inputs, dict) else {}
-    data = [Path(v) for k, v in named.items() if k not in ("vocab", "model")]
+    data = [Path(v) for k, v in named.items() if k not in ("vocab", "model", "static")]
     if isinstance(inputs, list):
         data = [Path(v) for v in inputs]
     return provenance_tags(

@@ -127,7 +127,12 @@ PRETRAIN_FILLS = (
     ("pretrain.init_from", "init"),
     ("pretrain.output", ""),
 )
-FINETUNE_FILLS = (("finetune.model", "model"), ("finetune.vocab", "vocab"), ("finetune.output", ""))
+FINETUNE_FILLS = (
+    ("finetune.model", "model"),
+    ("finetune.vocab", "vocab"),
+    ("finetune.static_vectors", "static"),
+    ("finetune.output", ""),
+)
 
 
 def pretrain(ctx: StageContext) -> Path:
@@ -181,6 +186,9 @@ def finetune(ctx: StageContext) -> dict[str, Any]:
     vocab = _optional(ctx, "vocab")  # e.g. a vocab stage's output (TextCNN)
     if vocab is not None:
         cfg.finetune.vocab = str(vocab)
+    static = _optional(ctx, "static")  # the static channel's vectors (a pretraining output)
+    if static is not None:
+        cfg.finetune.static_vectors = str(static)
     # Not cleared on resume: run_finetune reports seeds that finished (same fingerprint) as
     # they are and trains only the rest.
     cfg.finetune.output = str(ctx.output / "finetune")

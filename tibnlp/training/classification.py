@@ -43,12 +43,18 @@ class ClassifierLoss(nn.Module):
     as in pretraining; under the batch rule the share of batches) when the encoder routes."""
 
     def __init__(
-        self, model: Classifier, mlm_head: MlmHead | None = None, mlm_weight: float = 0.0
+        self,
+        model: Classifier,
+        mlm_head: MlmHead | None = None,
+        mlm_weight: float = 0.0,
+        class_weights: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
         self.model = model
         self.mlm_head = mlm_head  # with mlm_weight > 0: MLM on the batch beside (aux_mlm)
         self.mlm_weight = mlm_weight
+        self.class_weights: torch.Tensor | None
+        self.register_buffer("class_weights", class_weights)  # moves with the model
 
     def forward(
         self,
@@ -59,7 +65,7 @@ class ClassifierLoss(nn.Module):
         mlm_labels: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         logits, large = self.model.classify(input_ids, attention_mask)
-        loss = nn.functional.cross_entropy(logits.float(), labels)
+        loss = nn.functional.cross_entropy(logits.float(), labels, weight=self.class_weights)
         accuracy = (logits.argmax(-1) == labels).float().mean()
         out = {"loss": loss, "accuracy": accuracy}
         if large is not None:
@@ -84,6 +90,17 @@ class SeedTraining(NamedTuple):
     best_epoch: int  # 1-based
     epochs_run: int
     validation: Metrics  # of the restored (best) weights, labelled with `labels`
+
+
+def class_weights(y_train: Sequence[int], num_labels: int, power: float) -> torch.Tensor | None:
+    """Per-class loss weights (N / (K n_c))^power (`finetune.class_balance`); None at power 0.
+    A class without training examples gets weight 1 (it never enters the loss)."""
+    if not power:
+        return None
+    counts = torch.bincount(torch.tensor(list(y_train), dtype=torch.long), minlength=num_labels)
+    counts = counts[:num_labels].float()
+    weights = (counts.sum() / (num_labels * counts.clamp(min=1))) ** power
+    return torch.where(counts > 0, weights, torch.ones_like(weights))
 
 
 def set_seed(seed: int) -> None:
@@ -234,7 +251,12 @@ def train_one_seed(
     world = init_distributed(engine_cfg)
     head, masker = mlm if mlm is not None else (None, None)
     training = start_training(
-        ClassifierLoss(model, head, ft.mlm_weight),
+        ClassifierLoss(
+            model,
+            head,
+            ft.mlm_weight,
+            class_weights(y_train, model.num_labels, ft.class_balance),
+        ),
         engine_cfg,
         optimizer,
         ft.batch_size,

@@ -100,6 +100,7 @@ def recipe(ft: FinetuneConfig, meta: ClassifierMeta | None = None) -> dict[str, 
         "layer_decay": ft.layer_decay,
         "mlm_weight": ft.mlm_weight,
         "mlm_prob": ft.mlm_prob,
+        "class_balance": ft.class_balance,
     }
 
 
@@ -245,6 +246,11 @@ def _run_seed(
     model = build_classifier(setup.meta)  # with the reader `meta.reading` names
     if setup.pretrained is not None:  # same keys: built from the same config
         inner_encoder(model.encoder).load_state_dict(setup.pretrained)
+    if model.static_vectors is not None:  # pretrained, or the twin's random table
+        if setup.static is not None:
+            model.static_vectors.copy_(setup.static)
+        else:
+            model.static_vectors.normal_()
     figures, on_epoch = prepare_reader(model.encoder, ft, setup.ids)
     if setup.meta.reading.mode != "truncate":
         run.log_metrics({"long_document_window": float(setup.meta.max_len), **figures})
@@ -348,10 +354,13 @@ def _fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
     # engine settings that change results (precision, ZeRO) only when not the defaults
     hashed = output_settings(to_dict(cfg), ("finetune", "engine"))
     settings = {k: v for k, v in hashed.pop("finetune").items() if k not in ("seeds", "output")}
+    meta = to_dict(setup.meta)
+    if not meta["head"]["static_size"]:  # added later: seeds trained before keep their key
+        del meta["head"]["static_size"]
     key: dict[str, Any] = {
         "finetune": settings,
         **hashed,
-        "meta": to_dict(setup.meta),
+        "meta": meta,
         "sizes": {s: len(v) for s, v in setup.ids.items()},
         "seed": seed,
         "advts": advts,

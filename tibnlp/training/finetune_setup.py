@@ -53,6 +53,9 @@ class Setup:
     # per split, the texts longer than the read length (the window, or document_max_len) and
     # the pieces cut off them: what the classifier never read
     cut: dict[str, dict[str, int]] = field(default_factory=dict)
+    # the static channel's pretrained vectors [V, dim] (`finetune.static_vectors`); None with
+    # none, or with init random (each seed draws its own frozen random table)
+    static: torch.Tensor | None = None
 
     @functools.cached_property
     def pretrained_sha256(self) -> str:
@@ -62,8 +65,11 @@ class Setup:
         if self.pretrained is None:
             return ""
         digest = hashlib.sha256()
-        for name in sorted(self.pretrained):
-            tensor = self.pretrained[name].detach().contiguous().cpu()
+        weights = dict(self.pretrained)
+        if self.static is not None:  # a name no encoder weight has
+            weights["<static_vectors>"] = self.static
+        for name in sorted(weights):
+            tensor = weights[name].detach().contiguous().cpu()
             digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
             digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
@@ -167,6 +173,11 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         f"-1 and {depth} are the same state (the last of {depth} layers): list it once",
     )
     head = head_config(ft)
+    static = None
+    if ft.static_vectors:
+        vectors = load_static_vectors(Path(ft.static_vectors), model_cfg.vocab_size)
+        head.static_size = int(vectors.shape[1])
+        static = None if ft.random_init else vectors
     reading = reading_of(ft, model_cfg, max_len)
     meta = ClassifierMeta(
         encoder="embedding" if ft.encoder == "none" else "albert",
@@ -197,7 +208,42 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     cut = {
         s: {"texts": sum(n > 0 for n in d), "tokens_dropped": sum(d)} for s, d in dropped.items()
     }
-    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), cut)
+    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), cut, static)
+
+
+def load_static_vectors(path: Path, vocab_size: int) -> torch.Tensor:
+    """The static channel's vectors (`finetune.static_vectors`): a [V, dim] tensor file, or
+    the skip-gram start a pretraining output kept (OUTPUT/skipgram/vectors.pt), given that
+    output folder or the model folder inside it."""
+    from tibnlp.training.skipgram import VECTORS_FILE
+
+    key = "finetune.static_vectors"
+    file = path
+    if path.is_dir():
+        found = [d / "skipgram" / VECTORS_FILE for d in (path, path.parent)]
+        found = [f for f in found if f.is_file()]
+        if not found:
+            raise DataError(
+                f"{key}: {path} holds no skip-gram vectors (skipgram/{VECTORS_FILE} in it or "
+                "beside it)",
+                "give a pretraining output whose run had pretrain.skipgram.epochs > 0, or a "
+                "[vocabulary size, dim] tensor file",
+            )
+        file = found[0]
+    if not file.is_file():
+        raise DataError(f"{key}: {file} does not exist")
+    try:
+        vectors = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a file torch cannot read, whatever the reason
+        raise DataError(f"{key}: {file} is not a tensor file torch can read ({exc})") from exc
+    if not isinstance(vectors, torch.Tensor) or vectors.dim() != 2:
+        raise DataError(f"{key}: {file} must hold one [vocabulary size, dim] tensor")
+    if vectors.shape[0] != vocab_size:
+        raise DataError(
+            f"{key}: {file} has {vectors.shape[0]} rows, the model's vocabulary {vocab_size}",
+            "give the vectors trained with the model's vocabulary",
+        )
+    return vectors.float()
 
 
 def texts(data: LabelledSet, split: str, form: str) -> list[str]:
@@ -208,8 +254,10 @@ def texts(data: LabelledSet, split: str, form: str) -> list[str]:
 
 
 def system_name(ft: FinetuneConfig) -> str:
+    balance = f"+balance{ft.class_balance:g}" if ft.class_balance else ""
     if ft.encoder == "none":
-        return "textcnn-pieces(scratch)" if ft.random_init else "textcnn-pieces(pretrained)"
+        base = "textcnn-pieces(scratch)" if ft.random_init else "textcnn-pieces(pretrained)"
+        return base + balance
     shape = f"({Path(ft.model_dir).name})" if ft.model_dir else ""
     base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
     head = ft.head if ft.head == "cnn" else f"{ft.head}-{ft.pooling}"
@@ -220,6 +268,9 @@ def system_name(ft: FinetuneConfig) -> str:
     if ft.layers != [-1]:
         head += "@" + ",".join(str(i) for i in ft.layers)
     probe = f"+probe{ft.probe_epochs}" if ft.probe_epochs else ""
+    if ft.static_vectors:
+        head += "+static"
+    head += balance
     return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + probe + long + routing
 
 
