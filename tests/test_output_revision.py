@@ -17,9 +17,12 @@ from tibnlp.pipeline.cache import OUTPUT_REVISION
 PINNED = {2: ("2d1428aa903037b6", "771e86e2e3124fa1")}
 
 
+def _starts(ids: list[int]) -> list[bool]:
+    return [i % 2 == 0 for i in range(len(ids))]
+
+
 def _digest(pairs: bool) -> str:
-    starts = lambda ids: [i % 2 == 0 for i in range(len(ids))]  # noqa: E731
-    vocab = SimpleNamespace(cls_id=2, sep_id=3, syllable_starts=starts)
+    vocab = SimpleNamespace(cls_id=2, sep_id=3, syllable_starts=_starts)
     docs = [
         [[5 + (d * 7 + s * 3 + i) % 40 for i in range(3 + (d + s) % 9)] for s in range(1 + d % 5)]
         for d in range(12)
