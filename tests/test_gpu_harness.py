@@ -417,3 +417,116 @@ def test_lease_splits_the_cores_the_machine_grants() -> None:
         env[key] = value
     assert set(env) == {"PART_CPUS", "CHECK_CPUS", "CHECK_THREADS"}
     assert int(env["CHECK_THREADS"]) >= 1
+
+
+def test_speed_blocks_are_checked_when_the_settings_are_made() -> None:
+    with pytest.raises(ValueError, match="name some of"):
+        SpeedSettings("cpu", blocks=("layers", "compiled-everything"))
+    with pytest.raises(ValueError, match="need compile ours or all"):
+        SpeedSettings("cpu", compile="none", blocks=("compiled-layers",))
+
+
+def test_compiled_layers_alone_run_in_sub_blocks_each_emitted(monkeypatch) -> None:
+    """`--blocks compiled-layers` (a lease that has the eager figures): no model rows, the
+    largest batch first, each design group against dense emitted as it ends, so a lease cut
+    while inductor compiles keeps the groups before."""
+    from benchmarks.gpu import speed as speed_mod
+    from benchmarks.gpu import timing
+
+    calls: list[tuple[bool, tuple[int, ...] | None, tuple[str, ...] | None]] = []
+
+    def fake_layers(s, compiled, n=512, batches=None, names=None):
+        calls.append((compiled, batches, names))
+        row = {"n": n, "batch": batches[0], "design": "dense", "compiled": compiled, "ms": 1.0}
+        return [row | {"vs_dense": 1.0}]
+
+    def no_models(*args, **kwargs):
+        raise AssertionError("model rows were not asked for")
+
+    monkeypatch.setattr(speed_mod, "layer_rows", fake_layers)
+    monkeypatch.setattr(speed_mod, "model_rows", no_models)
+    monkeypatch.setattr(timing, "matmul_peak", lambda device, n: 1e12)
+    emitted: list[int] = []
+    settings = SpeedSettings("cpu", layer_batches=(16, 64), blocks=("compiled-layers",))
+    speed_mod.run_speed(settings, lambda text, payload: emitted.append(len(payload["layers"])))
+    groups = speed_mod.COMPILED_GROUPS
+    assert calls == [(True, (b,), g) for b in (64, 16) for g in groups]
+    assert emitted == list(range(1, len(calls) + 1))
+
+
+def test_layer_rows_keep_dense_as_the_base_of_a_named_group() -> None:
+    from benchmarks.gpu.speed import layer_rows
+
+    rows = layer_rows(SpeedSettings.tiny(), False, names=("dynamic (8/12), batch rule",))
+    assert [r["design"] for r in rows] == ["dense", "dynamic (8/12), batch rule"]
+    assert rows[0]["vs_dense"] == 1.0 and rows[1]["ms"] > 0
+
+
+def _model_dir(path: Path, max_len: int) -> Path:
+    import yaml
+
+    from tibnlp.config.core import to_dict
+    from tibnlp.config.model import ModelConfig
+
+    path.mkdir(parents=True)
+    (path / "model.yaml").write_text(yaml.safe_dump(to_dict(ModelConfig(max_len=max_len))))
+    return path
+
+
+def test_finetune_readings_fill_the_models_rows(tmp_path: Path) -> None:
+    """Every WCM-bo reading feeds rows of the model's max_len; memory's window and budget
+    pass the check fine-tuning itself applies (so a lease does not find the error)."""
+    from benchmarks.gpu.run import finetune_runs
+    from tibnlp.config.finetune import FinetuneConfig, GlobalMemoryConfig
+    from tibnlp.models.io import load_config_file
+    from tibnlp.training.long_documents import reading_of
+
+    model = _model_dir(tmp_path / "m", 128)
+    runs = finetune_runs(model, cpu=False)
+    assert list(runs) == ["wcm-truncate", "wcm-segments", "wcm-memory", "tncc-title"]
+
+    def value(args: list[str], key: str) -> str:
+        return [a.split("=", 1)[1] for a in args if a.startswith(key + "=")][-1]
+
+    assert value(runs["wcm-segments"], "finetune.max_len") == "128"
+    window = int(value(runs["wcm-memory"], "finetune.max_len"))
+    budget = int(value(runs["wcm-memory"], "finetune.global_memory.budget"))
+    assert (window, budget) == (96, 31)
+    ft = FinetuneConfig(
+        model=str(model),
+        long_document="memory",
+        max_len=window,
+        global_memory=GlobalMemoryConfig(budget=budget),
+    )
+    assert reading_of(ft, load_config_file(model), window).memory.budget == 31
+    assert "wcm-truncate" not in finetune_runs(model, cpu=True)
+
+
+def test_finetune_part_keeps_the_runs_done_when_one_fails(tmp_path, monkeypatch) -> None:
+    """A failed fine-tuning is recorded in the section and the next still runs; each finished
+    run's results.json (per-seed predictions) travels back in OUT."""
+    from benchmarks.gpu import run
+
+    model = _model_dir(tmp_path / "model", 128)
+
+    def fake(args: list[str], env: dict[str, str], log: Path) -> float:
+        target = Path(next(a for a in args if a.startswith("finetune.output=")).split("=", 1)[1])
+        if "finetune.long_document=segments" in args:
+            raise SystemExit("run: `tibnlp finetune classify` failed: CUDA out of memory")
+        (target / "wcm_bo" / "sys").mkdir(parents=True)
+        (target / "wcm_bo" / "sys" / "results.json").write_text("{}")
+        return 2.0
+
+    monkeypatch.setattr(run, "_tibnlp", fake)
+    monkeypatch.setattr(run, "find_model", lambda mode: model)
+    monkeypatch.setattr(run, "_finetune_text", lambda seeds, sec, failed, outs, env: str(failed))
+    mode = run.Mode(False, tmp_path / "out", tmp_path / "work", pack=tmp_path / "pack")
+    mode.out.mkdir()
+    mode.work.mkdir()
+    text = run.finetune(mode, {})
+    assert "CUDA out of memory" in text
+    facts = json.loads((mode.out / "finetune.json").read_text())
+    assert list(facts["seconds"]) == ["wcm-truncate", "wcm-memory", "tncc-title"]
+    assert list(facts["failed"]) == ["wcm-segments"]
+    assert (mode.out / "finetune" / "wcm-memory" / "wcm_bo" / "sys" / "results.json").exists()
+    assert (tmp_path / "pack" / "reports.tar").exists()

@@ -23,13 +23,18 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--minutes", type=float, default=5.0, help="pretraining budget (device)")
     r.add_argument("--tokens", type=float, default=60e6, help="curve: corpus-stage tokens")
     r.add_argument("--compile", choices=["none", "ours", "all"], default="ours", help="speed")
+    r.add_argument(
+        "--blocks",
+        default="",
+        help="speed: some of models,layers,compiled-models,compiled-layers (all)",
+    )
     r.add_argument("--pack", type=Path, default=None, help="few files: reports.tar + parts")
     r.add_argument("--variants", default="", help="loop: variants by index, e.g. 0,3 (all)")
     r.add_argument(
         "--set",
         action="append",
         default=[],
-        help="pretrain, curve, wide: a config or pipeline override (KEY=VALUE)",
+        help="pretrain, curve, wide, finetune: a config or pipeline override (KEY=VALUE)",
     )
     r.add_argument("--until", default="", help="wide: the last pipeline stage run (all)")
     c = sub.add_parser("collect", help="here: the returned sections into results/gpu.md")
@@ -49,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     mode = Mode(args.cpu, args.out.resolve(), args.work.resolve(), args.minutes)
     mode.tokens, mode.compile = args.tokens, args.compile
+    mode.blocks = tuple(b for b in args.blocks.split(",") if b)
     mode.pack = args.pack.resolve() if args.pack else None
     mode.variants, mode.sets, mode.until = args.variants, list(args.set), args.until
     return 1 if run(args.parts, mode) else 0

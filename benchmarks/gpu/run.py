@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +55,10 @@ class Mode:
     minutes: float = 5.0  # pretraining budget on the device (pretrain, curve)
     tokens: float = 60e6  # curve: the corpus stage's token budget
     compile: str = "ours"  # speed: none | ours | all
+    blocks: tuple[str, ...] = ()  # speed: the blocks to run (speed.BLOCKS); empty: all
     pack: Path | None = None
     variants: str = ""  # loop: the variants to run, by index ("0,3"); empty: all
-    sets: list[str] = field(default_factory=list)  # pretrain, curve, wide: overrides, last
+    sets: list[str] = field(default_factory=list)  # pretrain, curve, wide, finetune: overrides
     until: str = ""  # wide: the last pipeline stage run on the device (empty: all)
 
     @property
@@ -692,7 +693,48 @@ def find_model(mode: Mode) -> Path:
     return mode.work / "carried" / "model"
 
 
+# The main job's fine-tuning recipe (pipelines/quickstart.yaml: LP-FT, then everything at 3e-4)
+RECIPE = [
+    "finetune.optimizer.lr=0.0003",
+    "finetune.epochs=8",
+    "finetune.patience=2",
+    "finetune.probe_epochs=3",
+    "finetune.probe_lr=0.001",
+]
+
+
+def finetune_runs(model: Path, cpu: bool) -> dict[str, list[str]]:
+    """The fine-tuning commands, WCM-bo first (never measured on a device), titles last.
+
+    Every WCM-bo reading feeds the encoder rows of the model's max_len: `truncate` and
+    `segments` read windows of max_len, `memory` a window of 3/4 of it behind `[CLS] memory
+    [SEP]` with the rest as its budget (GEMFormer's comparison at equal input length)."""
+    from tibnlp.models.io import load_config_file
+
+    max_len = load_config_file(model).max_len
+    window = max(8, 3 * max_len // 4)
+    budget = max_len - window - 1
+    wcm = ["finetune", "classify", "--dataset", "wcm_bo", "--set", "finetune.layers=[-1]"]
+    whole = ["--set", f"finetune.max_len={max_len}"]
+    runs = {
+        "wcm-truncate": [*wcm, *whole, "--set", "finetune.long_document=truncate"],
+        "wcm-segments": [*wcm, *whole, "--set", "finetune.long_document=segments"],
+        "wcm-memory": [
+            *wcm,
+            *["--set", "finetune.long_document=memory", "--set", f"finetune.max_len={window}"],
+            *["--set", f"finetune.global_memory.budget={budget}"],
+        ],
+        # the main job's own title recipe: the CNN reads the embedding layer beside the last
+        "tncc-title": ["finetune", "tncc", "--task", "title", "--set", "finetune.layers=[0,-1]"],
+    }
+    if cpu:  # toy sizes
+        del runs["wcm-truncate"]
+    return runs
+
+
 def finetune(mode: Mode, env: dict[str, str]) -> str:
+    """Each run in turn; after each, the `finetune report` of those done so far is the
+    section (a cut lease keeps them), and a failed run is recorded and the next still runs."""
     model = find_model(mode)
     log = mode.out / "finetune.log"
     log.unlink(missing_ok=True)
@@ -700,46 +742,60 @@ def finetune(mode: Mode, env: dict[str, str]) -> str:
     seeds = "1" if mode.cpu else "1,2,3"
     common = ["--model", str(model), "--head", "cnn", "--seeds", seeds]
     common += ["--set", f"tracking.uri={uri}", "--set", "tracking.experiment=gpu-finetune"]
+    for item in RECIPE:
+        common += ["--set", item]
     if mode.cpu:
         common += ["--set", "finetune.epochs=1", "--set", "finetune.limit_train=64"]
         common += ["--set", "finetune.cnn_channels=8", "--set", "finetune.document_max_len=128"]
-        common += ["--set", "finetune.max_len=32"]
-    runs = {
-        "tncc-title": ["finetune", "tncc", "--task", "title"],
-        "wcm-segments": [
-            "finetune",
-            "classify",
-            "--dataset",
-            "wcm_bo",
-            "--set",
-            "finetune.long_document=segments",
-        ],
-        "wcm-memory": [
-            "finetune",
-            "classify",
-            "--dataset",
-            "wcm_bo",
-            "--set",
-            "finetune.long_document=memory",
-        ],
-    }
-    seconds, outputs = {}, []
-    for name, args in runs.items():
+        common += ["--set", "finetune.probe_epochs=1"]
+    sets = [a for x in mode.sets for a in ("--set", x)]  # last, so they win
+    seconds: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    outputs: list[str] = []
+    text = ""
+    for name, args in finetune_runs(model, mode.cpu).items():
         target = mode.work / "finetune" / name
         shutil.rmtree(target, ignore_errors=True)
-        seconds[name] = _tibnlp([*args, *common, "--set", f"finetune.output={target}"], env, log)
-        outputs.append(str(target))
-    report = subprocess.run(
-        [sys.executable, "-m", "tibnlp.cli.main", "finetune", "report", *outputs],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,  # the CLI's tables go to stderr when not on a terminal
-        text=True,
-        check=True,
-    ).stdout
-    _dump(mode, "finetune", {"seconds": seconds, "model": str(model)})
+        argv = [*args, *common, "--set", f"finetune.output={target}", *sets]
+        try:
+            seconds[name] = _tibnlp(argv, env, log)
+            outputs.append(str(target))
+            for found in target.rglob("results.json"):  # per-seed predictions, for `compare`
+                keep = mode.out / "finetune" / name / found.relative_to(target)
+                keep.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(found, keep)
+        except SystemExit as exc:
+            failed[name] = str(exc)[-1500:]
+        text = _finetune_text(seeds, seconds, failed, outputs, env)
+        _dump(mode, "finetune", {"seconds": seconds, "failed": failed, "model": str(model)})
+        results.write_part(mode.out, "finetune", f"(partial: the part was still running)\n\n{text}")
+        _pack(mode)
+    if not outputs:
+        raise SystemExit(f"finetune: every run failed:\n{text}")
+    return text
+
+
+def _finetune_text(
+    seeds: str,
+    seconds: dict[str, float],
+    failed: dict[str, str],
+    outputs: list[str],
+    env: dict[str, str],
+) -> str:
+    report = ""
+    if outputs:
+        report = subprocess.run(
+            [sys.executable, "-m", "tibnlp.cli.main", "finetune", "report", *outputs],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # the CLI's tables go to stderr when not on a terminal
+            text=True,
+            check=False,
+        ).stdout.strip()
     timing_line = ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
-    return f"Seeds {seeds}; wall time per command: {timing_line}.\n\n{report.strip()}"
+    lines = [f"Seeds {seeds}; wall time per command: {timing_line or 'none finished'}."]
+    lines += [f"\n**{name} FAILED**:\n\n```\n{err}\n```" for name, err in failed.items()]
+    return "\n".join(lines) + (f"\n\n{report}" if report else "")
 
 
 # ---- driver ------------------------------------------------------------------------------
@@ -759,6 +815,8 @@ def speed(mode: Mode, env: dict[str, str]) -> str:
         _pack(mode)
 
     settings = SpeedSettings.tiny() if mode.cpu else SpeedSettings("cuda", compile=mode.compile)
+    if mode.blocks:
+        settings = replace(settings, blocks=mode.blocks)  # validated there
     try:
         text, payload = run_speed(settings, emit)
     except Exception as exc:  # run() writes the error as the section: keep the finished blocks

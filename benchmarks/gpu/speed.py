@@ -15,8 +15,9 @@ Layers (one shared ALBERT layer, forward + backward, N=512): dense, multi-scale 
 windows; FlexAttention on CUDA) and dynamic heads (8/12), eager and compiled; and, where the
 layer takes FlexAttention, its per-call `BlockMask` build timed alone (a share of its time).
 
-Blocks run eager first and compiled last, and `run_speed` hands the table so far to `emit` after
-each: a lease that runs out during compilation still brings the eager figures back.
+Blocks run eager first and compiled last (`blocks` picks some), and `run_speed` hands the table
+so far to `emit` after each: a lease that runs out during compilation still brings the eager
+figures back; the compiled layers come in small sub-blocks for the same reason.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import torch
 
 from benchmarks.gpu import timing
 from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
+
+BLOCKS = ("models", "layers", "compiled-models", "compiled-layers")
 
 
 @dataclass
@@ -49,6 +52,10 @@ class SpeedSettings:
     # card's peak) and 64 (the model rows' batch at 512, where the layer's work shows)
     layer_batches: tuple[int, ...] = (16, 64)
     peak_n: int = 8192
+    # which blocks run, in this order: eager models, eager layers, then (compile != none)
+    # compiled models and compiled layers. A lease that has the eager figures already spends
+    # its minutes on the compiled layers alone (`--blocks compiled-layers`)
+    blocks: tuple[str, ...] = BLOCKS
 
     @classmethod
     def tiny(cls) -> SpeedSettings:
@@ -58,6 +65,11 @@ class SpeedSettings:
     def __post_init__(self) -> None:
         if self.compile not in ("none", "ours", "all"):
             raise ValueError(f"SpeedSettings.compile: {self.compile!r} (none, ours or all)")
+        unknown = [b for b in self.blocks if b not in BLOCKS]
+        if unknown or not self.blocks:
+            raise ValueError(f"SpeedSettings.blocks: {list(self.blocks)!r}: name some of {BLOCKS}")
+        if self.compile == "none" and all(b.startswith("compiled") for b in self.blocks):
+            raise ValueError("SpeedSettings.blocks: compiled blocks need compile ours or all")
 
 
 WINDOWS = ["1", "3", "N/16", "N/8", "N/4"]  # bench_attention's paper windows
@@ -216,7 +228,17 @@ def _layer_step(
     return step, layers
 
 
-def layer_rows(s: SpeedSettings, compiled: bool, n: int = 512) -> list[dict[str, Any]]:
+def layer_rows(
+    s: SpeedSettings,
+    compiled: bool,
+    n: int = 512,
+    batches: tuple[int, ...] | None = None,
+    names: tuple[str, ...] | None = None,
+) -> list[dict[str, Any]]:
+    """Time per layer call of each design against dense, alternating, at each batch of
+    `batches` (default: the settings'); `names` limits the designs. Dense is always timed and
+    its row always kept: it is the base of the rows after it (compiled, dense's time moved by
+    up to a third between sub-blocks on an H200, so a ratio is read against its own base)."""
     designs = {
         "dense": _ours_cfg(s),
         "multi-scale": _ours_cfg(s, scales=ScalesConfig(windows=WINDOWS, alpha=0.5)),
@@ -227,10 +249,12 @@ def layer_rows(s: SpeedSettings, compiled: bool, n: int = 512) -> list[dict[str,
             s, heads=HeadsConfig(small=2 * s.heads // 3, large=s.heads, threshold=64, rule="batch")
         ),
     }
+    if names is not None:
+        designs = {k: v for k, v in designs.items() if k == "dense" or k in names}
     if s.device == "cpu":
         n = max(shape[0] for shape in s.shapes)
     rows = []
-    for b in s.layer_batches:
+    for b in s.layer_batches if batches is None else batches:
         steps = {name: _layer_step(cfg, s, b, n, compiled) for name, cfg in designs.items()}
         for step, _ in steps.values():
             step()
@@ -243,7 +267,8 @@ def layer_rows(s: SpeedSettings, compiled: bool, n: int = 512) -> list[dict[str,
             med = statistics.median(ts)
             row = {"n": n, "batch": b, "design": name, "compiled": compiled, "ms": med * 1e3}
             rows.append(row | {"vs_dense": med / base})
-        if not compiled:  # where multi-scale's time goes: its FlexAttention mask, built per call
+        # where multi-scale's time goes: its FlexAttention mask, built per call
+        if not compiled and "multi-scale" in steps:
             mask = mask_build_seconds(steps["multi-scale"][0], s)
             if mask is not None:
                 name = "multi-scale: its BlockMask build alone"
@@ -293,10 +318,13 @@ def _text(s: SpeedSettings, peak: float, models: list[dict], layers: list[dict])
         f"{s.heads} heads, FFN {s.ffn}. Compiled variants run in a block of their own, beside "
         "the eager transformers model again (their `vs transformers`).",
         "",
-        "| seq | batch | variant | tokens/s (median) | vs transformers | MFU | peak MiB | "
-        "GPU busy |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
+    if models:
+        lines += [
+            "| seq | batch | variant | tokens/s (median) | vs transformers | MFU | peak MiB | "
+            "GPU busy |",
+            "|---|---|---|---:|---:|---:|---:|---:|",
+        ]
     for r in models:
         lines.append(
             f"| {r['seq']} | {r['batch']} | {r['variant']} | {r['tokens_per_s']:,.0f} | "
@@ -337,6 +365,7 @@ def ffn_floor(d: int, f: int, n: int) -> float:
 
 
 Emit = Callable[[str, dict[str, Any]], None]
+COMPILED_GROUPS = (("multi-scale",), ("multi-scale, FFN-free", "dynamic (8/12), batch rule"))
 
 
 def run_speed(s: SpeedSettings, emit: Emit | None = None) -> tuple[str, dict[str, Any]]:
@@ -351,15 +380,22 @@ def run_speed(s: SpeedSettings, emit: Emit | None = None) -> tuple[str, dict[str
     models: list[dict[str, Any]] = []
     layers: list[dict[str, Any]] = []
     compiled = ["ours, compiled"] + (["transformers, compiled"] if s.compile == "all" else [])
-    blocks: list[Callable[[], None]] = [
-        lambda: models.extend(model_rows(s, peak, ["transformers", "ours"])),
-        lambda: layers.extend(layer_rows(s, False)),
-    ]
-    if s.compile != "none":
-        blocks += [
-            lambda: models.extend(model_rows(s, peak, ["transformers", *compiled])),
-            lambda: layers.extend(layer_rows(s, True)),
-        ]
+    blocks: list[Callable[[], None]] = []
+    if "models" in s.blocks:
+        blocks.append(lambda: models.extend(model_rows(s, peak, ["transformers", "ours"])))
+    if "layers" in s.blocks:
+        blocks.append(lambda: layers.extend(layer_rows(s, False)))
+    if s.compile != "none" and "compiled-models" in s.blocks:
+        blocks.append(lambda: models.extend(model_rows(s, peak, ["transformers", *compiled])))
+    if s.compile != "none" and "compiled-layers" in s.blocks:
+        # Inductor builds a graph per multi-scale layer distribution (minutes in all): the
+        # largest batch first, multi-scale against dense, then the other designs, each
+        # sub-block emitted as it ends, so a cut lease keeps what finished
+        for b in sorted(s.layer_batches, reverse=True):
+            for group in COMPILED_GROUPS:
+                blocks.append(
+                    lambda b=b, g=group: layers.extend(layer_rows(s, True, batches=(b,), names=g))
+                )
     payload = {"peak_flops": peak, "models": models, "layers": layers}  # filled block by block
     for block in blocks:
         block()
