@@ -178,6 +178,7 @@ def test_cpu_mode_runs_every_part(tmp_path: Path, require_data) -> None:
         "tncc-title",
         "wcm-segments",
         "wcm-memory",
+        "wcm-segments-twin",
     }
 
 
@@ -483,7 +484,15 @@ def test_finetune_readings_fill_the_models_rows(tmp_path: Path) -> None:
 
     model = _model_dir(tmp_path / "m", 128)
     runs = finetune_runs(model, cpu=False)
-    assert list(runs) == ["wcm-truncate", "wcm-segments", "wcm-memory", "tncc-title"]
+    assert list(runs) == [
+        "wcm-truncate",
+        "wcm-segments",
+        "wcm-memory",
+        "wcm-truncate-twin",
+        "wcm-segments-twin",
+        "tncc-title",
+    ]
+    assert runs["wcm-segments-twin"] == [*runs["wcm-segments"], "--set", "finetune.init=random"]
 
     def value(args: list[str], key: str) -> str:
         return [a.split("=", 1)[1] for a in args if a.startswith(key + "=")][-1]
@@ -499,7 +508,12 @@ def test_finetune_readings_fill_the_models_rows(tmp_path: Path) -> None:
         global_memory=GlobalMemoryConfig(budget=budget),
     )
     assert reading_of(ft, load_config_file(model), window).memory.budget == 31
-    assert "wcm-truncate" not in finetune_runs(model, cpu=True)
+    assert list(finetune_runs(model, cpu=True)) == [
+        "wcm-segments",
+        "wcm-memory",
+        "wcm-segments-twin",
+        "tncc-title",
+    ]
 
 
 def test_finetune_part_keeps_the_runs_done_when_one_fails(tmp_path, monkeypatch) -> None:
@@ -526,7 +540,7 @@ def test_finetune_part_keeps_the_runs_done_when_one_fails(tmp_path, monkeypatch)
     text = run.finetune(mode, {})
     assert "CUDA out of memory" in text
     facts = json.loads((mode.out / "finetune.json").read_text())
-    assert list(facts["seconds"]) == ["wcm-truncate", "wcm-memory", "tncc-title"]
-    assert list(facts["failed"]) == ["wcm-segments"]
+    assert "wcm-memory" in facts["seconds"] and "tncc-title" in facts["seconds"]
+    assert list(facts["failed"]) == ["wcm-segments", "wcm-segments-twin"]
     assert (mode.out / "finetune" / "wcm-memory" / "wcm_bo" / "sys" / "results.json").exists()
     assert (tmp_path / "pack" / "reports.tar").exists()

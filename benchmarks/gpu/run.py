@@ -704,7 +704,8 @@ RECIPE = [
 
 
 def finetune_runs(model: Path, cpu: bool) -> dict[str, list[str]]:
-    """The fine-tuning commands, WCM-bo first (never measured on a device), titles last.
+    """The fine-tuning commands, WCM-bo first (never measured on a device), then its random-init
+    twin, titles last (measured on the CPU already).
 
     Every WCM-bo reading feeds the encoder rows of the model's max_len: `truncate` and
     `segments` read windows of max_len, `memory` a window of 3/4 of it behind `[CLS] memory
@@ -716,6 +717,7 @@ def finetune_runs(model: Path, cpu: bool) -> dict[str, list[str]]:
     budget = max_len - window - 1
     wcm = ["finetune", "classify", "--dataset", "wcm_bo", "--set", "finetune.layers=[-1]"]
     whole = ["--set", f"finetune.max_len={max_len}"]
+    twin = ["--set", "finetune.init=random"]
     runs = {
         "wcm-truncate": [*wcm, *whole, "--set", "finetune.long_document=truncate"],
         "wcm-segments": [*wcm, *whole, "--set", "finetune.long_document=segments"],
@@ -724,11 +726,16 @@ def finetune_runs(model: Path, cpu: bool) -> dict[str, list[str]]:
             *["--set", "finetune.long_document=memory", "--set", f"finetune.max_len={window}"],
             *["--set", f"finetune.global_memory.budget={budget}"],
         ],
+        # the random-init twin (same shape, vocabulary, head and recipe): what pretraining buys
+        # on documents (memory selects with the pretrained MLM, so it has no twin)
+        "wcm-truncate-twin": [*wcm, *whole, "--set", "finetune.long_document=truncate", *twin],
+        "wcm-segments-twin": [*wcm, *whole, "--set", "finetune.long_document=segments", *twin],
         # the main job's own title recipe: the CNN reads the embedding layer beside the last
         "tncc-title": ["finetune", "tncc", "--task", "title", "--set", "finetune.layers=[0,-1]"],
     }
-    if cpu:  # toy sizes
-        del runs["wcm-truncate"]
+    if cpu:  # toy sizes: one run of each kind
+        for name in ("wcm-truncate", "wcm-truncate-twin"):
+            del runs[name]
     return runs
 
 
