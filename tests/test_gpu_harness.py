@@ -544,3 +544,29 @@ def test_finetune_part_keeps_the_runs_done_when_one_fails(tmp_path, monkeypatch)
     assert list(facts["failed"]) == ["wcm-segments", "wcm-segments-twin"]
     assert (mode.out / "finetune" / "wcm-memory" / "wcm_bo" / "sys" / "results.json").exists()
     assert (tmp_path / "pack" / "reports.tar").exists()
+
+
+def test_finetune_part_cut_by_its_time_limit_keeps_the_runs_before(tmp_path, monkeypatch) -> None:
+    """The seventh lease's finetune part was cut in its fifth run and its section said only
+    that it was killed: the runs that finished must stay in it."""
+    from benchmarks.gpu import run
+
+    model = _model_dir(tmp_path / "model", 128)
+
+    def fake(args: list[str], env: dict[str, str], log: Path) -> float:
+        if "finetune.long_document=segments" in args:
+            raise run.Terminated("killed by SIGTERM (its time limit); files so far packed")
+        return 2.0
+
+    monkeypatch.setattr(run, "_tibnlp", fake)
+    monkeypatch.setattr(run, "find_model", lambda mode: model)
+    monkeypatch.setattr(
+        run, "_finetune_text", lambda seeds, sec, failed, outs, env: f"report of {list(sec)}"
+    )
+    mode = run.Mode(False, tmp_path / "out", tmp_path / "work")
+    monkeypatch.setattr(run, "install", lambda: {})
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert run.run(["finetune"], mode) == 1
+    section = (mode.out / "section-finetune.md").read_text()
+    assert "killed by SIGTERM" in section and "during wcm-segments" in section
+    assert "report of ['wcm-truncate']" in section

@@ -773,6 +773,8 @@ def finetune(mode: Mode, env: dict[str, str]) -> str:
                 shutil.copy(found, keep)
         except SystemExit as exc:
             failed[name] = str(exc)[-1500:]
+        except Terminated as exc:  # the time limit: the section keeps the runs that finished
+            raise SystemExit(f"{exc} during {name}\n\nThe runs before it:\n\n{text}") from exc
         text = _finetune_text(seeds, seconds, failed, outputs, env)
         _dump(mode, "finetune", {"seconds": seconds, "failed": failed, "model": str(model)})
         results.write_part(mode.out, "finetune", f"(partial: the part was still running)\n\n{text}")
