@@ -8,8 +8,9 @@
   split in parts of at most 15 MiB, in OUT (so a later lease can carry it back).
 - curve: pipelines/gpu_curve.yaml: the main job's MLM stages far past the CPU's budget, from
   the skip-gram start carried in .bundle/start; its models come back for fine-tuning here.
-- finetune: that model (pretrain's, else curve's) on TNCC titles (CNN head) and WCM-bo
-  documents (segments and memory readings), 3 seeds each; the `finetune report` tables.
+- finetune: that model (pretrain's, else curve's, else one carried in .bundle) with the main
+  job's recipe on WCM-bo documents (truncate, segments and memory readings, and the random-init
+  twin of the first two), then TNCC titles, 3 seeds each; the `finetune report` tables.
 
 `--cpu` runs every part at toy sizes on the CPU (a test in the suite does, so the harness cannot
 rot between leases). Each part writes OUT/section-PART.md and OUT/PART.json; `collect` puts
