@@ -196,7 +196,7 @@ def test_resumed_budget_counts_the_checkpoint_steps_evaluation(tmp_path: Path) -
 def test_objects_beside_the_loop_ride_in_its_checkpoint(tmp_path: Path) -> None:
     # `TrainLoop.extra_state` (pretraining's LearningCheck: warned or probed already); a
     # checkpoint written before an object was added leaves that object as it started
-    from tibnlp.training.pretrain import LearningCheck
+    from tibnlp.training.learning_check import LearningCheck
 
     def check() -> LearningCheck:
         return LearningCheck(0.1, 0.25, lambda at: 0.0)

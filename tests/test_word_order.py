@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from tibnlp.evaluation.word_order import is_order_blind, order_accuracies, shuffle_order
+from tibnlp.training.learning_check import LearningCheck
 from tibnlp.training.loop import Progress
-from tibnlp.training.pretrain import LearningCheck
 
 V = 12  # vocabulary of the stub models
 

@@ -24,7 +24,7 @@ import os
 import random
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from tibnlp.config import Config, ModelConfig, dump_yaml, to_dict
-from tibnlp.config.train import PretrainConfig, parse_duration
+from tibnlp.config.train import parse_duration
 from tibnlp.data.masking import MlmCollator
 from tibnlp.data.pretraining import (
     SPLITS,
@@ -41,11 +41,11 @@ from tibnlp.data.pretraining import (
     load_pretraining_dataset,
 )
 from tibnlp.errors import ConfigError, DataError
-from tibnlp.evaluation.word_order import is_order_blind, order_accuracies
+from tibnlp.evaluation.word_order import order_accuracies
 from tibnlp.folder_lock import hold_folder
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.electra import ElectraForPretraining
-from tibnlp.models.io import load_pretrained, read_extra, save_pretrained
+from tibnlp.models.io import save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.models.summary import electra_flops_per_token, training_flops_per_token
 from tibnlp.text.vocab import Vocabulary, copy_vocabulary
@@ -60,8 +60,9 @@ from tibnlp.training.engine import (
     planned_world_size,
     shutdown,
 )
+from tibnlp.training.learning_check import LearningCheck, unigram_accuracy
 from tibnlp.training.loop import LoopSettings, Progress, fit
-from tibnlp.training.skipgram import cached_vectors, embedding_init
+from tibnlp.training.pretrain_init import initial_weights, load_initial, skipgram_start
 from tibnlp.training.wiring import Training, start_training
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out masks differ from any training batch's
@@ -120,85 +121,6 @@ def export_name(tokens: float) -> str:
     return f"tokens-{int(tokens)}"
 
 
-def unigram_accuracy(dataset: Any, special_ids: set[int]) -> float:
-    """MLM accuracy of always guessing the most frequent regular token: the level a model that
-    has learnt only token frequencies reaches (the plateau a failing run never leaves)."""
-    counts = np.bincount(
-        np.fromiter((t for ids in dataset["input_ids"] for t in ids), dtype=np.int64)
-    )
-    for i in special_ids:
-        if i < len(counts):
-            counts[i] = 0
-    total = counts.sum()
-    return float(counts.max() / total) if total else 0.0
-
-
-class LearningCheck:
-    """Past `warn_after` of the run, warns once (stderr and an MLflow tag) when the run is not
-    learning or learns only a bag of pieces:
-    - at any evaluation, held-out MLM accuracy still within 1.5x of the unigram level,
-      whatever the loss curve suggests;
-    - at the first evaluation past the unigram level, `order_probe` (accuracy on held-out text
-      as written and shuffled, logged as `eval/order_accuracy` and `eval/shuffled_accuracy`)
-      says the model ignores word order (`tibnlp.evaluation.word_order`)."""
-
-    def __init__(
-        self,
-        unigram: float,
-        warn_after: float,
-        share: Callable[[Progress], float],
-        order_probe: Callable[[], tuple[float, float]] | None = None,
-    ):
-        self.unigram, self.warn_after, self.share = unigram, warn_after, share
-        self.order_probe = order_probe
-        self.tracker: Tracker | None = None
-        self.warned = self.probed = False
-
-    def __call__(self, at: Progress, scores: dict[str, float]) -> None:
-        share = self.share(at)
-        acc = scores.get("mask_accuracy")
-        if self.warned or not self.warn_after or share < self.warn_after or acc is None:
-            return
-        if acc < 1.5 * self.unigram:
-            self._warn(
-                "not_learning",
-                f"held-out MLM accuracy {acc:.2%} after {share:.0%} of the run (step {at.step}) "
-                f"is still at the unigram level ({self.unigram:.2%}): this run is not learning; "
-                "lower pretrain.optimizer.lr, use model.norm=pre, or check the data",
-            )
-            return
-        if self.order_probe is None or self.probed:
-            return
-        self.probed = True
-        in_order, shuffled = self.order_probe()
-        if self.tracker is not None:
-            self.tracker.log_metrics(
-                {"eval/order_accuracy": in_order, "eval/shuffled_accuracy": shuffled}, at.step
-            )
-        if is_order_blind(in_order, shuffled, self.unigram):
-            self._warn(
-                "order_blind",
-                f"held-out MLM accuracy is {in_order:.2%} on text as written and {shuffled:.2%} "
-                f"on the same text shuffled after {share:.0%} of the run (step {at.step}): the "
-                "model ignores word order and predicts from the bag of pieces around a mask; "
-                "use model.position=relative (or a longer run)",
-            )
-
-    def state_dict(self) -> dict[str, bool]:
-        """Saved with each checkpoint (`TrainLoop.extra_state`): once per run, not per process."""
-        return {"warned": self.warned, "probed": self.probed}
-
-    def load_state_dict(self, state: dict[str, bool]) -> None:
-        self.warned = bool(state.get("warned", False))
-        self.probed = bool(state.get("probed", False))
-
-    def _warn(self, kind: str, message: str) -> None:
-        self.warned = True
-        print(f"warning: {message}", file=sys.stderr, flush=True)
-        if self.tracker is not None:
-            self.tracker.set_tags({"warning": kind, "warning.detail": message})
-
-
 def run_pretraining(
     cfg: Config, resume: bool = False, wait: bool = False, eval_only: bool = False
 ) -> Path:
@@ -232,89 +154,6 @@ def run_pretraining(
         return _pretrain(cfg, resume, world, eval_only)
 
 
-def _initial_weights(
-    model_dir: Path, vocab: Vocabulary, vocab_dir: Path
-) -> tuple[ModelConfig, dict[str, torch.Tensor], dict[str, Any]]:
-    """The shape, weights and recorded facts (tokens, FLOPs) of the model `pretrain.init_from`
-    names; its vocabulary must be the run's, since the embedding rows are indexed by piece id."""
-    model_cfg, state = load_pretrained(model_dir)
-    try:
-        own = Vocabulary.load(model_dir)
-    except DataError as exc:
-        raise DataError(
-            f"pretrain.init_from: {model_dir} holds no vocabulary ({exc.message})",
-            "point it at a model directory written by tibnlp pretrain",
-        ) from exc
-    if own.sha256 != vocab.sha256:
-        raise ConfigError(
-            f"pretrain.init_from: {model_dir} was trained with another vocabulary than "
-            f"pretrain.vocab ({vocab_dir})",
-            f"set pretrain.vocab={model_dir} (a model directory carries its vocabulary)",
-        )
-    return model_cfg, state, read_extra(model_dir)
-
-
-def objective_of(state: dict[str, torch.Tensor]) -> str:
-    """The objective a saved pretraining model was trained with, read off its weights."""
-    return "electra" if any(k.startswith("rtd_") for k in state) else "mlm"
-
-
-def _load_initial(
-    model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path, objective: str
-) -> None:
-    """Strict, except for the sentence-order and contrast heads, which one run may have and
-    the other not.
-
-    An MLM-pretrained encoder may start an ELECTRA run: it becomes the discriminator, and the
-    generator and detection head start fresh (the generator's narrower shape has no source).
-    The other way round is refused: an ELECTRA model has no MLM head of the encoder's width."""
-    found = objective_of(state)
-    if found == "mlm" and objective == "electra":
-        state = {k: v for k, v in state.items() if k.startswith("encoder.")}
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [k for k in missing if k.startswith("encoder.")]
-    elif found != objective:
-        raise ConfigError(
-            f"pretrain.init_from: {source} was pretrained with objective {found}, this run "
-            f"trains {objective}",
-            f"set pretrain.objective={found} to continue it",
-        )
-    else:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    bad = [k for k in [*missing, *unexpected] if not k.startswith(("sop_", "contrastive_"))]
-    if bad:
-        raise DataError(
-            f"pretrain.init_from: {source} does not fit a pretraining model of its own "
-            f"model.yaml (mismatched weights: {sorted(bad)[:5]})",
-            "point it at a model directory written by tibnlp pretrain (not a classifier)",
-        )
-
-
-def _skipgram_start(
-    model: AlbertForPretraining | ElectraForPretraining,
-    model_cfg: ModelConfig,
-    p: PretrainConfig,
-    train: Any,
-    meta: dict[str, Any],
-    vocab: Vocabulary,
-    output: Path,
-    world: World,
-) -> dict[str, Any]:
-    """Skip-gram vectors of the training examples' pieces as the word embedding; trained once
-    on the main process (kept in OUTPUT/skipgram, so a resumed run reads them back), read by
-    every rank. Returns their cost as the facts a continued run would carry (FLOPs, seconds)."""
-    folder = output / "skipgram"
-    args = (model_cfg.vocab_size, model_cfg.embedding_size, p.skipgram, p.seed)
-    exclude = set(vocab.special_ids)
-    if world.is_main:
-        cached_vectors(folder, lambda: train["input_ids"], *args, exclude, meta["cache_key"])
-    barrier()
-    result = cached_vectors(folder, lambda: train["input_ids"], *args, exclude, meta["cache_key"])
-    with torch.no_grad():
-        model.encoder.embeddings.word.weight.copy_(embedding_init(result.vectors, p.skipgram.std))
-    return {"flops": result.flops, "train_seconds": result.seconds, **result.facts()}
-
-
 def _note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -328,7 +167,7 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
     init_state = None
     before: dict[str, Any] = {}  # the facts (tokens, FLOPs) of the model a run continues from
     if p.init_from:
-        cfg.model, init_state, before = _initial_weights(Path(p.init_from), vocab, vocab_dir)
+        cfg.model, init_state, before = initial_weights(Path(p.init_from), vocab, vocab_dir)
     if p.seq_len > cfg.model.max_len:  # before anything is written: the encoder would refuse
         raise ConfigError(
             f"config key 'pretrain.seq_len': {p.seq_len} is above model.max_len "
@@ -395,9 +234,9 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
             temperature=p.contrastive_temperature,
         )
     if init_state is not None:
-        _load_initial(model, init_state, Path(p.init_from), p.objective)
+        load_initial(model, init_state, Path(p.init_from), p.objective)
     if p.skipgram.epochs:
-        before = _skipgram_start(model, model_cfg, p, splits["train"], meta, vocab, output, world)
+        before = skipgram_start(model, model_cfg, p, splits["train"], meta, vocab, output, world)
     rates = {"encoder.embeddings.word.": p.word_lr}  # (ELECTRA's generator shares it)
     training = start_training(
         model, cfg.engine, p.optimizer, p.batch_size, p.micro_batch_size, p.max_steps, world, rates
