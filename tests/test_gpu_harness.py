@@ -570,3 +570,18 @@ def test_finetune_part_cut_by_its_time_limit_keeps_the_runs_before(tmp_path, mon
     section = (mode.out / "section-finetune.md").read_text()
     assert "killed by SIGTERM" in section and "during wcm-segments" in section
     assert "report of ['wcm-truncate']" in section
+
+
+def test_finetune_runs_are_picked_by_name(tmp_path: Path) -> None:
+    """`run finetune --runs wcm-segments-twin,tncc-title`: a lease finishes what the last one's
+    time limit cut, in the part's order; an unknown name is refused with the names there are."""
+    from benchmarks.gpu.run import finetune_runs, pick_runs
+
+    runs = finetune_runs(_model_dir(tmp_path / "m", 128), cpu=False)
+    assert pick_runs(runs, "") == runs
+    assert list(pick_runs(runs, "tncc-title, wcm-segments-twin")) == [
+        "wcm-segments-twin",
+        "tncc-title",
+    ]
+    with pytest.raises(SystemExit, match="give names among wcm-truncate"):
+        pick_runs(runs, "wcm-sgements")

@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         help="pretrain, curve, wide, finetune: a config or pipeline override (KEY=VALUE)",
     )
     r.add_argument("--until", default="", help="wide: the last pipeline stage run (all)")
+    r.add_argument("--runs", default="", help="finetune: runs by name, e.g. tncc-title (all)")
     c = sub.add_parser("collect", help="here: the returned sections into results/gpu.md")
     c.add_argument("folder", type=Path)
     args = ap.parse_args(argv)
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.blocks = tuple(b for b in args.blocks.split(",") if b)
     mode.pack = args.pack.resolve() if args.pack else None
     mode.variants, mode.sets, mode.until = args.variants, list(args.set), args.until
+    mode.runs = args.runs
     return 1 if run(args.parts, mode) else 0
 
 

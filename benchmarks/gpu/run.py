@@ -61,6 +61,7 @@ class Mode:
     variants: str = ""  # loop: the variants to run, by index ("0,3"); empty: all
     sets: list[str] = field(default_factory=list)  # pretrain, curve, wide, finetune: overrides
     until: str = ""  # wide: the last pipeline stage run on the device (empty: all)
+    runs: str = ""  # finetune: the runs to make, by name ("wcm-segments-twin,tncc-title"); all
 
     @property
     def device(self) -> str:
@@ -740,6 +741,17 @@ def finetune_runs(model: Path, cpu: bool) -> dict[str, list[str]]:
     return runs
 
 
+def pick_runs(runs: dict[str, list[str]], spec: str) -> dict[str, list[str]]:
+    """The runs `--runs A,B` names, in the part's order (a lease finishing what the last cut)."""
+    if not spec:
+        return runs
+    wanted = [x.strip() for x in spec.split(",") if x.strip()]
+    unknown = [x for x in wanted if x not in runs]
+    if unknown or not wanted:
+        raise SystemExit(f"finetune: --runs {spec!r}: give names among {', '.join(runs)}")
+    return {k: v for k, v in runs.items() if k in wanted}
+
+
 def finetune(mode: Mode, env: dict[str, str]) -> str:
     """Each run in turn; after each, the `finetune report` of those done so far is the
     section (a cut lease keeps them), and a failed run is recorded and the next still runs."""
@@ -761,7 +773,7 @@ def finetune(mode: Mode, env: dict[str, str]) -> str:
     failed: dict[str, str] = {}
     outputs: list[str] = []
     text = ""
-    for name, args in finetune_runs(model, mode.cpu).items():
+    for name, args in pick_runs(finetune_runs(model, mode.cpu), mode.runs).items():
         target = mode.work / "finetune" / name
         shutil.rmtree(target, ignore_errors=True)
         argv = [*args, *common, "--set", f"finetune.output={target}", *sets]
