@@ -568,7 +568,7 @@ def test_finetune_part_cut_by_its_time_limit_keeps_the_runs_before(tmp_path, mon
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     assert run.run(["finetune"], mode) == 1
     section = (mode.out / "section-finetune.md").read_text()
-    assert "killed by SIGTERM" in section and "during wcm-segments" in section
+    assert "killed by SIGTERM" in section and "during wcm-segments or its report" in section
     assert "report of ['wcm-truncate']" in section
 
 
@@ -585,3 +585,36 @@ def test_finetune_runs_are_picked_by_name(tmp_path: Path) -> None:
     ]
     with pytest.raises(SystemExit, match="give names among wcm-truncate"):
         pick_runs(runs, "wcm-sgements")
+
+
+def test_finetune_part_cut_in_a_report_keeps_the_runs_before(tmp_path, monkeypatch) -> None:
+    """The limit may come while `finetune report` runs after a fine-tuning (as on the seventh
+    lease): the section still holds the report of the runs before, and their results.json."""
+    from benchmarks.gpu import run
+
+    model = _model_dir(tmp_path / "model", 128)
+    reports: list[list[str]] = []
+
+    def fake(args: list[str], env: dict[str, str], log: Path) -> float:
+        target = Path(next(a for a in args if a.startswith("finetune.output=")).split("=", 1)[1])
+        (target / "sys").mkdir(parents=True)
+        (target / "sys" / "results.json").write_text("{}")
+        return 2.0
+
+    def text(seeds, sec, failed, outs, env) -> str:
+        if len(sec) == 2:
+            raise run.Terminated("killed by SIGTERM (its time limit); files so far packed")
+        reports.append(list(sec))
+        return f"report of {list(sec)}"
+
+    monkeypatch.setattr(run, "_tibnlp", fake)
+    monkeypatch.setattr(run, "find_model", lambda mode: model)
+    monkeypatch.setattr(run, "_finetune_text", text)
+    monkeypatch.setattr(run, "install", lambda: {})
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    mode = run.Mode(False, tmp_path / "out", tmp_path / "work")
+    assert run.run(["finetune"], mode) == 1
+    section = (mode.out / "section-finetune.md").read_text()
+    assert "during wcm-segments or its report" in section
+    assert "report of ['wcm-truncate']" in section
+    assert (mode.out / "finetune" / "wcm-segments" / "sys" / "results.json").exists()

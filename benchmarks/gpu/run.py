@@ -773,25 +773,30 @@ def finetune(mode: Mode, env: dict[str, str]) -> str:
     failed: dict[str, str] = {}
     outputs: list[str] = []
     text = ""
-    for name, args in pick_runs(finetune_runs(model, mode.cpu), mode.runs).items():
-        target = mode.work / "finetune" / name
-        shutil.rmtree(target, ignore_errors=True)
-        argv = [*args, *common, "--set", f"finetune.output={target}", *sets]
-        try:
-            seconds[name] = _tibnlp(argv, env, log)
-            outputs.append(str(target))
-            for found in target.rglob("results.json"):  # per-seed predictions, for `compare`
-                keep = mode.out / "finetune" / name / found.relative_to(target)
-                keep.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(found, keep)
-        except SystemExit as exc:
-            failed[name] = str(exc)[-1500:]
-        except Terminated as exc:  # the time limit: the section keeps the runs that finished
-            raise SystemExit(f"{exc} during {name}\n\nThe runs before it:\n\n{text}") from exc
-        text = _finetune_text(seeds, seconds, failed, outputs, env)
-        _dump(mode, "finetune", {"seconds": seconds, "failed": failed, "model": str(model)})
-        results.write_part(mode.out, "finetune", f"(partial: the part was still running)\n\n{text}")
-        _pack(mode)
+    name = ""
+    try:  # the time limit (SIGTERM) may come in a run or in the report after it
+        for name, args in pick_runs(finetune_runs(model, mode.cpu), mode.runs).items():
+            target = mode.work / "finetune" / name
+            shutil.rmtree(target, ignore_errors=True)
+            argv = [*args, *common, "--set", f"finetune.output={target}", *sets]
+            try:
+                seconds[name] = _tibnlp(argv, env, log)
+                outputs.append(str(target))
+                for found in target.rglob("results.json"):  # per-seed predictions, `compare`
+                    keep = mode.out / "finetune" / name / found.relative_to(target)
+                    keep.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(found, keep)
+            except SystemExit as exc:
+                failed[name] = str(exc)[-1500:]
+            text = _finetune_text(seeds, seconds, failed, outputs, env)
+            _dump(mode, "finetune", {"seconds": seconds, "failed": failed, "model": str(model)})
+            partial = f"(partial: the part was still running)\n\n{text}"
+            results.write_part(mode.out, "finetune", partial)
+            _pack(mode)
+    except Terminated as exc:  # the section keeps the runs that finished
+        raise SystemExit(
+            f"{exc} during {name} or its report\n\nThe runs before:\n\n{text}"
+        ) from exc
     if not outputs:
         raise SystemExit(f"finetune: every run failed:\n{text}")
     return text
