@@ -695,14 +695,24 @@ def find_model(mode: Mode) -> Path:
     return mode.work / "carried" / "model"
 
 
-# The main job's fine-tuning recipe (pipelines/quickstart.yaml: LP-FT, then everything at 3e-4)
-RECIPE = [
-    "finetune.optimizer.lr=0.0003",
-    "finetune.epochs=8",
-    "finetune.patience=2",
-    "finetune.probe_epochs=3",
-    "finetune.probe_lr=0.001",
-]
+MAIN_JOB = Path("pipelines/quickstart.yaml")
+# the keys of the main job's fine-tuning that make its recipe (LP-FT, then everything); task,
+# head, seeds and the states read are each run's own
+RECIPE_KEYS = ("optimizer.lr", "epochs", "patience", "probe_epochs", "probe_lr")
+
+
+def main_job_finetune() -> dict[str, Any]:
+    """The README main job's `finetune` section, flat (`optimizer.lr`), read from its pipeline
+    file so the device runs the recipe the CPU runs, whatever it becomes."""
+    from tibnlp.config.core import flatten
+    from tibnlp.pipeline.spec import load_pipeline
+
+    return flatten(load_pipeline(MAIN_JOB).config.get("finetune", {}))
+
+
+def _sets(items: dict[str, Any]) -> list[str]:
+    """`--set finetune.KEY=VALUE` arguments (JSON values: YAML reads them back as they were)."""
+    return [a for k, v in items.items() for a in ("--set", f"finetune.{k}={json.dumps(v)}")]
 
 
 def finetune_runs(model: Path, cpu: bool) -> dict[str, list[str]]:
@@ -714,6 +724,7 @@ def finetune_runs(model: Path, cpu: bool) -> dict[str, list[str]]:
     [SEP]` with the rest as its budget (GEMFormer's comparison at equal input length)."""
     from tibnlp.models.io import load_config_file
 
+    layers = main_job_finetune().get("layers", [-1])
     max_len = load_config_file(model).max_len
     window = max(8, 3 * max_len // 4)
     budget = max_len - window - 1
@@ -732,8 +743,8 @@ def finetune_runs(model: Path, cpu: bool) -> dict[str, list[str]]:
         # on documents (memory selects with the pretrained MLM, so it has no twin)
         "wcm-truncate-twin": [*wcm, *whole, "--set", "finetune.long_document=truncate", *twin],
         "wcm-segments-twin": [*wcm, *whole, "--set", "finetune.long_document=segments", *twin],
-        # the main job's own title recipe: the CNN reads the embedding layer beside the last
-        "tncc-title": ["finetune", "tncc", "--task", "title", "--set", "finetune.layers=[0,-1]"],
+        # the main job's own title run: its CNN reads the states the main job's reads
+        "tncc-title": ["finetune", "tncc", "--task", "title", *_sets({"layers": layers})],
     }
     if cpu:  # toy sizes: one run of each kind
         for name in ("wcm-truncate", "wcm-truncate-twin"):
@@ -762,8 +773,8 @@ def finetune(mode: Mode, env: dict[str, str]) -> str:
     seeds = "1" if mode.cpu else "1,2,3"
     common = ["--model", str(model), "--head", "cnn", "--seeds", seeds]
     common += ["--set", f"tracking.uri={uri}", "--set", "tracking.experiment=gpu-finetune"]
-    for item in RECIPE:
-        common += ["--set", item]
+    recipe = main_job_finetune()
+    common += _sets({k: recipe[k] for k in RECIPE_KEYS if k in recipe})
     if mode.cpu:
         common += ["--set", "finetune.epochs=1", "--set", "finetune.limit_train=64"]
         common += ["--set", "finetune.cnn_channels=8", "--set", "finetune.document_max_len=128"]
@@ -771,7 +782,6 @@ def finetune(mode: Mode, env: dict[str, str]) -> str:
     sets = [a for x in mode.sets for a in ("--set", x)]  # last, so they win
     seconds: dict[str, float] = {}
     failed: dict[str, str] = {}
-    outputs: list[str] = []
     text = ""
     name = ""
     try:  # the time limit (SIGTERM) may come in a run or in the report after it
@@ -781,13 +791,13 @@ def finetune(mode: Mode, env: dict[str, str]) -> str:
             argv = [*args, *common, "--set", f"finetune.output={target}", *sets]
             try:
                 seconds[name] = _tibnlp(argv, env, log)
-                outputs.append(str(target))
                 for found in target.rglob("results.json"):  # per-seed predictions, `compare`
                     keep = mode.out / "finetune" / name / found.relative_to(target)
                     keep.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy(found, keep)
             except SystemExit as exc:
                 failed[name] = str(exc)[-1500:]
+            outputs = [str(mode.work / "finetune" / done) for done in seconds]
             text = _finetune_text(seeds, seconds, failed, outputs, env)
             _dump(mode, "finetune", {"seconds": seconds, "failed": failed, "model": str(model)})
             partial = f"(partial: the part was still running)\n\n{text}"
@@ -797,7 +807,7 @@ def finetune(mode: Mode, env: dict[str, str]) -> str:
         raise SystemExit(
             f"{exc} during {name} or its report\n\nThe runs before:\n\n{text}"
         ) from exc
-    if not outputs:
+    if not seconds:
         raise SystemExit(f"finetune: every run failed:\n{text}")
     return text
 
