@@ -64,6 +64,22 @@ def test_flex_windows_across_tiles_equal_the_reference_with_padding() -> None:
         )
 
 
+def test_64_token_tiles_give_the_128_token_result() -> None:
+    """The 64-token tile is a speed knob: the same windows, the same output; the kernel's
+    tiles follow it (a block mask's tile must be a multiple of the kernel's)."""
+    torch.manual_seed(0)
+    n, lengths = 200, torch.tensor([200, 150, 65, 3])
+    q, k, v = (torch.randn(4, 3, n, 8) for _ in range(3))
+    radius = torch.stack([Scale.parse(s).radii(lengths) for s in ["3", "N/16", "N/4"]], 1)
+    want = flex.flex_window_attention(q, k, v, radius, lengths)
+    got = flex.flex_window_attention(q, k, v, radius, lengths, tile=64)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert flex.kernel_options(128) is None
+    assert set(flex.kernel_options(64).values()) == {64}
+    with pytest.raises(ValueError, match="tile 32"):
+        flex.kernel_options(32)
+
+
 def test_multiscale_model_through_flex_equals_its_cpu_path(monkeypatch) -> None:
     """The whole multi-scale model (width-1 heads included) with the flex path forced on."""
     design = next(d for d in designs() if d.name == "multi-scale")
@@ -77,7 +93,7 @@ def test_multiscale_model_through_flex_equals_its_cpu_path(monkeypatch) -> None:
         monkeypatch.setattr(
             multiscale,
             "flex_window_attention",
-            lambda *a: calls.append(1) or original(*a),
+            lambda *a, **kw: calls.append(1) or original(*a, **kw),
         )
         got = model(**inputs)["loss"]
     assert len(calls) == design.cfg.num_layers  # one fused call per layer
@@ -102,9 +118,10 @@ def test_speed_times_the_block_mask_a_layer_step_builds() -> None:
     assert mask_build_seconds(lambda: None, settings) is None
 
 
-@pytest.mark.parametrize("n", [1, 40, 128, 129, 300, 512])
-def test_window_mask_tiles_equal_create_block_mask(n: int) -> None:
-    """`window_mask` classifies the 128-tiles from the windows' geometry; `create_block_mask`,
+@pytest.mark.parametrize("tile", [128, 64])
+@pytest.mark.parametrize("n", [1, 40, 64, 128, 129, 300, 512])
+def test_window_mask_tiles_equal_create_block_mask(n: int, tile: int) -> None:
+    """`window_mask` classifies the tiles from the windows' geometry; `create_block_mask`,
     evaluating the same mask on every pair, is the oracle: the same partial and full tiles
     (queries' and keys' views), whatever the radius (0, inside, beyond N) and row length."""
     g = torch.Generator().manual_seed(n)
@@ -113,21 +130,32 @@ def test_window_mask_tiles_equal_create_block_mask(n: int) -> None:
         lengths[0] = n
         radius = torch.randint(0, n + 2, (3, 5), generator=g)
         radius[:, 0] = 0
-        _same_tiles(radius, lengths, n)
+        _same_tiles(radius, lengths, n, tile)
 
 
-def _same_tiles(radius: torch.Tensor, lengths: torch.Tensor, n: int) -> None:
+def _same_tiles(radius: torch.Tensor, lengths: torch.Tensor, n: int, tile: int) -> None:
     from torch.nn.attention.flex_attention import create_block_mask
 
     def mask_mod(b, h, q, k):
         inside = ((q - k).abs() <= radius[b, h]) & (k < lengths[b])
         return inside | ((q == k) & (q >= lengths[b]))
 
-    want = create_block_mask(mask_mod, 3, 5, n, n, device="cpu", _compile=False)
-    got = flex.window_mask(radius, lengths, n)
+    want = create_block_mask(mask_mod, 3, 5, n, n, device="cpu", _compile=False, BLOCK_SIZE=tile)
+    got = flex.window_mask(radius, lengths, n, tile)
     for name in ("kv_num_blocks", "full_kv_num_blocks", "q_num_blocks", "full_q_num_blocks"):
         assert torch.equal(getattr(got, name), getattr(want, name)), name
     assert torch.equal(got.to_dense(), want.to_dense())
     for num, idx in (("kv_num_blocks", "kv_indices"), ("full_kv_num_blocks", "full_kv_indices")):
         keep = torch.arange(got.kv_indices.shape[-1]) < getattr(got, num)[..., None]
         assert torch.equal(getattr(got, idx)[keep], getattr(want, idx)[keep]), idx
+
+
+def test_speed_times_64_token_tiles_beside_their_128_token_twin() -> None:
+    """The speed benchmark's tile groups: dense, then each multi-scale layer at both tiles
+    (on CPU the multi-scale path ignores the tile: this checks the rows, not a speed)."""
+    from benchmarks.gpu.speed import TILES_GROUPS, SpeedSettings, layer_rows
+
+    for group in TILES_GROUPS:
+        rows = layer_rows(SpeedSettings.tiny(), False, names=group)
+        assert [r["design"] for r in rows] == ["dense", *group]
+        assert all(r["ms"] > 0 for r in rows) and rows[0]["vs_dense"] == 1.0

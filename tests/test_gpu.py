@@ -96,7 +96,8 @@ def test_multiscale_takes_flex_attention_on_cuda_and_matches_the_cpu_path() -> N
     assert _rel(got, want) <= 2e-3
 
 
-def test_flex_window_attention_matches_the_reference_in_training_shapes() -> None:
+@pytest.mark.parametrize("tile", [128, 64])
+def test_flex_window_attention_matches_the_reference_in_training_shapes(tile: int) -> None:
     from tibnlp.models.attention.flex import flex_window_attention
     from tibnlp.models.attention.multiscale import Scale, reference_window_attention
 
@@ -106,7 +107,7 @@ def test_flex_window_attention_matches_the_reference_in_training_shapes() -> Non
     q, k, v = (torch.randn(b, h, n, d, device="cuda", requires_grad=True) for _ in range(3))
     scales = ["3", "5", "N/16", "N/8", "N/4", "N/1"]
     radius = torch.stack([Scale.parse(s).radii(lengths) for s in scales], 1)
-    out = flex_window_attention(q, k, v, radius, lengths)
+    out = flex_window_attention(q, k, v, radius, lengths, tile=tile)
     ref = torch.cat(
         [
             reference_window_attention(

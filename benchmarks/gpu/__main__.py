@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument(
         "--blocks",
         default="",
-        help="speed: some of models,layers,compiled-models,compiled-layers (all)",
+        help="speed: some of models,layers,compiled-models,compiled-layers,compiled-tiles (all)",
     )
     r.add_argument("--pack", type=Path, default=None, help="few files: reports.tar + parts")
     r.add_argument("--variants", default="", help="loop: variants by index, e.g. 0,3 (all)")

@@ -32,7 +32,7 @@ import torch
 from benchmarks.gpu import timing
 from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
 
-BLOCKS = ("models", "layers", "compiled-models", "compiled-layers")
+BLOCKS = ("models", "layers", "compiled-models", "compiled-layers", "compiled-tiles")
 
 
 @dataclass
@@ -54,7 +54,8 @@ class SpeedSettings:
     peak_n: int = 8192
     # which blocks run, in this order: eager models, eager layers, then (compile != none)
     # compiled models and compiled layers. A lease that has the eager figures already spends
-    # its minutes on the compiled layers alone (`--blocks compiled-layers`)
+    # its minutes on the compiled layers alone (`--blocks compiled-layers`); compiled-tiles:
+    # the multi-scale layers at 128- and 64-token FlexAttention tiles, the largest batch only
     blocks: tuple[str, ...] = BLOCKS
 
     @classmethod
@@ -73,6 +74,7 @@ class SpeedSettings:
 
 
 WINDOWS = ["1", "3", "N/16", "N/8", "N/4"]  # bench_attention's paper windows
+TILE64, TILE64_FREE = "multi-scale, 64-token tiles", "multi-scale, FFN-free, 64-token tiles"
 
 
 def _ours_cfg(s: SpeedSettings, **kw: Any) -> ModelConfig:
@@ -203,15 +205,20 @@ def model_rows(s: SpeedSettings, peak: float, names: list[str]) -> list[dict[str
 
 
 def _layer_step(
-    cfg: ModelConfig, s: SpeedSettings, b: int, n: int, compiled: bool
+    cfg: ModelConfig, s: SpeedSettings, b: int, n: int, compiled: bool, tile: int = 128
 ) -> tuple[Callable[[], None], int]:
     """One step of the layer and the number of layer calls in it (multi-scale: one per layer
-    distribution, so its time per call is comparable with dense's one call)."""
+    distribution, so its time per call is comparable with dense's one call). `tile`: the
+    multi-scale cores' FlexAttention tile."""
     from tibnlp.models.attention import AttentionContext, choose_large
+    from tibnlp.models.attention.multiscale import MultiScaleCore
     from tibnlp.models.encoder import SharedLayer
 
     torch.manual_seed(0)
     layer = SharedLayer(cfg).to(s.device)
+    for core in layer.modules():
+        if isinstance(core, MultiScaleCore):
+            core.tile = tile
     x = torch.randn(b, n, cfg.hidden_size, device=s.device, requires_grad=True)
     lens = torch.full((b,), n, device=s.device)
     mask = torch.ones(b, n, dtype=torch.bool, device=s.device)
@@ -239,23 +246,24 @@ def layer_rows(
     `batches` (default: the settings'); `names` limits the designs. Dense is always timed and
     its row always kept: it is the base of the rows after it (compiled, dense's time moved by
     up to a third between sub-blocks on an H200, so a ratio is read against its own base)."""
-    designs = {
-        "dense": _ours_cfg(s),
-        "multi-scale": _ours_cfg(s, scales=ScalesConfig(windows=WINDOWS, alpha=0.5)),
-        "multi-scale, FFN-free": _ours_cfg(
-            s, scales=ScalesConfig(windows=WINDOWS, alpha=0.5, ffn=False)
-        ),
-        "dynamic (8/12), batch rule": _ours_cfg(
-            s, heads=HeadsConfig(small=2 * s.heads // 3, large=s.heads, threshold=64, rule="batch")
-        ),
+    multi = _ours_cfg(s, scales=ScalesConfig(windows=WINDOWS, alpha=0.5))
+    ffn_free = _ours_cfg(s, scales=ScalesConfig(windows=WINDOWS, alpha=0.5, ffn=False))
+    dynamic = HeadsConfig(small=2 * s.heads // 3, large=s.heads, threshold=64, rule="batch")
+    every = {  # name -> (config, FlexAttention tile)
+        "dense": (_ours_cfg(s), 128),
+        "multi-scale": (multi, 128),
+        "multi-scale, FFN-free": (ffn_free, 128),
+        "dynamic (8/12), batch rule": (_ours_cfg(s, heads=dynamic), 128),
+        TILE64: (multi, 64),
+        TILE64_FREE: (ffn_free, 64),
     }
-    if names is not None:
-        designs = {k: v for k, v in designs.items() if k == "dense" or k in names}
+    wanted = names or [k for k in every if "64-token" not in k]
+    designs = {k: v for k, v in every.items() if k == "dense" or k in wanted}
     if s.device == "cpu":
         n = max(shape[0] for shape in s.shapes)
     rows = []
     for b in s.layer_batches if batches is None else batches:
-        steps = {name: _layer_step(cfg, s, b, n, compiled) for name, cfg in designs.items()}
+        steps = {name: _layer_step(c, s, b, n, compiled, t) for name, (c, t) in designs.items()}
         for step, _ in steps.values():
             step()
         times: dict[str, list[float]] = {k: [] for k in steps}
@@ -366,6 +374,10 @@ def ffn_floor(d: int, f: int, n: int) -> float:
 
 Emit = Callable[[str, dict[str, Any]], None]
 COMPILED_GROUPS = (("multi-scale",), ("multi-scale, FFN-free", "dynamic (8/12), batch rule"))
+TILES_GROUPS = (
+    ("multi-scale", TILE64),
+    ("multi-scale, FFN-free", TILE64_FREE),
+)
 
 
 def run_speed(s: SpeedSettings, emit: Emit | None = None) -> tuple[str, dict[str, Any]]:
@@ -396,6 +408,14 @@ def run_speed(s: SpeedSettings, emit: Emit | None = None) -> tuple[str, dict[str
                 blocks.append(
                     lambda b=b, g=group: layers.extend(layer_rows(s, True, batches=(b,), names=g))
                 )
+    if s.compile != "none" and "compiled-tiles" in s.blocks:
+        # does a finer tile grid let the narrow windows skip more at N=512 (issue: <= 0.6x)?
+        for group in TILES_GROUPS:
+            blocks.append(
+                lambda g=group: layers.extend(
+                    layer_rows(s, True, batches=(max(s.layer_batches),), names=g)
+                )
+            )
     payload = {"peak_flops": peak, "models": models, "layers": layers}  # filled block by block
     for block in blocks:
         block()

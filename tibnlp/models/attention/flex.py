@@ -35,14 +35,29 @@ def _compiled() -> Any:
 
 
 BLOCK = 128  # FlexAttention's default tile (queries and keys)
+# 64 lets narrow windows skip more key tiles at N=512 (22 of 64 against 10 of 16), yet the
+# compiled layer ran 1-2 % faster only (H200, benchmarks/results/gpu.md): 128 stays the default
+TILES = (64, 128)
 
 
-def window_mask(radius: torch.Tensor, lengths: torch.Tensor, n: int) -> Any:
+def kernel_options(tile: int) -> dict[str, int] | None:
+    """The Triton tiles for a `tile`-token block mask: a block mask's tile must be a multiple
+    of the kernel's, whose defaults for bf16 on sm90 are 128 queries (forward); None keeps
+    torch's defaults for the 128-token mask."""
+    if tile not in TILES:
+        raise ValueError(f"FlexAttention tile {tile}: use one of {TILES}")
+    if tile == BLOCK:
+        return None
+    names = ("BLOCK_M", "BLOCK_N", "BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2")
+    return dict.fromkeys(names, tile)
+
+
+def window_mask(radius: torch.Tensor, lengths: torch.Tensor, n: int, tile: int = BLOCK) -> Any:
     """The `BlockMask` of windows: query i of row b, head h sees keys j with |i - j| <=
     radius[b, h] inside the row's real length; a padding query also sees itself (as in
     multiscale._allowed, so no row is empty).
 
-    Built from the windows' geometry on the [B, H, N/128, N/128] tile grid, not by evaluating
+    Built from the windows' geometry on the [B, H, N/tile, N/tile] grid, not by evaluating
     the mask on every (query, key) pair as `create_block_mask` does: that build alone took
     0.74x a dense layer's whole step at N=512 on an H200 (benchmarks/results/gpu.md). Tiles
     are classified exactly as `create_block_mask` does (tests/test_flex_window.py); the
@@ -54,9 +69,9 @@ def window_mask(radius: torch.Tensor, lengths: torch.Tensor, n: int) -> Any:
         inside = ((q - k).abs() <= radius[b, h]) & (k < length)
         return inside | ((q == k) & (q >= length))
 
-    tiles = (n + BLOCK - 1) // BLOCK
-    start = torch.arange(tiles, device=radius.device) * BLOCK
-    last = (start + BLOCK - 1).clamp(max=n - 1)  # the tile's last real position
+    tiles = (n + tile - 1) // tile
+    start = torch.arange(tiles, device=radius.device) * tile
+    last = (start + tile - 1).clamp(max=n - 1)  # the tile's last real position
     qs, qe = start[:, None], last[:, None]  # query tiles down, key tiles across
     ks, ke = start[None, :], last[None, :]
     r = radius[:, :, None, None]
@@ -66,7 +81,7 @@ def window_mask(radius: torch.Tensor, lengths: torch.Tensor, n: int) -> Any:
     near = (ks < length) & (gap <= r)
     diagonal = torch.maximum(torch.maximum(qs, ks), length) <= torch.minimum(qe, ke)
     # full: both tiles whole inside N, every key real, every pair within the radius
-    whole = start + BLOCK <= n
+    whole = start + tile <= n
     span = torch.maximum(qe - ks, ke - qs)
     full = whole[:, None] & whole[None, :] & (ke < length) & (span <= r)
     partial = (near | diagonal) & ~full
@@ -77,7 +92,7 @@ def window_mask(radius: torch.Tensor, lengths: torch.Tensor, n: int) -> Any:
         return count, order.to(torch.int32)
 
     return BlockMask.from_kv_blocks(
-        *ordered(partial), *ordered(full), BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(n, n)
+        *ordered(partial), *ordered(full), BLOCK_SIZE=tile, mask_mod=mask_mod, seq_lengths=(n, n)
     )
 
 
@@ -88,15 +103,20 @@ def flex_window_attention(
     radius: torch.Tensor,
     lengths: torch.Tensor,
     compile: bool | None = None,
+    tile: int = BLOCK,
 ) -> torch.Tensor:
     """q, k, v [B, H, N, d]; radius [B, H] long (per row and head); lengths [B] -> [B, H, N, d].
 
     Compiled on CUDA by default; eager elsewhere (torch's unfused implementation: forward only
-    on CPU, which is what the CPU test of this path uses)."""
+    on CPU, which is what the CPU test of this path uses). `tile`: the block mask's and the
+    kernel's tile, 128 or 64."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if compile is None:
         compile = q.is_cuda
-    mask = window_mask(radius, lengths, q.shape[-2])
+    options = kernel_options(tile)
+    mask = window_mask(radius, lengths, q.shape[-2], tile)
     run = _compiled() if compile else flex_attention
-    return run(q, k, v, block_mask=mask)
+    if options is None:
+        return run(q, k, v, block_mask=mask)
+    return run(q, k, v, block_mask=mask, kernel_options=options)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from tibnlp.models.attention import flex
 from tibnlp.models.attention.base import AttentionContext, AttentionCore
 from tibnlp.models.attention.flex import flex_available, flex_window_attention
 
@@ -236,6 +237,7 @@ class MultiScaleCore(AttentionCore):
         self.scales = [Scale.parse(s) for s in scales]
         self.distribution = head_distribution(num_layers, heads, len(self.scales), alpha)
         self.dropout = dropout
+        self.tile = flex.BLOCK  # FlexAttention's tile on CUDA (flex.TILES): the speed benchmark's
 
     def counts(self, ctx: AttentionContext) -> list[int]:
         return self.distribution[min(ctx.layer, len(self.distribution) - 1)]
@@ -302,7 +304,7 @@ class MultiScaleCore(AttentionCore):
         if offset == v.shape[1]:  # every head is width 1
             return v
         radius = torch.cat(radii, dim=1)[:, offset:].contiguous()  # the projected heads
-        out = flex_window_attention(q, k, v[:, offset:], radius, ctx.lengths)
+        out = flex_window_attention(q, k, v[:, offset:], radius, ctx.lengths, tile=self.tile)
         if offset == 0:
             return out
         return torch.cat([v[:, :offset], out], dim=1)  # width-1 heads: their own value
