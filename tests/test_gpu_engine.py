@@ -50,7 +50,7 @@ def _no_tf32():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-@pytest.mark.parametrize("zero_stage", [1, 2])
+@pytest.mark.parametrize("zero_stage", [0, 1, 2])
 def test_bf16_zero_trains_like_fp32(tmp_path: Path, zero_stage: int) -> None:
     base = {"max_steps": 6, "zero_stage": zero_stage, "dropout": 0.0}
     h.main(tmp_path / "bf16", {**base, "precision": "bf16"})

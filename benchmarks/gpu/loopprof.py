@@ -133,6 +133,7 @@ def profile_pretraining(
         "batch_size": cfg.pretrain.batch_size,
         "seq_len": cfg.pretrain.seq_len,
         "compile": cfg.engine.compile,
+        "zero_stage": cfg.engine.zero_stage,
         "steps": len(step_s),
         "window": len(window_steps),
         "step_ms_median": step_ms,

@@ -612,6 +612,7 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
         cfg["engine"]["num_workers"] = 8
     steps, window = ("8", "3") if mode.cpu else ("80", "30")
     batch = int(cfg["pretrain"]["batch_size"])
+    compiler = "aot_eager" if mode.cpu else "inductor"
     variants: dict[str, tuple[list[str], dict[str, Any]]] = {  # loopprof flags, config keys
         "as configured": ([], {}),
         "2 threads": (["--threads", "2"], {}),
@@ -621,7 +622,10 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
         f"batch {4 * batch}": ([], {"pretrain": {"batch_size": 4 * batch}}),
         # fewer, fused kernels a step: the speed benchmark's compiled model ran 1.1-1.9x its
         # eager tokens/s; the CPU mode traces only (aot_eager: inductor takes minutes there)
-        "compiled": ([], {"engine": {"compile": "aot_eager" if mode.cpu else "inductor"}}),
+        "compiled": ([], {"engine": {"compile": compiler}}),
+        # what the curve ran before the eighth lease: one process has nothing to shard, and
+        # ZeRO's per-gradient hooks are host time (87 ms a step against 57 without, gpu.md)
+        "ZeRO 1": ([], {"engine": {"zero_stage": 1}}),
     }
     rows = ["| variant | step ms | of which batch wait ms | tokens/s at full rows | GPU busy |"]
     rows.append("|---|---:|---:|---:|---:|")
