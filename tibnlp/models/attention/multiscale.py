@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tibnlp.models.attention import flex
 from tibnlp.models.attention.base import AttentionContext, AttentionCore
-from tibnlp.models.attention.flex import flex_available, flex_window_attention
+from tibnlp.models.attention.flex import BLOCK, flex_available, flex_window_attention
 
 BAND_MAX_RADIUS = 1  # w = 3: shifted slices; wider windows: blocked fused SDPA (measured)
 MIN_BLOCK = 16
@@ -237,7 +236,7 @@ class MultiScaleCore(AttentionCore):
         self.scales = [Scale.parse(s) for s in scales]
         self.distribution = head_distribution(num_layers, heads, len(self.scales), alpha)
         self.dropout = dropout
-        self.tile = flex.BLOCK  # FlexAttention's tile on CUDA (flex.TILES): the speed benchmark's
+        self.tile = BLOCK  # FlexAttention's tile on CUDA (flex.TILES): the speed benchmark's
 
     def counts(self, ctx: AttentionContext) -> list[int]:
         return self.distribution[min(ctx.layer, len(self.distribution) - 1)]
