@@ -31,6 +31,7 @@ import torch
 
 from benchmarks.gpu import timing
 from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
+from tibnlp.models.attention.flex import BLOCK
 
 BLOCKS = ("models", "layers", "compiled-models", "compiled-layers", "compiled-tiles")
 
@@ -205,7 +206,7 @@ def model_rows(s: SpeedSettings, peak: float, names: list[str]) -> list[dict[str
 
 
 def _layer_step(
-    cfg: ModelConfig, s: SpeedSettings, b: int, n: int, compiled: bool, tile: int = 128
+    cfg: ModelConfig, s: SpeedSettings, b: int, n: int, compiled: bool, tile: int = BLOCK
 ) -> tuple[Callable[[], None], int]:
     """One step of the layer and the number of layer calls in it (multi-scale: one per layer
     distribution, so its time per call is comparable with dense's one call). `tile`: the
@@ -250,14 +251,14 @@ def layer_rows(
     ffn_free = _ours_cfg(s, scales=ScalesConfig(windows=WINDOWS, alpha=0.5, ffn=False))
     dynamic = HeadsConfig(small=2 * s.heads // 3, large=s.heads, threshold=64, rule="batch")
     every = {  # name -> (config, FlexAttention tile)
-        "dense": (_ours_cfg(s), 128),
-        "multi-scale": (multi, 128),
-        "multi-scale, FFN-free": (ffn_free, 128),
-        "dynamic (8/12), batch rule": (_ours_cfg(s, heads=dynamic), 128),
+        "dense": (_ours_cfg(s), BLOCK),
+        "multi-scale": (multi, BLOCK),
+        "multi-scale, FFN-free": (ffn_free, BLOCK),
+        "dynamic (8/12), batch rule": (_ours_cfg(s, heads=dynamic), BLOCK),
         TILE64: (multi, 64),
         TILE64_FREE: (ffn_free, 64),
     }
-    wanted = names or [k for k in every if "64-token" not in k]
+    wanted = names or [k for k in every if k not in (TILE64, TILE64_FREE)]  # tiles: own block
     designs = {k: v for k, v in every.items() if k == "dense" or k in wanted}
     if s.device == "cpu":
         n = max(shape[0] for shape in s.shapes)

@@ -117,6 +117,4 @@ def flex_window_attention(
     options = kernel_options(tile)
     mask = window_mask(radius, lengths, q.shape[-2], tile)
     run = _compiled() if compile else flex_attention
-    if options is None:
-        return run(q, k, v, block_mask=mask)
     return run(q, k, v, block_mask=mask, kernel_options=options)

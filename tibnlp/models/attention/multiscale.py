@@ -236,7 +236,7 @@ class MultiScaleCore(AttentionCore):
         self.scales = [Scale.parse(s) for s in scales]
         self.distribution = head_distribution(num_layers, heads, len(self.scales), alpha)
         self.dropout = dropout
-        self.tile = BLOCK  # FlexAttention's tile on CUDA (flex.TILES): the speed benchmark's
+        self.tile = BLOCK  # FlexAttention's tile on CUDA (flex.TILES); the speed benchmark sets 64
 
     def counts(self, ctx: AttentionContext) -> list[int]:
         return self.distribution[min(ctx.layer, len(self.distribution) - 1)]
