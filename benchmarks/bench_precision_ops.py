@@ -12,6 +12,11 @@ split into the step's phases, with the dtype an export would save. Both variants
 fresh processes (one DeepSpeed world each), side by side in one run.
 
     PYTHONPATH=. python benchmarks/bench_precision_ops.py --out benchmarks/results/precision_ops.md
+    PYTHONPATH=. python benchmarks/bench_precision_ops.py --zero 0 \
+        --out benchmarks/results/clip_ops.md
+
+At ZeRO 0 a third variant replaces DeepSpeed's clipping loop by tibnlp's fused one
+(`engine.use_fused_clip`, what `tibnlp pretrain` runs at ZeRO 0).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ VOCAB = 14245  # its vocabulary (16k asked, 14,245 built from the quickstart's c
 VARIANTS = {
     "DeepSpeed bf16 mode (bf16 weights, fp32 masters)": "bf16-mode",
     "DeepSpeed torch_autocast (fp32 weights, bf16 matmuls)": "autocast",
+    # ZeRO 0 only: the engine's per-parameter clipping loop replaced (engine.use_fused_clip)
+    "torch_autocast, tibnlp's fused ZeRO 0 clipping": "autocast-fused-clip",
 }
 
 
@@ -59,13 +66,15 @@ def child(variant: str, zero: int, steps: int) -> dict:
     ds = engine_mod.deepspeed_config(EngineConfig(zero_stage=zero), optim, 8, 0, world.size)
     if variant == "bf16-mode":
         ds["bf16"] = {"enabled": True}
-    else:
+    else:  # the variants of tibnlp's path
         ds["torch_autocast"] = dict(engine_mod.AUTOCAST_BF16)
     import deepspeed
 
     engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=build_optimizer(model, optim), config=ds
     )
+    if variant == "autocast-fused-clip":
+        engine_mod.use_fused_clip(engine, world.size)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, cfg.vocab_size, (8, 32), generator=g)
     labels = torch.full_like(ids, IGNORE_INDEX)
@@ -118,7 +127,9 @@ def child(variant: str, zero: int, steps: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--zero", type=int, default=1, help="ZeRO stage (the curve's: 1)")
+    ap.add_argument(
+        "--zero", type=int, default=1, help="ZeRO stage (0 adds the fused-clipping variant)"
+    )
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (time: median)")
     ap.add_argument("--out", type=Path)
@@ -130,9 +141,10 @@ def main() -> None:
     from tibnlp.config.core import atomic_write_text
     from tibnlp.training.engine import hardware_name
 
-    runs: dict[str, list[dict]] = {label: [] for label in VARIANTS}
+    variants = {k: v for k, v in VARIANTS.items() if args.zero == 0 or "fused" not in v}
+    runs: dict[str, list[dict]] = {label: [] for label in variants}
     for r in range(args.rounds):  # alternating order, so load drift hits both variants alike
-        order = list(VARIANTS.items())
+        order = list(variants.items())
         for label, key in order if r % 2 == 0 else reversed(order):
             cmd = [sys.executable, __file__, "--child", key, "--zero", str(args.zero)]
             cmd += ["--steps", str(args.steps)]
@@ -146,7 +158,8 @@ def main() -> None:
     labels = list(results)
     base = results[labels[0]]
     lines = [
-        "# Host work per step: DeepSpeed's bf16 mode against its torch_autocast",
+        "# Host work per step: DeepSpeed's bf16 mode against its torch_autocast"
+        + (", and tibnlp's fused clipping at ZeRO 0" if len(labels) > 2 else ""),
         "",
         f"`PYTHONPATH=. python benchmarks/bench_precision_ops.py` on {hardware_name()}, one "
         f"thread, DeepSpeed ZeRO {args.zero}, one process. The GPU curve's model (the shape "
@@ -180,6 +193,19 @@ def main() -> None:
         f"the operators, {base['cpu_ms_median'] / autocast['cpu_ms_median']:.2f}x the CPU time "
         "per step (this CPU computes the step too, so the time ratio mixes compute with host "
         "work; on a GPU the operator count is what the host pays).",
+    ]
+    if len(labels) > 2:
+        fused = results[labels[2]]
+        lines += [
+            "",
+            f"Fused clipping: {fused['ops_per_step']:,.0f} against "
+            f"{autocast['ops_per_step']:,.0f} operators per step "
+            f"({fused['ops_per_step'] / autocast['ops_per_step']:.2f}x; optimizer step "
+            f"{fused['phases'].get('optimizer step', 0):,.0f} against "
+            f"{autocast['phases'].get('optimizer step', 0):,.0f}), "
+            f"{fused['cpu_ms_median'] / autocast['cpu_ms_median']:.2f}x the CPU time.",
+        ]
+    lines += [
         "",
         "Most frequent operators per step:",
         "",

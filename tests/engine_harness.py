@@ -148,6 +148,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         "deterministic": False,  # CUDA: deterministic kernels (bit-identical resume)
         "prefetch": None,  # LoopSettings.prefetch (None: on a GPU only)
         "fixed_masks": False,  # the same MLM positions in every row (make_collate)
+        "grad_clip": 1.0,
         **overrides,
     }
     if o["deterministic"]:
@@ -159,7 +160,9 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
     world = init_distributed(engine_cfg)
     torch.manual_seed(o["seed"])
     model = TinyPretrainer(nan_at=o["nan_at"], dropout=o["dropout"])
-    optim = OptimizerConfig(name=o["optimizer"], lr=o["lr"], warmup_steps=2)
+    optim = OptimizerConfig(
+        name=o["optimizer"], lr=o["lr"], warmup_steps=2, grad_clip=o["grad_clip"]
+    )
     training = start_training(
         model, engine_cfg, optim, o["batch_size"], o["micro_batch_size"], o["max_steps"], world
     )

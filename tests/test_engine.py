@@ -239,6 +239,40 @@ def test_accumulation_averages_the_micro_batches_mean_losses(tmp_path) -> None:
     assert _max_rel(w["two-False"], w["one-False"]) > 1e-3
 
 
+def test_zero0_clipping_is_deepspeeds_to_the_bit(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """At ZeRO 0 the engine clips with `fused_clip` (foreach ops) instead of DeepSpeed's loop
+    over parameters: on the CPU the weights are DeepSpeed's exactly, with clipping active
+    (a small grad_clip) and off (a large one)."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.utils import clip_grad_norm_
+
+    from tibnlp.training import engine
+
+    assert callable(getattr(DeepSpeedEngine, "clip_fp32_gradients", None))  # what we replace
+    calls: list[float] = []
+    fused = engine.fused_clip
+
+    def counted(params, max_norm, world_size):  # type: ignore[no-untyped-def]
+        calls.append(max_norm)
+        fused(params, max_norm, world_size)
+
+    def deepspeeds(params, max_norm, world_size):  # type: ignore[no-untyped-def]
+        clip_grad_norm_(parameters=params, max_norm=max_norm)
+
+    base = {"max_steps": 4, "precision": "fp32", "lr": 3e-2}
+    for clip in (0.05, 100.0):
+        monkeypatch.setattr(engine, "fused_clip", counted)
+        h.main(tmp_path / f"fused-{clip}", {**base, "grad_clip": clip})
+        monkeypatch.setattr(engine, "fused_clip", deepspeeds)
+        h.main(tmp_path / f"deepspeed-{clip}", {**base, "grad_clip": clip})
+    assert calls == [0.05] * 4 + [100.0] * 4
+    w = {p.parent.name: torch.load(p, weights_only=True) for p in tmp_path.glob("*/weights.pt")}
+    for clip in (0.05, 100.0):
+        a, b = w[f"fused-{clip}"], w[f"deepspeed-{clip}"]
+        assert all(torch.equal(a[k], b[k]) for k in b)
+    assert _max_rel(w["fused-0.05"], w["fused-100.0"]) > 1e-3  # clipping was active
+
+
 def test_a_local_world_is_left_at_exit() -> None:
     """The local world of one stays up for a process's later stages and is destroyed at exit
     (NCCL warns of a leak otherwise); a child process shows both."""

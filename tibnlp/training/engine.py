@@ -11,6 +11,9 @@
   per-parameter overflow check and bf16/fp32 copies every step in a loop that is host-bound
   (benchmarks/results/precision_ops.md), and exports that kept the bf16 weights, not the fp32
   masters.
+- `clip_fp32_gradients`: at ZeRO 0 DeepSpeed clips with a Python loop over the parameters
+  (a norm, then a multiply, each per tensor: two kernel launches per parameter a step on a
+  GPU, in a loop that is host-bound); `fused_clip` computes the same numbers with foreach ops.
 - `safe_checkpoint_loading`: DeepSpeed 0.19.8 reads checkpoints with `torch.load(...,
   weights_only=False)` (runtime/checkpoint_engine/torch_checkpoint_engine.py), which would
   unpickle anything. We swap its loader for `weights_only=True` with an allowlist of the few
@@ -22,7 +25,7 @@ from __future__ import annotations
 import atexit
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,7 +263,37 @@ def initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
     )
     ds_engine.checkpoint_engine.load = _weights_only_load
+    if engine_cfg.zero_stage == 0:  # ZeRO 1 and 2 clip inside their own optimizer
+        use_fused_clip(ds_engine, world.size)
     return ds_engine
+
+
+def use_fused_clip(ds_engine: Any, world_size: int) -> None:
+    """The engine's ZeRO 0 clipping (`clip_fp32_gradients`, called by its `step` when
+    `gradient_clipping` > 0) done by `fused_clip`."""
+    ds_engine.clip_fp32_gradients = lambda: fused_clip(
+        ds_engine.module.parameters(), ds_engine.gradient_clipping(), world_size
+    )
+
+
+def fused_clip(parameters: Iterable[nn.Parameter], max_norm: float, world_size: int) -> None:
+    """DeepSpeed 0.19.8's `clip_grad_norm_` (runtime/utils.py, 2-norm, no model parallelism)
+    with one foreach call where it loops over parameters. The arithmetic is the same, step for
+    step, so on the CPU, where foreach ops run per tensor, the gradients are bit-identical to
+    DeepSpeed's (tests/test_engine.py); on a GPU the fused kernels may round the norm
+    differently. ZeRO 0 gradients are already averaged over ranks; the total is averaged once
+    more as DeepSpeed does (for mixture-of-experts parameters, identical here)."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return
+    norms = torch._foreach_norm(grads, 2.0)
+    total = torch.stack(norms).pow(2.0).sum().float().pow(0.5)
+    total = total * 1.0 / float(world_size)
+    if world_size > 1:
+        dist.all_reduce(total)
+    coef = torch.tensor([float(max_norm)], device=total.device) / (total + 1e-6)
+    coef = torch.min(torch.tensor([1.0], device=coef.device), coef)
+    torch._foreach_mul_(grads, coef.to(grads[0].device).squeeze(0))
 
 
 def configure_dynamo() -> None:
