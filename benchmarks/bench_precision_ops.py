@@ -161,7 +161,9 @@ def main() -> None:
         "# Host work per step: DeepSpeed's bf16 mode against its torch_autocast"
         + (", and tibnlp's fused clipping at ZeRO 0" if len(labels) > 2 else ""),
         "",
-        f"`PYTHONPATH=. python benchmarks/bench_precision_ops.py` on {hardware_name()}, one "
+        "`PYTHONPATH=. python benchmarks/bench_precision_ops.py"
+        + (f" --zero {args.zero}" if args.zero != 1 else "")
+        + f"` on {hardware_name()}, one "
         f"thread, DeepSpeed ZeRO {args.zero}, one process. The GPU curve's model (the shape "
         f"of `{SHAPE_FROM}`: E=128, D=128, 4 layers, relative positions, pre-LN; vocab "
         f"{VOCAB}, sparse MLM, no SOP; "

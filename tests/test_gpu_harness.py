@@ -153,13 +153,14 @@ def test_cpu_mode_runs_every_part(tmp_path: Path, require_data) -> None:
     assert cur["facts"]["titles-end"]["init_from"].endswith("model")
     assert "eval/mask_accuracy" in cur["metrics"]["titles-end"]
     # loop: the real step profiled over a window after warm-up
-    profs = [json.loads((out / "loop" / f"v{i}" / "loop.json").read_text()) for i in range(6)]
+    profs = [json.loads((out / "loop" / f"v{i}" / "loop.json").read_text()) for i in range(7)]
     assert all(p["steps"] == 8 and p["window"] == 3 and p["step_ms_median"] > 0 for p in profs)
     assert profs[0]["ops_by_cpu"] and profs[0]["python"]
     assert profs[1]["threads"] == 2 and not profs[2]["prefetch"]
     assert profs[3]["batch_size"] == 4 * profs[0]["batch_size"]
     assert profs[4]["compile"] == "aot_eager" and profs[0]["compile"] == "off"
     assert profs[0]["zero_stage"] == 0 and profs[5]["zero_stage"] == 1
+    assert profs[6]["deepspeed_clip"] and not profs[0]["deepspeed_clip"]
     # packed: the model parts and one tar of every small file
     names = sorted(p.name for p in pack.iterdir())
     assert names == ["curve.tar.part0", "model.tar.part0", "reports.tar"]

@@ -10,12 +10,13 @@ next batch, the torch profiler's top operators by self CPU and self device time,
 Python functions with the most own time (cProfile). GPU busy share from NVML over the window.
 
     python -m benchmarks.gpu.loopprof CONFIG.yaml OUT_DIR [--steps 80] [--window 30]
-        [--threads N] [--no-prefetch]
+        [--threads N] [--no-prefetch] [--deepspeed-clip]
 
 Two suspects get a switch each, so one lease compares them side by side: `--threads` (the
 default gives a lone process every core as torch intra-op threads, whose OpenMP workers may
 spin against the main thread while the prefetch thread masks on the CPU) and `--no-prefetch`
-(the background collation and pinning, LoopSettings.prefetch).
+(the background collation and pinning, LoopSettings.prefetch). `--deepspeed-clip` puts back
+DeepSpeed's per-parameter clipping loop where ZeRO 0 runs `engine.fused_clip`.
 """
 
 from __future__ import annotations
@@ -55,13 +56,19 @@ def _top_python(host: cProfile.Profile, n: int = 15) -> list[dict[str, Any]]:
 
 
 def profile_pretraining(
-    config: Path, steps: int, window: int, threads: int = 0, prefetch: bool = True
+    config: Path,
+    steps: int,
+    window: int,
+    threads: int = 0,
+    prefetch: bool = True,
+    deepspeed_clip: bool = False,
 ) -> dict[str, Any]:
     """Train `steps` steps of CONFIG; profile steps [steps - window, steps)."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
     from benchmarks.gpu import timing
     from tibnlp.config import load_config
+    from tibnlp.training import engine as engine_mod
     from tibnlp.training import loop as loop_mod
     from tibnlp.training.pretrain import run_pretraining
 
@@ -112,16 +119,24 @@ def profile_pretraining(
         prof.step()
         return out
 
-    prefetched = loop_mod.Prefetched
+    prefetched, fused_clip = loop_mod.Prefetched, engine_mod.fused_clip
     loop_mod.TrainLoop.train_step = train_step  # type: ignore[method-assign]
     if not prefetch:
         loop_mod.Prefetched = lambda source, pin: source  # type: ignore[assignment,misc]
+    if deepspeed_clip:
+        from deepspeed.runtime.utils import clip_grad_norm_
+
+        def loop_clip(parameters: Any, max_norm: float, world_size: int) -> None:
+            clip_grad_norm_(parameters=parameters, max_norm=max_norm)
+
+        engine_mod.fused_clip = loop_clip
     try:
         with prof:
             run_pretraining(cfg)
     finally:
         loop_mod.TrainLoop.train_step = original  # type: ignore[method-assign]
         loop_mod.Prefetched = prefetched  # type: ignore[misc]
+        engine_mod.fused_clip = fused_clip
         close_window()
     window_steps, window_wait = step_s[start:], wait_s[start:]
     tokens = cfg.pretrain.batch_size * cfg.pretrain.seq_len
@@ -130,6 +145,7 @@ def profile_pretraining(
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "threads": torch.get_num_threads(),
         "prefetch": prefetch,
+        "deepspeed_clip": deepspeed_clip,
         "batch_size": cfg.pretrain.batch_size,
         "seq_len": cfg.pretrain.seq_len,
         "compile": cfg.engine.compile,
@@ -180,11 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=30)
     ap.add_argument("--threads", type=int, default=0, help="engine.threads (0: the config's)")
     ap.add_argument("--no-prefetch", action="store_true")
+    ap.add_argument("--deepspeed-clip", action="store_true", help="DeepSpeed's clipping loop")
     args = ap.parse_args(argv)
     if not 2 <= args.window < args.steps:
         raise SystemExit("loopprof: need 2 <= --window < --steps")
     result = profile_pretraining(
-        args.config, args.steps, args.window, args.threads, not args.no_prefetch
+        args.config,
+        args.steps,
+        args.window,
+        args.threads,
+        not args.no_prefetch,
+        args.deepspeed_clip,
     )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "loop.json").write_text(json.dumps(result, indent=1) + "\n")

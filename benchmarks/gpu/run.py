@@ -626,6 +626,8 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
         # what the curve ran before the eighth lease: one process has nothing to shard, and
         # ZeRO's per-gradient hooks are host time (87 ms a step against 57 without, gpu.md)
         "ZeRO 1": ([], {"engine": {"zero_stage": 1}}),
+        # what ZeRO 0 clipped with before fused_clip: two kernels per parameter tensor a step
+        "DeepSpeed's clipping": (["--deepspeed-clip"], {}),
     }
     rows = ["| variant | step ms | of which batch wait ms | tokens/s at full rows | GPU busy |"]
     rows.append("|---|---:|---:|---:|---:|")
