@@ -278,11 +278,12 @@ def use_fused_clip(ds_engine: Any, world_size: int) -> None:
 
 def fused_clip(parameters: Iterable[nn.Parameter], max_norm: float, world_size: int) -> None:
     """DeepSpeed 0.19.8's `clip_grad_norm_` (runtime/utils.py, 2-norm, no model parallelism)
-    with one foreach call where it loops over parameters. The arithmetic is the same, step for
-    step, so on the CPU, where foreach ops run per tensor, the gradients are bit-identical to
-    DeepSpeed's (tests/test_engine.py); on a GPU the fused kernels may round the norm
-    differently. ZeRO 0 gradients are already averaged over ranks; the total is averaged once
-    more as DeepSpeed does (for mixture-of-experts parameters, identical here)."""
+    with one foreach call where it loops over parameters and no host-to-device copy. The
+    arithmetic is the same, step for step, so on the CPU, where foreach ops run per tensor,
+    the gradients are bit-identical to DeepSpeed's (tests/test_engine.py); on a GPU the fused
+    kernels may round the norm differently. ZeRO 0 gradients are already averaged over ranks;
+    the total is averaged once more as DeepSpeed does (for mixture-of-experts parameters,
+    identical here)."""
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return
@@ -291,9 +292,11 @@ def fused_clip(parameters: Iterable[nn.Parameter], max_norm: float, world_size: 
     total = total * 1.0 / float(world_size)
     if world_size > 1:
         dist.all_reduce(total)
-    coef = torch.tensor([float(max_norm)], device=total.device) / (total + 1e-6)
-    coef = torch.min(torch.tensor([1.0], device=coef.device), coef)
-    torch._foreach_mul_(grads, coef.to(grads[0].device).squeeze(0))
+    # DeepSpeed divides a new tensor([max_norm]) and takes min with a new tensor([1.0]): on a
+    # GPU each is a copy from pageable host memory, which waits for the stream to drain. Filled
+    # on the device and clamped instead, the values are the same.
+    coef = (torch.full_like(total, float(max_norm)) / (total + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(grads, coef)
 
 
 def configure_dynamo() -> None:
