@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from tibnlp.data.tasks import model_text
-from tibnlp.models.io import load_pretrained
+from tibnlp.models.memory_report import load_mlm
 from tibnlp.models.pretraining import AlbertForPretraining, mlm_head_logits
 from tibnlp.text.special import CLS_ID, MASK_ID, SEP_ID
 from tibnlp.text.vocab import Vocabulary
@@ -100,11 +100,7 @@ def main() -> None:
     banned = torch.tensor(sorted(vocab.special_ids | {vocab.unk_id}))
     model, unigram = None, None
     if args.mode == "mlm":
-        cfg, state = load_pretrained(args.model)
-        model = AlbertForPretraining(cfg, sparse_last_layer=False, sop=False).eval()
-        missing, _ = model.load_state_dict(state, strict=False)
-        if missing:
-            raise SystemExit(f"{args.model} has no MLM head ({sorted(missing)[:3]}...)")
+        model, _ = load_mlm(args.model)  # refuses a folder with no MLM head
     else:
         counts = torch.zeros(vocab.size).index_add_(
             0, torch.tensor([t for p in pieces for t in p]), torch.ones(sum(map(len, pieces)))

@@ -15,8 +15,8 @@ Python functions with the most own time (cProfile). GPU busy share from NVML ove
 Two suspects get a switch each, so one lease compares them side by side: `--threads` (the
 default gives a lone process every core as torch intra-op threads, whose OpenMP workers may
 spin against the main thread while the prefetch thread masks on the CPU) and `--no-prefetch`
-(the background collation and pinning, LoopSettings.prefetch). `--deepspeed-clip` puts back
-DeepSpeed's per-parameter clipping loop where ZeRO 0 runs `engine.fused_clip`.
+(the background collation and pinning, LoopSettings.prefetch). `--deepspeed-clip` leaves
+DeepSpeed's per-parameter clipping loop in place of ZeRO 0's `engine.fused_clip`.
 """
 
 from __future__ import annotations
@@ -119,24 +119,19 @@ def profile_pretraining(
         prof.step()
         return out
 
-    prefetched, fused_clip = loop_mod.Prefetched, engine_mod.fused_clip
+    prefetched, use_fused_clip = loop_mod.Prefetched, engine_mod.use_fused_clip
     loop_mod.TrainLoop.train_step = train_step  # type: ignore[method-assign]
     if not prefetch:
         loop_mod.Prefetched = lambda source, pin: source  # type: ignore[assignment,misc]
-    if deepspeed_clip:
-        from deepspeed.runtime.utils import clip_grad_norm_
-
-        def loop_clip(parameters: Any, max_norm: float, world_size: int) -> None:
-            clip_grad_norm_(parameters=parameters, max_norm=max_norm)
-
-        engine_mod.fused_clip = loop_clip
+    if deepspeed_clip:  # the engine keeps DeepSpeed's own clip_fp32_gradients
+        engine_mod.use_fused_clip = lambda ds_engine, world_size: None
     try:
         with prof:
             run_pretraining(cfg)
     finally:
         loop_mod.TrainLoop.train_step = original  # type: ignore[method-assign]
         loop_mod.Prefetched = prefetched  # type: ignore[misc]
-        engine_mod.fused_clip = fused_clip
+        engine_mod.use_fused_clip = use_fused_clip
         close_window()
     window_steps, window_wait = step_s[start:], wait_s[start:]
     tokens = cfg.pretrain.batch_size * cfg.pretrain.seq_len

@@ -270,9 +270,11 @@ def initialize(
 
 def use_fused_clip(ds_engine: Any, world_size: int) -> None:
     """The engine's ZeRO 0 clipping (`clip_fp32_gradients`, called by its `step` when
-    `gradient_clipping` > 0) done by `fused_clip`."""
+    `gradient_clipping` > 0) done by `fused_clip`. The parameter list is taken once: DeepSpeed
+    walks the module tree for it every step. Leaving this out keeps DeepSpeed's own loop."""
+    params = list(ds_engine.module.parameters())
     ds_engine.clip_fp32_gradients = lambda: fused_clip(
-        ds_engine.module.parameters(), ds_engine.gradient_clipping(), world_size
+        params, ds_engine.gradient_clipping(), world_size
     )
 
 
