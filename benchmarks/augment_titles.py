@@ -31,7 +31,7 @@ import torch
 
 from tibnlp.data.tasks import model_text
 from tibnlp.models.memory_report import load_mlm
-from tibnlp.models.pretraining import AlbertForPretraining, mlm_head_logits
+from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.special import CLS_ID, MASK_ID, SEP_ID
 from tibnlp.text.vocab import Vocabulary
 
@@ -62,13 +62,7 @@ def refill(
         masked = ids.masked_fill(pick, MASK_ID)
         with torch.no_grad():
             hidden = model.encoder(masked, attention, torch.zeros_like(masked)).hidden
-            logits = mlm_head_logits(
-                model.mlm_dense,
-                model.mlm_norm,
-                model.mlm_bias,
-                model.encoder.embeddings.word.weight,
-                hidden,
-            )[pick]
+            logits = model.mlm_logits(hidden[pick])
         logits[:, banned] = float("-inf")
         probs = logits.scatter(1, original[:, None], float("-inf")).softmax(-1)
     else:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tibnlp.config.model import HeadsConfig, ModelConfig
+from tests.design_models import tiny
 from tibnlp.models.classifier import Classifier, HeadConfig
 from tibnlp.models.classifier_io import ClassifierMeta, save_classifier
 from tibnlp.models.encoder import Encoder
-from tibnlp.models.io import load_encoder
+from tibnlp.models.io import load_encoder, read_extra, save_pretrained
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "encoder_of_classifier.py"
 
@@ -22,18 +22,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "encoder_of_classi
 def test_the_encoder_of_a_classifier_loads_as_a_model_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = ModelConfig(
-        vocab_size=40,
-        embedding_size=8,
-        hidden_size=8,
-        num_layers=2,
-        ffn_size=16,
-        max_len=16,
-        norm="pre",
-        share_layers=False,
-        position="relative",
-        heads=HeadsConfig(small=2, large=2),
-    )
+    cfg = tiny(norm="pre", share_layers=False, position="relative")
     torch.manual_seed(0)
     head = HeadConfig(kind="cnn", kernels=[2], channels=4, layers=[0, -1])
     model = Classifier(Encoder(cfg), 3, head)
@@ -49,6 +38,7 @@ def test_the_encoder_of_a_classifier_loads_as_a_model_directory(
         head=head,
         model=cfg,
         dataset="toy",
+        source_model=str(save_pretrained(Encoder(cfg), cfg, tmp_path / "pre", {"tokens": 123})),
     )
     classifier = save_classifier(tmp_path / "seed-1", model, meta, vocab)
     out = tmp_path / "encoder"
@@ -62,3 +52,5 @@ def test_the_encoder_of_a_classifier_loads_as_a_model_directory(
     assert got.keys() == want.keys()
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert (out / "spm.model").read_bytes() == b"pieces"  # the vocabulary travels with it
+    # the pretraining record of the model it started from travels too
+    assert read_extra(out) == {"tokens": 123, "intermediate_dataset": "toy"}
