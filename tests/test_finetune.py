@@ -549,3 +549,67 @@ def test_class_balance_weighs_the_loss_by_inverse_class_frequency(env, built) ->
     torch.testing.assert_close(loss_module(ids, mask, labels)["loss"], weighted)
     with pytest.raises(ConfigError, match=r"finetune.class_balance"):
         load_config(None, ["finetune.class_balance=2"])
+
+
+def test_soup_fine_tunes_copies_from_one_start_and_keeps_their_greedy_average(
+    env, monkeypatch
+) -> None:
+    """finetune.soup (model soups): after the probe, every copy fine-tunes from the same
+    weights with its own seed and logs under soupK/; the saved classifier is the average of
+    the copies the greedy soup kept, the best copy on validation among them."""
+    from itertools import combinations
+
+    from tibnlp.training.soup import average_states
+
+    model_dir = _pretrained_dir(env)
+    calls: list[dict] = []
+    train = ft_mod.train_one_seed
+
+    def recording(model, *args, **kwargs):
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        out = train(model, *args, **kwargs)
+        after = {k: v.clone() for k, v in model.state_dict().items()}
+        calls.append(dict(seed=args[5], run=args[6], before=before, after=after, val=out[2]))
+        return out
+
+    monkeypatch.setattr(ft_mod, "train_one_seed", recording)
+    cfg = _cfg(
+        env,
+        "finetune.encoder=albert",
+        f"finetune.model={model_dir}",
+        "finetune.vocab=",
+        "finetune.probe_epochs=1",
+        "finetune.soup=3",
+        "finetune.seeds=[2]",
+        "finetune.epochs=2",
+    )
+    result = run_finetune(cfg, "tncc")
+    assert result.system.endswith("+probe1+soup3")
+    probe, *copies = calls
+    assert [c["seed"] for c in copies] == [2, 2001, 2002]
+    assert [c["run"].prefix for c in copies] == ["soup0/", "soup1/", "soup2/"]
+    for c in copies:  # each copy starts from the probed weights
+        assert all(torch.equal(probe["after"][k], c["before"][k]) for k in probe["after"])
+    assert not all(
+        torch.equal(copies[0]["after"][k], copies[1]["after"][k]) for k in probe["after"]
+    )
+    from safetensors.torch import load_file
+
+    saved = load_file(str(result.seeds[0].directory / "model.safetensors"))
+    best = max(range(3), key=lambda i: copies[i]["val"]["macro_f1"])
+    matches = [
+        kept
+        for n in (1, 2, 3)
+        for kept in combinations(range(3), n)
+        if best in kept
+        and all(
+            torch.allclose(saved[k], v)
+            for k, v in average_states([copies[i]["after"] for i in kept]).items()
+            if k in saved
+        )
+    ]
+    assert matches, "the saved classifier is no greedy soup of the copies"
+    # the record scores what was saved: the soup, not the last copy
+    assert result.seeds[0].metrics["validation"]["macro_f1"] >= copies[best]["val"]["macro_f1"]
+    with pytest.raises(ConfigError, match=r"finetune.soup"):
+        load_config(None, ["finetune.soup=0"])

@@ -63,6 +63,11 @@ class FinetuneConfig:
     # what pretraining learnt
     probe_epochs: int = 0
     probe_lr: float = 0.0
+    # > 1: a model soup (tibnlp.training.soup): this many copies fine-tune from the seed's
+    # start (its head, after the probe with LP-FT), each with its own data order and dropout,
+    # and the classifier is the greedy soup of their weights, chosen on validation. Costs that
+    # many fine-tunings; inference stays one model's
+    soup: int = 1
     # dynamic heads with rule batch route a whole batch by its mean length, so a text's route
     # (and prediction) at evaluation depends on the texts scored with it; per_text: every text
     # by its own length, as if scored one at a time (validation, test, AdvTS and `predict`)
@@ -159,6 +164,7 @@ class FinetuneConfig:
                 "a head probed on the frozen encoder before fine-tuning it; with "
                 "finetune.freeze_encoder=true the encoder is never fine-tuned: set one of them",
             )
+        check(self.soup >= 1, f"{prefix}.soup", "must be >= 1 (1: one fine-tuning, no soup)")
         check(self.head_lr >= 0.0, f"{prefix}.head_lr", "must be >= 0 (0 = optimizer.lr)")
         check(self.embedding_lr >= 0.0, f"{prefix}.embedding_lr", "must be >= 0 (0 = optimizer.lr)")
         check(0.0 < self.layer_decay <= 1.0, f"{prefix}.layer_decay", "must be in (0, 1]")

@@ -51,6 +51,7 @@ ADDED_WHEN_SET = frozenset(
         "finetune.probe_lr",
         "finetune.static_vectors",
         "finetune.class_balance",
+        "finetune.soup",
         "vocab.punctuation_pieces",
         "vocab.whole_units",
     }

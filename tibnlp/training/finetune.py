@@ -10,6 +10,7 @@ in `classification.py`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -50,8 +51,10 @@ from tibnlp.training.classification import probe_recipe, set_seed, train_one_see
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
 from tibnlp.training.finetune_setup import Setup, ids_sha256, load_task_data, prepare, texts
 from tibnlp.training.long_documents import prepare_reader
+from tibnlp.training.soup import greedy_soup
 
 SEED_FILE = "seed_result.json"
+SOUP_SALT = 1000  # the copies of seed s fine-tune with seeds s * SOUP_SALT + 1, + 2, ...
 ADVTS_TARGETS = {"tncc-title": "tncc", "tusa": "tusa"}
 
 
@@ -272,20 +275,37 @@ def _run_seed(
             on_epoch,
         )
     model.freeze_encoder(ft.freeze_encoder)
-    best_epoch, epochs_run, validation = train_one_seed(
-        model,
-        ids["train"],
-        y_train,
-        ids["validation"],
-        data.targets("validation"),
-        ft,
-        seed,
-        run,
-        cfg.engine,
-        labels,
-        on_epoch,
-        _aux_mlm(setup, ft, seed),
-    )
+    start = copy.deepcopy(model.state_dict()) if ft.soup > 1 else {}
+    ingredients: list[tuple[dict[str, torch.Tensor], float]] = []
+    for copy_index in range(ft.soup):
+        # copy 0 is the plain fine-tuning (soup 1 is unchanged); the others start again from
+        # the same weights with their own data order and dropout
+        ingredient_seed = seed if copy_index == 0 else seed * SOUP_SALT + copy_index
+        if copy_index:
+            model.load_state_dict(start)
+            set_seed(ingredient_seed)
+        best_epoch, epochs_run, validation = train_one_seed(
+            model,
+            ids["train"],
+            y_train,
+            ids["validation"],
+            data.targets("validation"),
+            ft,
+            ingredient_seed,
+            run if ft.soup == 1 else PrefixedRun(run, f"soup{copy_index}/"),
+            cfg.engine,
+            labels,
+            on_epoch,
+            _aux_mlm(setup, ft, ingredient_seed),
+        )
+        if ft.soup > 1:
+            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            ingredients.append((state, validation["macro_f1"]))
+            if copy_index == 0:  # the record's epochs are the plain fine-tuning's
+                plain = best_epoch, epochs_run
+    if ft.soup > 1:
+        validation = _cook_soup(model, ingredients, setup, ft, run)
+        best_epoch, epochs_run = plain
 
     # DeepSpeed's fp16 mode (a GPU without bf16) trains the module's own weights in half
     # precision; `tibnlp predict` loads the saved weights into an fp32 classifier. Score
@@ -306,6 +326,40 @@ def _run_seed(
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
     return result
+
+
+def _cook_soup(
+    model: torch.nn.Module,
+    ingredients: list[tuple[dict[str, torch.Tensor], float]],
+    setup: Setup,
+    ft: FinetuneConfig,
+    run: Tracker,
+) -> Metrics:
+    """Load the greedy soup of the fine-tuned copies into `model` (`finetune.soup`); log how
+    many it holds and its validation score; return its validation metrics."""
+    x_val, y_val = setup.ids["validation"], setup.data.targets("validation")
+
+    def validation_of(state: dict[str, torch.Tensor]) -> Metrics:
+        model.load_state_dict(state)
+        probs = predict_proba(model, x_val, ft.eval_batch_size, setup.vocab.pad_id, ft.eval_routing)
+        return compute_metrics(y_val, probs.argmax(1).tolist(), setup.data.labels)
+
+    states, scores = [s for s, _ in ingredients], [f for _, f in ingredients]
+    soup, kept, _ = greedy_soup(states, scores, lambda s: validation_of(s)["macro_f1"])
+    validation = validation_of(soup)
+    run.log_metrics(
+        {
+            "soup/copies_kept": float(len(kept)),
+            "soup/best_copy_val_macro_f1": max(scores),
+            "soup/val_macro_f1": validation["macro_f1"],
+        }
+    )
+    print(
+        f"soup: {len(kept)} of {len(states)} copies kept (validation macro-F1 "
+        f"{100 * validation['macro_f1']:.2f}; best copy {100 * max(scores):.2f})",
+        file=sys.stderr,
+    )
+    return validation
 
 
 def _aux_mlm(setup: Setup, ft: FinetuneConfig, seed: int) -> tuple[MlmHead, TokenMasker] | None:

@@ -257,7 +257,7 @@ def system_name(ft: FinetuneConfig) -> str:
     balance = f"+balance{ft.class_balance:g}" if ft.class_balance else ""
     if ft.encoder == "none":
         base = "textcnn-pieces(scratch)" if ft.random_init else "textcnn-pieces(pretrained)"
-        return base + balance
+        return base + balance + (f"+soup{ft.soup}" if ft.soup > 1 else "")
     shape = f"({Path(ft.model_dir).name})" if ft.model_dir else ""
     base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
     head = ft.head if ft.head == "cnn" else f"{ft.head}-{ft.pooling}"
@@ -268,6 +268,7 @@ def system_name(ft: FinetuneConfig) -> str:
     if ft.layers != [-1]:
         head += "@" + ",".join(str(i) for i in ft.layers)
     probe = f"+probe{ft.probe_epochs}" if ft.probe_epochs else ""
+    probe += f"+soup{ft.soup}" if ft.soup > 1 else ""
     if ft.static_vectors:
         head += "+static"
     head += balance
