@@ -613,3 +613,45 @@ def test_soup_fine_tunes_copies_from_one_start_and_keeps_their_greedy_average(
     assert result.seeds[0].metrics["validation"]["macro_f1"] >= copies[best]["val"]["macro_f1"]
     with pytest.raises(ConfigError, match=r"finetune.soup"):
         load_config(None, ["finetune.soup=0"])
+
+
+def test_a_killed_soup_resumes_at_the_copy_it_was_training(env, monkeypatch) -> None:
+    """Each finished copy of a soup is kept in the seed's folder: a rerun after a crash
+    trains only the copies left (and the probe again), and ends with the classifier an
+    uninterrupted run gives; the kept copies go when the classifier is saved."""
+    from safetensors.torch import load_file
+
+    model_dir = _pretrained_dir(env)
+    seeds: list[int] = []
+    train = ft_mod.train_one_seed
+
+    def crashing(model, *args, **kwargs):
+        seeds.append(args[5])
+        if args[5] == 1002 and crash:
+            raise KeyboardInterrupt  # killed while training copy 2
+        return train(model, *args, **kwargs)
+
+    monkeypatch.setattr(ft_mod, "train_one_seed", crashing)
+    settings = (
+        "finetune.encoder=albert",
+        f"finetune.model={model_dir}",
+        "finetune.vocab=",
+        "finetune.probe_epochs=1",
+        "finetune.soup=3",
+        "finetune.epochs=2",
+    )
+    crash = True
+    with pytest.raises(KeyboardInterrupt):
+        run_finetune(_cfg(env, *settings), "tncc")
+    seed_dir = next((env.tmp / "runs").rglob("seed-1"))
+    kept = sorted(p.name for p in (seed_dir / ft_mod.SOUP_DIR).iterdir())
+    assert kept == ["copy-0.pt", "copy-1.pt"] and not (seed_dir / "seed_result.json").exists()
+    crash, seeds[:] = False, []
+    resumed = run_finetune(_cfg(env, *settings), "tncc")
+    assert seeds == [1, 1002]  # the probe (seed 1), then the copy left
+    assert not (seed_dir / ft_mod.SOUP_DIR).exists()
+    whole = run_finetune(_cfg(env, *settings, f"finetune.output={env.tmp / 'whole'}"), "tncc")
+    a = load_file(str(resumed.seeds[0].directory / "model.safetensors"))
+    b = load_file(str(whole.seeds[0].directory / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed.seeds[0].metrics["test"].summary == whole.seeds[0].metrics["test"].summary

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import result_json, write_results
 from tibnlp.evaluation.robustness import suffix_flip_rates
-from tibnlp.fsutil import atomic_write_text
+from tibnlp.fsutil import atomic_file, atomic_write_text
 from tibnlp.models.classifier_io import (
     ClassifierMeta,
     build_classifier,
@@ -55,6 +56,7 @@ from tibnlp.training.soup import greedy_soup
 
 SEED_FILE = "seed_result.json"
 SOUP_SALT = 1000  # the copies of seed s fine-tune with seeds s * SOUP_SALT + 1, + 2, ...
+SOUP_DIR = "soup-copies"  # finished copies of a soup, inside the seed's folder until it is saved
 ADVTS_TARGETS = {"tncc-title": "tncc", "tusa": "tusa"}
 
 
@@ -275,37 +277,24 @@ def _run_seed(
             on_epoch,
         )
     model.freeze_encoder(ft.freeze_encoder)
-    start = copy.deepcopy(model.state_dict()) if ft.soup > 1 else {}
-    ingredients: list[tuple[dict[str, torch.Tensor], float]] = []
-    for copy_index in range(ft.soup):
-        # copy 0 is the plain fine-tuning (soup 1 is unchanged); the others start again from
-        # the same weights with their own data order and dropout
-        ingredient_seed = seed if copy_index == 0 else seed * SOUP_SALT + copy_index
-        if copy_index:
-            model.load_state_dict(start)
-            set_seed(ingredient_seed)
-        best_epoch, epochs_run, validation = train_one_seed(
-            model,
-            ids["train"],
-            y_train,
-            ids["validation"],
-            data.targets("validation"),
-            ft,
-            ingredient_seed,
-            run if ft.soup == 1 else PrefixedRun(run, f"soup{copy_index}/"),
-            cfg.engine,
-            labels,
-            on_epoch,
-            _aux_mlm(setup, ft, ingredient_seed),
+    train = functools.partial(
+        train_one_seed,
+        model,
+        ids["train"],
+        y_train,
+        ids["validation"],
+        data.targets("validation"),
+        ft,
+    )
+    if ft.soup == 1:
+        best_epoch, epochs_run, validation = train(
+            seed, run, cfg.engine, labels, on_epoch, _aux_mlm(setup, ft, seed)
         )
-        if ft.soup > 1:
-            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            ingredients.append((state, validation["macro_f1"]))
-            if copy_index == 0:  # the record's epochs are the plain fine-tuning's
-                plain = best_epoch, epochs_run
-    if ft.soup > 1:
-        validation = _cook_soup(model, ingredients, setup, ft, run)
-        best_epoch, epochs_run = plain
+    else:
+        key = f"{fingerprint}:{weights}:{data_sha256}"
+        copies = _soup_copies(train, model, setup, cfg, seed, run, on_epoch, directory, key)
+        validation = _cook_soup(model, [(c.state, c.score) for c in copies], setup, ft, run)
+        best_epoch, epochs_run = copies[0].best_epoch, copies[0].epochs_run  # the plain run's
 
     # DeepSpeed's fp16 mode (a GPU without bf16) trains the module's own weights in half
     # precision; `tibnlp predict` loads the saved weights into an fp32 classifier. Score
@@ -326,6 +315,75 @@ def _run_seed(
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
     return result
+
+
+@dataclass
+class _Copy:
+    """One fine-tuned copy of a soup: its weights, validation macro-F1 and epochs."""
+
+    state: dict[str, torch.Tensor]
+    score: float
+    best_epoch: int
+    epochs_run: int
+
+
+def _soup_copies(
+    train: Callable[..., Any],
+    model: torch.nn.Module,
+    setup: Setup,
+    cfg: Config,
+    seed: int,
+    run: Tracker,
+    on_epoch: Callable[[int], None] | None,
+    directory: Path,
+    key: str,
+) -> list[_Copy]:
+    """Fine-tune the `finetune.soup` copies of one seed from `model`'s current weights.
+
+    Copy 0 is the plain fine-tuning (it goes on from the seed's random state); copy k starts
+    again from the same weights with seed `seed * SOUP_SALT + k`. Each finished copy is kept
+    in `directory/soup-copies` (removed when the classifier is saved there), so a killed run
+    resumes at the copy it was training: its copies are reseeded, so they do not depend on
+    the ones before."""
+    start = copy.deepcopy(model.state_dict())
+    copies: list[_Copy] = []
+    for index in range(cfg.finetune.soup):
+        path = directory / SOUP_DIR / f"copy-{index}.pt"
+        done = _load_copy(path, key)
+        if done is not None:
+            print(f"soup: copy {index} of seed {seed} was fine-tuned before", file=sys.stderr)
+            copies.append(done)
+            continue
+        copy_seed = seed if index == 0 else seed * SOUP_SALT + index
+        if index:
+            model.load_state_dict(start)
+            set_seed(copy_seed)
+        best_epoch, epochs_run, validation = train(
+            copy_seed,
+            PrefixedRun(run, f"soup{index}/"),
+            cfg.engine,
+            setup.data.labels,
+            on_epoch,
+            _aux_mlm(setup, cfg.finetune, copy_seed),
+        )
+        state = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
+        copies.append(_Copy(state, validation["macro_f1"], best_epoch, epochs_run))
+        with atomic_file(path) as tmp:
+            torch.save({"key": key, **dataclasses.asdict(copies[-1])}, tmp)
+    return copies
+
+
+def _load_copy(path: Path, key: str) -> _Copy | None:
+    """A copy kept by an earlier run with the same settings, weights and data; else None."""
+    if not path.is_file():
+        return None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # a damaged file (the rename makes it rare): train the copy again
+        return None
+    if not isinstance(saved, dict) or saved.get("key") != key:
+        return None
+    return _Copy(saved["state"], saved["score"], saved["best_epoch"], saved["epochs_run"])
 
 
 def _cook_soup(
