@@ -621,6 +621,8 @@ def test_a_killed_soup_resumes_at_the_copy_it_was_training(env, monkeypatch) -> 
     uninterrupted run gives; the kept copies go when the classifier is saved."""
     from safetensors.torch import load_file
 
+    from tibnlp.training.soup_run import SOUP_DIR
+
     model_dir = _pretrained_dir(env)
     seeds: list[int] = []
     train = ft_mod.train_one_seed
@@ -644,12 +646,12 @@ def test_a_killed_soup_resumes_at_the_copy_it_was_training(env, monkeypatch) -> 
     with pytest.raises(KeyboardInterrupt):
         run_finetune(_cfg(env, *settings), "tncc")
     seed_dir = next((env.tmp / "runs").rglob("seed-1"))
-    kept = sorted(p.name for p in (seed_dir / ft_mod.SOUP_DIR).iterdir())
+    kept = sorted(p.name for p in (seed_dir / SOUP_DIR).iterdir())
     assert kept == ["copy-0.pt", "copy-1.pt"] and not (seed_dir / "seed_result.json").exists()
     crash, seeds[:] = False, []
     resumed = run_finetune(_cfg(env, *settings), "tncc")
     assert seeds == [1, 1002]  # the probe (seed 1), then the copy left
-    assert not (seed_dir / ft_mod.SOUP_DIR).exists()
+    assert not (seed_dir / SOUP_DIR).exists()
     whole = run_finetune(_cfg(env, *settings, f"finetune.output={env.tmp / 'whole'}"), "tncc")
     a = load_file(str(resumed.seeds[0].directory / "model.safetensors"))
     b = load_file(str(whole.seeds[0].directory / "model.safetensors"))

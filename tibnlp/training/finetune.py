@@ -10,14 +10,13 @@ in `classification.py`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import hashlib
 import json
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.report import result_json, write_results
 from tibnlp.evaluation.robustness import suffix_flip_rates
-from tibnlp.fsutil import atomic_file, atomic_write_text
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.classifier_io import (
     ClassifierMeta,
     build_classifier,
@@ -52,11 +51,9 @@ from tibnlp.training.classification import probe_recipe, set_seed, train_one_see
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
 from tibnlp.training.finetune_setup import Setup, ids_sha256, load_task_data, prepare, texts
 from tibnlp.training.long_documents import prepare_reader
-from tibnlp.training.soup import greedy_soup
+from tibnlp.training.soup_run import cook_soup, fine_tune_copies
 
 SEED_FILE = "seed_result.json"
-SOUP_SALT = 1000  # the copies of seed s fine-tune with seeds s * SOUP_SALT + 1, + 2, ...
-SOUP_DIR = "soup-copies"  # finished copies of a soup, inside the seed's folder until it is saved
 ADVTS_TARGETS = {"tncc-title": "tncc", "tusa": "tusa"}
 
 
@@ -277,23 +274,30 @@ def _run_seed(
             on_epoch,
         )
     model.freeze_encoder(ft.freeze_encoder)
-    train = functools.partial(
-        train_one_seed,
-        model,
-        ids["train"],
-        y_train,
-        ids["validation"],
-        data.targets("validation"),
-        ft,
-    )
-    if ft.soup == 1:
-        best_epoch, epochs_run, validation = train(
-            seed, run, cfg.engine, labels, on_epoch, _aux_mlm(setup, ft, seed)
+
+    def train(copy_seed: int, copy_run: Any, mlm: Any) -> tuple[int, int, Metrics]:
+        return train_one_seed(
+            model,
+            ids["train"],
+            y_train,
+            ids["validation"],
+            data.targets("validation"),
+            ft,
+            copy_seed,
+            copy_run,
+            cfg.engine,
+            labels,
+            on_epoch,
+            mlm,
         )
+
+    if ft.soup == 1:
+        best_epoch, epochs_run, validation = train(seed, run, _aux_mlm(setup, ft, seed))
     else:
         key = f"{fingerprint}:{weights}:{data_sha256}"
-        copies = _soup_copies(train, model, setup, cfg, seed, run, on_epoch, directory, key)
-        validation = _cook_soup(model, [(c.state, c.score) for c in copies], setup, ft, run)
+        aux = functools.partial(_aux_mlm, setup, ft)
+        copies = fine_tune_copies(train, aux, model, ft.soup, seed, run, directory, key)
+        validation = cook_soup(model, copies, setup, ft, run)
         best_epoch, epochs_run = copies[0].best_epoch, copies[0].epochs_run  # the plain run's
 
     # DeepSpeed's fp16 mode (a GPU without bf16) trains the module's own weights in half
@@ -315,109 +319,6 @@ def _run_seed(
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
     return result
-
-
-@dataclass
-class _Copy:
-    """One fine-tuned copy of a soup: its weights, validation macro-F1 and epochs."""
-
-    state: dict[str, torch.Tensor]
-    score: float
-    best_epoch: int
-    epochs_run: int
-
-
-def _soup_copies(
-    train: Callable[..., Any],
-    model: torch.nn.Module,
-    setup: Setup,
-    cfg: Config,
-    seed: int,
-    run: Tracker,
-    on_epoch: Callable[[int], None] | None,
-    directory: Path,
-    key: str,
-) -> list[_Copy]:
-    """Fine-tune the `finetune.soup` copies of one seed from `model`'s current weights.
-
-    Copy 0 is the plain fine-tuning (it goes on from the seed's random state); copy k starts
-    again from the same weights with seed `seed * SOUP_SALT + k`. Each finished copy is kept
-    in `directory/soup-copies` (removed when the classifier is saved there), so a killed run
-    resumes at the copy it was training: its copies are reseeded, so they do not depend on
-    the ones before."""
-    start = copy.deepcopy(model.state_dict())
-    copies: list[_Copy] = []
-    for index in range(cfg.finetune.soup):
-        path = directory / SOUP_DIR / f"copy-{index}.pt"
-        done = _load_copy(path, key)
-        if done is not None:
-            print(f"soup: copy {index} of seed {seed} was fine-tuned before", file=sys.stderr)
-            copies.append(done)
-            continue
-        copy_seed = seed if index == 0 else seed * SOUP_SALT + index
-        if index:
-            model.load_state_dict(start)
-            set_seed(copy_seed)
-        best_epoch, epochs_run, validation = train(
-            copy_seed,
-            PrefixedRun(run, f"soup{index}/"),
-            cfg.engine,
-            setup.data.labels,
-            on_epoch,
-            _aux_mlm(setup, cfg.finetune, copy_seed),
-        )
-        state = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
-        copies.append(_Copy(state, validation["macro_f1"], best_epoch, epochs_run))
-        with atomic_file(path) as tmp:
-            torch.save({"key": key, **dataclasses.asdict(copies[-1])}, tmp)
-    return copies
-
-
-def _load_copy(path: Path, key: str) -> _Copy | None:
-    """A copy kept by an earlier run with the same settings, weights and data; else None."""
-    if not path.is_file():
-        return None
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # a damaged file (the rename makes it rare): train the copy again
-        return None
-    if not isinstance(saved, dict) or saved.get("key") != key:
-        return None
-    return _Copy(saved["state"], saved["score"], saved["best_epoch"], saved["epochs_run"])
-
-
-def _cook_soup(
-    model: torch.nn.Module,
-    ingredients: list[tuple[dict[str, torch.Tensor], float]],
-    setup: Setup,
-    ft: FinetuneConfig,
-    run: Tracker,
-) -> Metrics:
-    """Load the greedy soup of the fine-tuned copies into `model` (`finetune.soup`); log how
-    many it holds and its validation score; return its validation metrics."""
-    x_val, y_val = setup.ids["validation"], setup.data.targets("validation")
-
-    def validation_of(state: dict[str, torch.Tensor]) -> Metrics:
-        model.load_state_dict(state)
-        probs = predict_proba(model, x_val, ft.eval_batch_size, setup.vocab.pad_id, ft.eval_routing)
-        return compute_metrics(y_val, probs.argmax(1).tolist(), setup.data.labels)
-
-    states, scores = [s for s, _ in ingredients], [f for _, f in ingredients]
-    soup, kept, _ = greedy_soup(states, scores, lambda s: validation_of(s)["macro_f1"])
-    validation = validation_of(soup)
-    run.log_metrics(
-        {
-            "soup/copies_kept": float(len(kept)),
-            "soup/best_copy_val_macro_f1": max(scores),
-            "soup/val_macro_f1": validation["macro_f1"],
-        }
-    )
-    print(
-        f"soup: {len(kept)} of {len(states)} copies kept (validation macro-F1 "
-        f"{100 * validation['macro_f1']:.2f}; best copy {100 * max(scores):.2f})",
-        file=sys.stderr,
-    )
-    return validation
 
 
 def _aux_mlm(setup: Setup, ft: FinetuneConfig, seed: int) -> tuple[MlmHead, TokenMasker] | None:
