@@ -657,3 +657,22 @@ def test_a_killed_soup_resumes_at_the_copy_it_was_training(env, monkeypatch) -> 
     b = load_file(str(whole.seeds[0].directory / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert resumed.seeds[0].metrics["test"].summary == whole.seeds[0].metrics["test"].summary
+
+
+def test_a_soup_logs_each_copy_under_its_prefix_and_what_it_kept(env) -> None:
+    """With MLflow on, a seed's run holds each copy's curves (soupK/...) and the soup's size
+    and validation score beside the seed's usual metrics; TextCNN soups too."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{env.tmp / 'mlflow.db'}"
+    tracking = [f"tracking.uri={uri}", "tracking.enabled=true"]
+    result = run_finetune(_cfg(env, "finetune.soup=2", "finetune.epochs=2", *tracking), "tncc")
+    assert result.system == "textcnn-pieces(scratch)+soup2"
+    client = MlflowClient(uri)
+    child = client.get_run(result.seeds[0].run_id).data.metrics
+    assert {"soup0/eval/macro_f1", "soup1/eval/macro_f1", "test_macro_f1"} <= child.keys()
+    assert child["soup/copies_kept"] in (1.0, 2.0)
+    assert child["soup/val_macro_f1"] == pytest.approx(
+        result.seeds[0].metrics["validation"]["macro_f1"]
+    )
+    assert child["soup/val_macro_f1"] >= child["soup/best_copy_val_macro_f1"]
