@@ -43,3 +43,38 @@ def test_agreement_counts_repeats_by_the_model_text_and_bounds_the_accuracy(
     assert "| test | 3 | 2 | 75.0 % | 75.0 to 86.6 % |" in text
     assert "| validation | 1 | 0 |" in text
     assert "2 texts" not in text and "1 texts occur more than once, 1 of them" in text
+
+
+def test_classifiers_are_scored_on_the_repeated_titles_and_on_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.ft_fixtures import make_vocab
+    from tibnlp.config import load_config
+    from tibnlp.training.finetune import run_finetune
+
+    root = make_data_dir(tmp_path / "data")  # one test title repeats a training title
+    monkeypatch.setenv("TIBNLP_DATA", str(root))
+    cfg = load_config(
+        None,
+        [
+            f"finetune.vocab={make_vocab(tmp_path / 'vocab')}",
+            f"finetune.output={tmp_path / 'runs'}",
+            "finetune.encoder=none",
+            "finetune.epochs=3",
+            "finetune.batch_size=16",
+            "finetune.embedding_size=16",
+            "finetune.cnn_channels=8",
+            "finetune.optimizer.lr=0.01",
+            "tracking.enabled=false",
+        ],
+    )
+    seed = run_finetune(cfg, "tncc").seeds[0]
+    out = tmp_path / "agreement.md"
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), str(seed.directory), "--out", str(out)])
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+    row = next(line for line in out.read_text("utf-8").splitlines() if str(seed.directory) in line)
+    whole, repeated, others = (cell.strip() for cell in row.split("|")[2:5])
+    # the run's own test accuracy; the one repeated title is right or wrong
+    assert whole == f"{100 * seed.metrics['test']['accuracy']:.1f} %"
+    assert repeated in ("0.0 %", "100.0 %")
+    assert others.endswith(" %")
