@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from tibnlp.data.tasks import load_tncc, model_text
+from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.predict import Predictor
 from tibnlp.fsutil import atomic_write_text
 
@@ -65,8 +66,8 @@ def main() -> None:
     )
     if args.classifiers:
         test = data.splits["test"]
-        seen_idx = [i for i, e in enumerate(test) if key(e.text) in train]
-        other = [i for i in range(len(test)) if i not in set(seen_idx)]
+        other = unseen_indices(data.texts("train"), data.texts("test"), key)
+        seen_idx = sorted(set(range(len(test))) - set(other))
         lines += [
             "\n| classifier | test accuracy | on titles also in train | on the others |",
             "|---|---:|---:|---:|",
