@@ -300,3 +300,41 @@ def test_cli_sets_and_shows_the_vocab_switches(corpus: Path, tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     shown = " ".join(result.output.replace("│", " ").split())
     assert "whole_units True" in shown and "punctuation_pieces False" in shown
+
+
+def test_cross_syllables_pieces_span_whole_syllables(corpus: Path, tmp_path: Path) -> None:
+    """`vocab.cross_syllables`: frequent syllable runs become one piece (`▁ཀ▁ཁ`), the tsheg
+    still reads as whitespace, a masking unit opens only at a `▁`, and the text round-trips."""
+    report = build_vocabulary(corpus, tmp_path / "v", _config(cross_syllables=True))
+    v = Vocabulary.load(tmp_path / "v")
+    pieces = [v.id_to_piece(i) for i in range(5, v.size)]
+    crossing = [p for p in pieces if p.count("\u2581") > 1]
+    assert crossing and report["multi_syllable_pieces"] == len(crossing)
+    plain = build_vocabulary(corpus, tmp_path / "p", _config())
+    assert report["cross_syllables"] and not plain["cross_syllables"]
+    assert report["pieces_per_syllable"] < plain["pieces_per_syllable"]  # shorter sequences
+    assert plain["multi_syllable_pieces"] == 0  # the default keeps pieces inside a syllable
+    for piece in crossing:
+        assert TSHEG not in piece  # the syllable rule still holds: tsheg -> whitespace
+    best = max(crossing, key=lambda p: v.sp.get_score(v.piece_to_id(p)))
+    text = TSHEG.join(best.split("\u2581")[1:])  # its syllables as written
+    ids = v.encode(text)
+    assert v.decode(ids) == text
+    starts = v.syllable_starts(ids)
+    assert best in [v.id_to_piece(i) for i in ids], [v.id_to_piece(i) for i in ids]
+    assert len(ids) < count_syllables(text)
+    assert sum(starts) == len([i for i in ids if v.id_to_piece(i).startswith("\u2581")])
+
+
+@pytest.mark.parametrize(
+    ("switches", "needs"),
+    [({"split_on_tsheg": False}, "needs split_on_tsheg"), ({"whole_units": True}, "whole_units")],
+)
+def test_cross_syllables_refuses_what_it_cannot_combine_with(
+    switches: dict[str, bool], needs: str
+) -> None:
+    from tibnlp.errors import ConfigError
+
+    config = _config(cross_syllables=True, **switches)
+    with pytest.raises(ConfigError, match=rf"vocab\.cross_syllables.*{needs}"):
+        config.validate("vocab")

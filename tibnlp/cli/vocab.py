@@ -37,6 +37,8 @@ def build(
         "split_on_tsheg",
         "punctuation_pieces",
         "whole_units",
+        "cross_syllables",
+        "multi_syllable_pieces",
         "unk_share",
         "pieces_per_syllable",
         "syllable_type_coverage",

@@ -67,6 +67,12 @@ class VocabConfig:
     # syllable tokens split, common ones among them (གོང as ▁གོ + ང, འཛམ as ▁འཛ + མ).
     # Measured in benchmarks/results/vocab.md.
     whole_units: bool = False
+    # Under split_on_tsheg, let a piece span syllables (`▁རྒྱ▁ནག`, "China": SentencePiece's
+    # split_by_whitespace off, the tsheg still whitespace): frequent words and phrases become
+    # one piece, and a text takes fewer pieces. A piece may also start inside a syllable
+    # (`འི▁ནང`); masking units then join it to the piece before (Vocabulary.syllable_starts).
+    # A lever for how much pretraining pays (benchmarks/results/vocab_units.md).
+    cross_syllables: bool = False
     # Under the syllable rule the corpus's syllable inventory bounds the size (about 20k pieces
     # for the shared corpora), so by default vocab_size is a ceiling: the largest vocabulary
     # the corpus supports is built and the report says so. true: fail instead.
@@ -88,6 +94,17 @@ class VocabConfig:
             f"{prefix}.character_coverage",
             "must be in [0.9, 1]",
         )
+        if self.cross_syllables:
+            check(
+                self.split_on_tsheg,
+                f"{prefix}.cross_syllables",
+                "needs split_on_tsheg: true (without the syllable rule pieces cross anyway)",
+            )
+            check(
+                not self.whole_units,
+                f"{prefix}.cross_syllables",
+                "does not combine with whole_units (its seeds are single syllables); drop one",
+            )
         check(self.input_sentence_size > 0, f"{prefix}.input_sentence_size", "must be > 0")
         check(self.num_threads >= 0, f"{prefix}.num_threads", "must be >= 0 (0: one per core)")
         check(

@@ -162,6 +162,7 @@ def _train(
             eos_id=-1,
             control_symbols=specials[2:],
             hard_vocab_limit=config.hard_limit,
+            split_by_whitespace=not config.cross_syllables,
             minloglevel=2,
         )
     except RuntimeError as exc:
@@ -170,10 +171,10 @@ def _train(
             found = _TOO_BIG_RE.search(text)
             most = f"~{found.group(1)}" if found else "fewer"
             hint = "lower --vocab-size (or use a larger corpus)"
-            if config.split_on_tsheg:
+            if config.split_on_tsheg and not config.cross_syllables:
                 hint += (
                     "; pieces stay inside syllables (vocab.split_on_tsheg), so the corpus's "
-                    "syllable inventory bounds the size (vocab.split_on_tsheg=false lifts it)"
+                    "syllable inventory bounds the size (vocab.cross_syllables=true lifts it)"
                 )
             raise DataError(
                 f"vocabulary size {config.vocab_size}: the corpus supports at most {most} pieces",
@@ -264,6 +265,10 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
         "split_on_tsheg": config.split_on_tsheg,
         "punctuation_pieces": config.punctuation_pieces,
         "whole_units": config.whole_units,
+        "cross_syllables": config.cross_syllables,
+        "multi_syllable_pieces": sum(
+            vocab.id_to_piece(i).count(WORD_START) > 1 for i in range(vocab.size)
+        ),
         "sha256": vocab.sha256,
         "sentencepiece": spm.__version__,
         "num_threads": _threads(config),
