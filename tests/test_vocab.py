@@ -302,9 +302,10 @@ def test_cli_sets_and_shows_the_vocab_switches(corpus: Path, tmp_path: Path) -> 
     assert "whole_units True" in shown and "punctuation_pieces False" in shown
 
 
-def test_cross_syllables_pieces_span_whole_syllables(corpus: Path, tmp_path: Path) -> None:
+def test_cross_syllables_pieces_span_syllables(corpus: Path, tmp_path: Path) -> None:
     """`vocab.cross_syllables`: frequent syllable runs become one piece (`▁ཀ▁ཁ`), the tsheg
-    still reads as whitespace, a masking unit opens only at a `▁`, and the text round-trips."""
+    still reads as whitespace, the text round-trips, and a text of such a piece opens one
+    masking unit per `▁`-piece (a multi-syllable piece is one unit)."""
     report = build_vocabulary(corpus, tmp_path / "v", _config(cross_syllables=True))
     v = Vocabulary.load(tmp_path / "v")
     pieces = [v.id_to_piece(i) for i in range(5, v.size)]

@@ -235,6 +235,7 @@ def evaluate(vocab: Vocabulary, sentences: list[str]) -> dict[str, Any]:
         "syllable_type_single_piece": single / n_types,  # types that are one piece
         "syllable_token_single_piece": single_tokens / n_tokens,
         "syllable_token_coverage": known_tokens / n_tokens,
+        "multi_syllable_pieces": sum(p.count(WORD_START) > 1 for p in pieces),  # cross_syllables
         "longest_pieces": sorted(pieces, key=lambda p: (-len(p.lstrip(WORD_START)), p))[:20],
     }
 
@@ -266,9 +267,6 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
         "punctuation_pieces": config.punctuation_pieces,
         "whole_units": config.whole_units,
         "cross_syllables": config.cross_syllables,
-        "multi_syllable_pieces": sum(
-            vocab.id_to_piece(i).count(WORD_START) > 1 for i in range(vocab.size)
-        ),
         "sha256": vocab.sha256,
         "sentencepiece": spm.__version__,
         "num_threads": _threads(config),
