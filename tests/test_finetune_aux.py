@@ -230,11 +230,13 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
         return spy.call_args.args[0]["finetune"]
 
     new = {"layer_decay", "mlm_weight", "mlm_prob", "static_vectors", "class_balance"}
+    new |= {"adversarial"}
     assert not new & set(hashed()) and "optimizer" in hashed()
     assert not new & set(hashed("finetune.layer_decay=1", "finetune.mlm_prob=0.15"))
     assert hashed("finetune.mlm_weight=0.5")["mlm_weight"] == 0.5
     assert hashed("finetune.layer_decay=0.8")["layer_decay"] == 0.8
     assert hashed("finetune.class_balance=0.5")["class_balance"] == 0.5
+    assert hashed("finetune.adversarial=0.1")["adversarial"] == 0.1
 
 
 def test_static_size_enters_the_seed_key_only_when_there_is_a_channel(env) -> None:

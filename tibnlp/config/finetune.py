@@ -107,6 +107,11 @@ class FinetuneConfig:
     # the pretrained model's MLM head (tibnlp.training.aux_mlm); mlm_prob of the pieces masked
     mlm_weight: float = 0.0
     mlm_prob: float = 0.15
+    # > 0: adversarial training on the piece vectors (Miyato et al. 2017, FGM;
+    # tibnlp.training.adversarial): each batch also trains with every text's piece vectors
+    # moved this share of their norm along its loss gradient. About three times the compute
+    # of a step; the LP-FT probe runs without it
+    adversarial: float = 0.0
     # class weights (N / (K n_c))^class_balance in the training loss, n_c the training
     # examples of class c among K: 0 off, 1 inverse frequency (each class weighs as much as
     # macro-F1 counts it), 0.5 between. TNCC's rarest classes are where pretraining pays most
@@ -176,6 +181,14 @@ class FinetuneConfig:
                 f"{prefix}.mlm_weight",
                 "the MLM beside fine-tuning needs encoder 'albert' and long_document "
                 "'truncate'; set finetune.mlm_weight=0",
+            )
+        check(self.adversarial >= 0.0, f"{prefix}.adversarial", "must be >= 0 (0 = off)")
+        if self.adversarial:
+            check(
+                self.long_document == "truncate",
+                f"{prefix}.adversarial",
+                "adversarial training perturbs one read of each text: it needs long_document "
+                "'truncate'; set finetune.adversarial=0",
             )
         check(0.0 <= self.warmup_ratio < 1.0, f"{prefix}.warmup_ratio", "must be in [0, 1)")
         check(

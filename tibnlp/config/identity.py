@@ -52,6 +52,7 @@ ADDED_WHEN_SET = frozenset(
         "finetune.static_vectors",
         "finetune.class_balance",
         "finetune.soup",
+        "finetune.adversarial",
         "vocab.punctuation_pieces",
         "vocab.whole_units",
     }

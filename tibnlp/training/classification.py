@@ -28,6 +28,7 @@ from tibnlp.evaluation.predict import predict_proba
 from tibnlp.models.classifier import Classifier
 from tibnlp.models.encoder import Encoder
 from tibnlp.models.long_documents.reading import inner_encoder
+from tibnlp.training.adversarial import adversarial_loss, piece_table
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.batches import ShardedBatches
 
@@ -48,9 +49,13 @@ class ClassifierLoss(nn.Module):
         mlm_head: MlmHead | None = None,
         mlm_weight: float = 0.0,
         class_weights: torch.Tensor | None = None,
+        adversarial: float = 0.0,
     ) -> None:
         super().__init__()
         self.model = model
+        self.adversarial = adversarial  # > 0: FGM on the piece vectors (training.adversarial)
+        if adversarial:
+            piece_table(model.encoder)  # fails now, not at the first batch
         self.mlm_head = mlm_head  # with mlm_weight > 0: MLM on the batch beside (aux_mlm)
         self.mlm_weight = mlm_weight
         self.class_weights: torch.Tensor | None
@@ -64,10 +69,31 @@ class ClassifierLoss(nn.Module):
         mlm_input_ids: torch.Tensor | None = None,
         mlm_labels: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
-        logits, large = self.model.classify(input_ids, attention_mask)
-        loss = nn.functional.cross_entropy(logits.float(), labels, weight=self.class_weights)
+        def loss_of(logits: torch.Tensor) -> torch.Tensor:
+            return nn.functional.cross_entropy(logits.float(), labels, weight=self.class_weights)
+
+        routes: list[torch.Tensor | None] = []
+
+        def classify() -> torch.Tensor:
+            logits, large = self.model.classify(input_ids, attention_mask)
+            routes.append(large)
+            return logits
+
+        if self.adversarial and self.training and torch.is_grad_enabled():
+            table = piece_table(self.model.encoder)
+            loss, adversarial, logits = adversarial_loss(
+                classify, loss_of, table, attention_mask, self.adversarial
+            )
+        else:
+            logits = classify()
+            loss, adversarial = loss_of(logits), None
+        large = routes[0]
         accuracy = (logits.argmax(-1) == labels).float().mean()
         out = {"loss": loss, "accuracy": accuracy}
+        if adversarial is not None:
+            out["loss"] = loss + adversarial
+            out["clean_loss"] = loss.detach()
+            out["adversarial_loss"] = adversarial.detach()
         if large is not None:
             out["route_large_fraction"] = large.detach().float()
         if self.mlm_head is not None and mlm_input_ids is not None and mlm_labels is not None:
@@ -79,7 +105,7 @@ class ClassifierLoss(nn.Module):
             hidden = encoder(mlm_input_ids, attention_mask, outputs_at=sel).hidden[sel]
             mlm = self.mlm_head(hidden, encoder.embeddings.word.weight).float()
             mlm_loss = nn.functional.cross_entropy(mlm, mlm_labels[sel])
-            out["loss"] = loss + self.mlm_weight * mlm_loss
+            out["loss"] = out["loss"] + self.mlm_weight * mlm_loss
             out["classification_loss"] = loss.detach()
             out["mlm_loss"] = mlm_loss.detach()
             out["mlm_accuracy"] = (mlm.argmax(-1) == mlm_labels[sel]).float().mean().detach()
@@ -145,7 +171,8 @@ def epoch_batches(
 def probe_recipe(ft: FinetuneConfig) -> FinetuneConfig:
     """The first phase of LP-FT (`finetune.probe_epochs`): the head alone, at `probe_lr` (else
     the head's rate), for exactly `probe_epochs` (no early stop; the best validation epoch's
-    head is kept), without the MLM beside (the encoder it would train is frozen)."""
+    head is kept), without the MLM or the adversarial batches beside (the encoder they would
+    train is frozen)."""
     lr = ft.probe_lr or ft.head_lr or ft.optimizer.lr
     return dataclasses.replace(
         ft,
@@ -156,6 +183,7 @@ def probe_recipe(ft: FinetuneConfig) -> FinetuneConfig:
         embedding_lr=0.0,
         layer_decay=1.0,
         mlm_weight=0.0,
+        adversarial=0.0,
         optimizer=dataclasses.replace(ft.optimizer, lr=lr),
     )
 
@@ -256,6 +284,7 @@ def train_one_seed(
             head,
             ft.mlm_weight,
             class_weights(y_train, model.num_labels, ft.class_balance),
+            ft.adversarial,
         ),
         engine_cfg,
         optimizer,

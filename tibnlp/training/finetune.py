@@ -103,6 +103,7 @@ def recipe(ft: FinetuneConfig, meta: ClassifierMeta | None = None) -> dict[str, 
         "mlm_weight": ft.mlm_weight,
         "mlm_prob": ft.mlm_prob,
         "class_balance": ft.class_balance,
+        "adversarial": ft.adversarial,
     }
 
 

@@ -255,6 +255,7 @@ def texts(data: LabelledSet, split: str, form: str) -> list[str]:
 
 def system_name(ft: FinetuneConfig) -> str:
     balance = f"+balance{ft.class_balance:g}" if ft.class_balance else ""
+    balance += f"+adv{ft.adversarial:g}" if ft.adversarial else ""
     if ft.encoder == "none":
         base = "textcnn-pieces(scratch)" if ft.random_init else "textcnn-pieces(pretrained)"
         return base + balance + (f"+soup{ft.soup}" if ft.soup > 1 else "")
