@@ -327,6 +327,35 @@ def test_cross_syllables_pieces_span_syllables(corpus: Path, tmp_path: Path) -> 
     assert sum(starts) == len([i for i in ids if v.id_to_piece(i).startswith("\u2581")])
 
 
+def test_a_piece_across_a_word_boundary_joins_the_two_words(corpus: Path, tmp_path: Path) -> None:
+    """Whole-word masking over a vocabulary whose pieces cross syllables: a piece `▁A▁B` where
+    botok ends a word after A makes A's word and B's one masking group, so masking it never
+    takes B's word in part; a word boundary after the piece keeps the words apart."""
+    from tibnlp.data.words import SYLLABLE, WORD, piece_levels
+
+    build_vocabulary(corpus, tmp_path / "v", _config(cross_syllables=True))
+    v = Vocabulary.load(tmp_path / "v")
+    singles = [p[1:] for p in map(v.id_to_piece, range(5, v.size)) if p.count("\u2581") == 1]
+    crossing = [p for p in map(v.id_to_piece, range(5, v.size)) if p.count("\u2581") == 2]
+    found = None
+    for piece in crossing:
+        a, b = piece.split("\u2581")[1:]
+        for c in singles:
+            text = f"{a}{TSHEG}{b}{TSHEG}{c}"
+            pieces = [v.id_to_piece(i) for i in v.encode(text)]
+            if pieces == [piece, "\u2581" + c]:
+                found = a, b, c, text
+                break
+        if found:
+            break
+    assert found, "no crossing piece followed by a single-syllable piece in the test corpus"
+    a, b, c, text = found
+    inside = [0, len(f"{a}{TSHEG}".encode())]  # botok: "A་" | "B་C"
+    after = [0, len(f"{a}{TSHEG}{b}{TSHEG}".encode())]  # botok: "A་B་" | "C"
+    assert piece_levels(v, text, inside)[1] == [WORD, SYLLABLE]
+    assert piece_levels(v, text, after)[1] == [WORD, WORD]
+
+
 @pytest.mark.parametrize(
     ("switches", "needs"),
     [({"split_on_tsheg": False}, "needs split_on_tsheg"), ({"whole_units": True}, "whole_units")],

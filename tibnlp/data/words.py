@@ -9,8 +9,10 @@ A syllable unit belongs to the botok token holding its first character that is n
 tsheg (a piece carries the separator before its syllable as `▁`), nor a shad: the vocabulary's
 rule writes a space after each shad, and SentencePiece gives the shad's bytes to the piece after
 that space, so "། རྒྱལ" is the surface of the piece `▁རྒྱལ`. Units are grouped into
-words, never cut: where botok cuts inside a unit (a digit glued to a syllable) the unit stays
-whole, so a word is always a run of whole syllable units and masking one never splits either.
+words, never cut: where botok cuts inside a unit (a digit glued to a syllable, or a piece of a
+vocabulary whose pieces cross syllables) the unit stays whole and the words it touches become
+one group, so a group is always a run of whole syllable units and whole words, and masking one
+never splits either.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from tibnlp.text.vocab import Vocabulary
 
 # Per-piece boundary levels: inside a unit, opens a syllable unit, opens a word (and a unit).
 INSIDE, SYLLABLE, WORD = 0, 1, 2
-# in the cache key of whole-word pretraining data; 2: units after a shad inside a sentence
-LEVELS_VERSION = 2
+# in the cache key of whole-word pretraining data; 2: units after a shad inside a sentence;
+# 3: words a unit reaches into join its word
+LEVELS_VERSION = 3
 # what a piece's surface may start with before its own syllable: the separator it carries as
 # `▁`, and the shads the vocabulary's rule follows with a space (`vocab_build.SYLLABLE_RULES`)
 _SEPARATORS = f" \t{TSHEG}{NBSP_TSHEG}{SHADS}"
@@ -43,7 +46,7 @@ def piece_levels(
     ids = [int(p.id) for p in pieces]
     levels = [int(s) for s in vocab.syllable_starts(ids)]
     heads = [i for i, level in enumerate(levels) if level] + [len(ids)]
-    previous = None
+    reached = -1  # the last botok word any earlier unit's bytes reach into
     for head, end in itertools.pairwise(heads):
         anchor = pieces[head].begin
         for piece in pieces[head:end]:
@@ -53,9 +56,12 @@ def piece_levels(
                 anchor = piece.begin + len(surface[: len(surface) - len(kept)].encode())
                 break
         word = bisect.bisect_right(word_starts, anchor) - 1
-        if word != previous:
+        if word > reached:
             levels[head] = WORD
-        previous = word
+        # a unit reaching into the next word (a piece across syllables, `vocab.cross_syllables`,
+        # or a digit botok cuts off) joins that word to its own: one masking group
+        last = max(anchor, pieces[end - 1].end - 1)
+        reached = max(reached, word, bisect.bisect_right(word_starts, last) - 1)
     return ids, levels
 
 
