@@ -6,8 +6,9 @@ respect to the word-embedding output). The classifier trains on both losses, so 
 its prediction in a neighbourhood of each title's words rather than on their exact vectors.
 
 The step is relative: `epsilon` times the norm of the text's own piece vectors (over its real
-pieces). A pretrained embedding and a random one (the twin's) differ in scale by an order of
-magnitude, and a fixed step would be a different lever for each.
+pieces). A pretrained embedding and a random one (the twin's) differ in scale (the main job's
+rows: about 1.2 in norm against 0.23 at initialisation), and a fixed step would be a different
+lever for each.
 
 The perturbation enters at the output of the piece table (`nn.Embedding`), before position
 and segment vectors and the embedding norm, so the same code serves the transformer encoder
