@@ -8,14 +8,18 @@ import pytest
 import torch
 from torch import nn
 
-from tests.ft_fixtures import TINY_MODEL, make_data_dir, make_vocab
+from tests.ft_fixtures import TINY_MODEL
 from tibnlp.config import load_config
 from tibnlp.errors import ConfigError
 from tibnlp.models.classifier import Classifier, EmbeddingEncoder, HeadConfig, head_config
 from tibnlp.models.encoder import Encoder
-from tibnlp.training.adversarial import adversarial_loss, adversarial_step, piece_table
+from tibnlp.training.adversarial import (
+    adversarial_loss,
+    adversarial_step,
+    piece_table,
+    piece_vectors,
+)
 from tibnlp.training.classification import ClassifierLoss, probe_recipe
-from tibnlp.training.finetune import run_finetune
 
 
 def _tiny_albert(dropout: float = 0.0) -> Classifier:
@@ -58,8 +62,11 @@ def test_adversarial_batch_raises_the_loss_and_leaves_parameter_grads_alone() ->
     def loss_of(logits: torch.Tensor) -> torch.Tensor:
         return nn.functional.cross_entropy(logits, labels)
 
-    clean, adversarial, logits = adversarial_loss(
-        lambda: model(ids, mask), loss_of, table, mask, 0.05
+    with piece_vectors(table) as seen:
+        logits = model(ids, mask)
+    clean = loss_of(logits)
+    adversarial = adversarial_loss(
+        clean, seen[-1], lambda: model(ids, mask), loss_of, table, mask, 0.05
     )
     torch.testing.assert_close(clean, loss_of(model(ids, mask)))  # the hook is gone again
     torch.testing.assert_close(logits, model(ids, mask))
@@ -104,28 +111,3 @@ def test_setting_is_validated_named_and_off_in_the_probe() -> None:
     cfg = load_config(None, ["finetune.adversarial=0.1", "finetune.probe_epochs=2"])
     assert probe_recipe(cfg.finetune).adversarial == 0.0
     assert head_config(cfg.finetune).kind == "cnn"
-
-
-def test_finetune_runs_with_it_and_names_the_system(tmp_path, monkeypatch, built) -> None:
-    monkeypatch.setenv("TIBNLP_DATA", str(make_data_dir(tmp_path / "data")))
-    vocab = make_vocab(tmp_path / "vocab")
-    cfg = load_config(
-        None,
-        [
-            *TINY_MODEL,
-            f"finetune.vocab={vocab}",
-            f"finetune.output={tmp_path / 'runs'}",
-            "finetune.encoder=albert",
-            "finetune.epochs=1",
-            "finetune.batch_size=16",
-            "finetune.cnn_channels=8",
-            "finetune.optimizer.lr=0.001",
-            "finetune.adversarial=0.05",
-            "tracking.enabled=false",
-        ],
-    )
-    result = run_finetune(cfg, "tncc")
-    assert result.system.endswith("+adv0.05")
-    wrapper = built[-1][0]
-    assert isinstance(wrapper, ClassifierLoss) and wrapper.adversarial == 0.05
-    assert result.seeds[0].metrics["test"].count == 30

@@ -1,6 +1,7 @@
 """Fine-tuning levers for a pretrained encoder: layer-wise learning-rate decay
-(`finetune.layer_decay`) and the MLM kept beside the classification loss
-(`finetune.mlm_weight`, `tibnlp.training.aux_mlm`)."""
+(`finetune.layer_decay`), the MLM kept beside the classification loss
+(`finetune.mlm_weight`, `tibnlp.training.aux_mlm`), and adversarial batches
+(`finetune.adversarial`, run end to end here; its parts in test_adversarial.py)."""
 
 from __future__ import annotations
 
@@ -249,3 +250,11 @@ def test_static_size_enters_the_seed_key_only_when_there_is_a_channel(env) -> No
     with mock.patch.object(ft_mod.json, "dumps", wraps=json.dumps) as spy:
         ft_mod._fingerprint(setup, cfg, 1, False)
     assert spy.call_args.args[0]["meta"]["head"]["static_size"] == 6
+
+
+def test_finetune_runs_with_adversarial_batches_and_names_the_system(env, built) -> None:
+    result = run_finetune(_cfg(env, *TINY_MODEL, "finetune.adversarial=0.05"), "tncc")
+    assert result.system.endswith("+adv0.05")
+    wrapper = built[-1][0]
+    assert isinstance(wrapper, ClassifierLoss) and wrapper.adversarial == 0.05
+    assert result.seeds[0].metrics["test"].count == 30

@@ -109,8 +109,8 @@ class FinetuneConfig:
     mlm_prob: float = 0.15
     # > 0: adversarial training on the piece vectors (Miyato et al. 2017, FGM;
     # tibnlp.training.adversarial): each batch also trains with every text's piece vectors
-    # moved this share of their norm along its loss gradient. About three times the compute
-    # of a step; the LP-FT probe runs without it
+    # moved this share of their norm along its loss gradient. A step takes about twice as
+    # long (finetune_levers.md); the LP-FT probe runs without it
     adversarial: float = 0.0
     # class weights (N / (K n_c))^class_balance in the training loss, n_c the training
     # examples of class c among K: 0 off, 1 inverse frequency (each class weighs as much as

@@ -49,6 +49,22 @@ def _on_output(
         handle.remove()
 
 
+@contextmanager
+def piece_vectors(table: nn.Embedding | None) -> Iterator[list[torch.Tensor]]:
+    """The outputs of `table` in the forward passes run inside, in order (none without one)."""
+    seen: list[torch.Tensor] = []
+    if table is None:
+        yield seen
+        return
+
+    def keep(out: torch.Tensor) -> torch.Tensor:
+        seen.append(out)
+        return out
+
+    with _on_output(table, keep):
+        yield seen
+
+
 def adversarial_step(
     gradient: torch.Tensor, vectors: torch.Tensor, real: torch.Tensor, epsilon: float
 ) -> torch.Tensor:
@@ -62,30 +78,20 @@ def adversarial_step(
 
 
 def adversarial_loss(
+    clean: torch.Tensor,
+    vectors: torch.Tensor,
     classify: Callable[[], torch.Tensor],
     loss_of: Callable[[torch.Tensor], torch.Tensor],
     table: nn.Embedding,
     attention_mask: torch.Tensor,
     epsilon: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(clean loss, adversarial loss, clean logits) of one batch. `classify()` runs the
-    classifier on the batch; `loss_of(logits)` is its training loss. Only the clean loss's
-    gradient with respect to the piece vectors is taken here (no parameter's gradient is
+) -> torch.Tensor:
+    """The batch's loss with its piece vectors moved uphill. `clean` is its clean loss and
+    `vectors` the piece vectors that pass read (`piece_vectors`); `classify()` runs the
+    classifier on the batch again and `loss_of(logits)` is the training loss. Only the clean
+    loss's gradient with respect to the vectors is taken here (no parameter's gradient is
     touched); the caller backpropagates the sum."""
-    seen: list[torch.Tensor] = []
-
-    def keep(out: torch.Tensor) -> torch.Tensor:
-        seen.append(out)
-        return out
-
-    with _on_output(table, keep):
-        logits = classify()
-    clean = loss_of(logits)
-    vectors = seen[-1]
-    if not vectors.requires_grad:  # frozen table and nothing before it trains: no direction
-        return clean, clean.detach() * 0, logits
     (gradient,) = torch.autograd.grad(clean, vectors, retain_graph=True)
     step = adversarial_step(gradient, vectors, attention_mask, epsilon)
     with _on_output(table, lambda out: out + step):
-        adversarial = loss_of(classify())
-    return clean, adversarial, logits
+        return loss_of(classify())

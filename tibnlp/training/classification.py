@@ -28,7 +28,7 @@ from tibnlp.evaluation.predict import predict_proba
 from tibnlp.models.classifier import Classifier
 from tibnlp.models.encoder import Encoder
 from tibnlp.models.long_documents.reading import inner_encoder
-from tibnlp.training.adversarial import adversarial_loss, piece_table
+from tibnlp.training.adversarial import adversarial_loss, piece_table, piece_vectors
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.batches import ShardedBatches
 
@@ -72,28 +72,28 @@ class ClassifierLoss(nn.Module):
         def loss_of(logits: torch.Tensor) -> torch.Tensor:
             return nn.functional.cross_entropy(logits.float(), labels, weight=self.class_weights)
 
-        routes: list[torch.Tensor | None] = []
-
-        def classify() -> torch.Tensor:
+        perturb = self.adversarial and self.training and torch.is_grad_enabled()
+        table = piece_table(self.model.encoder) if perturb else None
+        with piece_vectors(table) as seen:
             logits, large = self.model.classify(input_ids, attention_mask)
-            routes.append(large)
-            return logits
-
-        if self.adversarial and self.training and torch.is_grad_enabled():
-            table = piece_table(self.model.encoder)
-            loss, adversarial, logits = adversarial_loss(
-                classify, loss_of, table, attention_mask, self.adversarial
-            )
-        else:
-            logits = classify()
-            loss, adversarial = loss_of(logits), None
-        large = routes[0]
+        loss = loss_of(logits)
         accuracy = (logits.argmax(-1) == labels).float().mean()
         out = {"loss": loss, "accuracy": accuracy}
-        if adversarial is not None:
-            out["loss"] = loss + adversarial
+        if table is not None:
             out["clean_loss"] = loss.detach()
-            out["adversarial_loss"] = adversarial.detach()
+            # a frozen table with nothing trainable before it (the LP-FT probe): no direction
+            if seen[-1].requires_grad:
+                adversarial = adversarial_loss(
+                    loss,
+                    seen[-1],
+                    lambda: self.model.classify(input_ids, attention_mask)[0],
+                    loss_of,
+                    table,
+                    attention_mask,
+                    self.adversarial,
+                )
+                out["loss"] = loss + adversarial
+                out["adversarial_loss"] = adversarial.detach()
         if large is not None:
             out["route_large_fraction"] = large.detach().float()
         if self.mlm_head is not None and mlm_input_ids is not None and mlm_labels is not None:

@@ -254,11 +254,11 @@ def texts(data: LabelledSet, split: str, form: str) -> list[str]:
 
 
 def system_name(ft: FinetuneConfig) -> str:
-    balance = f"+balance{ft.class_balance:g}" if ft.class_balance else ""
-    balance += f"+adv{ft.adversarial:g}" if ft.adversarial else ""
+    loss = f"+balance{ft.class_balance:g}" if ft.class_balance else ""  # the training loss's
+    loss += f"+adv{ft.adversarial:g}" if ft.adversarial else ""  # levers, in the name
     if ft.encoder == "none":
         base = "textcnn-pieces(scratch)" if ft.random_init else "textcnn-pieces(pretrained)"
-        return base + balance + (f"+soup{ft.soup}" if ft.soup > 1 else "")
+        return base + loss + (f"+soup{ft.soup}" if ft.soup > 1 else "")
     shape = f"({Path(ft.model_dir).name})" if ft.model_dir else ""
     base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
     head = ft.head if ft.head == "cnn" else f"{ft.head}-{ft.pooling}"
@@ -272,7 +272,7 @@ def system_name(ft: FinetuneConfig) -> str:
     probe += f"+soup{ft.soup}" if ft.soup > 1 else ""
     if ft.static_vectors:
         head += "+static"
-    head += balance
+    head += loss
     return f"{base}+{head}" + ("+frozen" if ft.freeze_encoder else "") + probe + long + routing
 
 
