@@ -356,6 +356,23 @@ def test_a_piece_across_a_word_boundary_joins_the_two_words(corpus: Path, tmp_pa
     assert piece_levels(v, text, after)[1] == [WORD, WORD]
 
 
+def test_a_digit_glued_to_a_syllable_joins_the_word_botok_cuts_after_it(vocab: Vocabulary) -> None:
+    """ "༢༠༡༢ལོ" is one syllable (digits glued to letters), which botok cuts after the digits.
+    Where its word runs on past the syllable ("ལོ་ཟླ་བ"), the next syllable joins the digits'
+    masking group; where botok ends that word after "ལོ", the next syllable opens its own."""
+    from tibnlp.data.words import SYLLABLE, WORD, piece_levels
+
+    text = f"༢༠༡༢ལོ{TSHEG}ཟླ{TSHEG}བ"
+    ids = vocab.encode(text)
+    heads = [i for i, s in enumerate(vocab.syllable_starts(ids)) if s]
+    assert len(heads) == 3, [vocab.id_to_piece(i) for i in ids]
+    digits = len("༢༠༡༢".encode())
+    runs_on = piece_levels(vocab, text, [0, digits])[1]
+    assert [runs_on[h] for h in heads] == [WORD, SYLLABLE, SYLLABLE]
+    ends = piece_levels(vocab, text, [0, digits, len(f"༢༠༡༢ལོ{TSHEG}".encode())])[1]
+    assert [ends[h] for h in heads] == [WORD, WORD, SYLLABLE]
+
+
 @pytest.mark.parametrize(
     ("switches", "needs"),
     [({"split_on_tsheg": False}, "needs split_on_tsheg"), ({"whole_units": True}, "whole_units")],
