@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import torch
 
+from tibnlp.data.datadir import derive
 from tibnlp.data.tasks import model_text
 from tibnlp.models.memory_report import load_mlm
 from tibnlp.models.pretraining import AlbertForPretraining
@@ -121,17 +121,8 @@ def main() -> None:
                         "text_tsheg": text,
                     }
                 )
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    (tmp / "tncc").mkdir(parents=True)
-    for entry in args.data.iterdir():
-        if entry.name != "tncc":
-            os.symlink(entry.resolve(), tmp / entry.name)
-    for entry in (args.data / "tncc").iterdir():
-        if entry.name != TRAIN:
-            os.symlink(entry.resolve(), tmp / "tncc" / entry.name)
-    lines = [json.dumps(r, ensure_ascii=False) for r in records + added]
-    (tmp / "tncc" / TRAIN).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.rename(args.out)
+    lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in records + added]
+    derive(args.data, args.out, {f"tncc/{TRAIN}": "".join(lines)})
     print(f"{len(records)} titles + {len(added)} copies ({args.mode}) -> {args.out}")
 
 

@@ -13,13 +13,10 @@ its 95 % interval over the items (the paired bootstrap of `tibnlp finetune compa
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-import numpy as np
-
-from tibnlp.data.datadir import data_dir
-from tibnlp.evaluation.predict import Predictor
+from tibnlp.data.tasks import load_tncc
+from tibnlp.evaluation.predict import mean_proba
 from tibnlp.evaluation.significance import paired_bootstrap
 
 PARTS = ("validation", "test")
@@ -30,17 +27,8 @@ def ensemble_predictions(system: Path, texts: list[str]) -> tuple[list[int], lis
     seeds = sorted(system.glob("seed-*"))
     if not seeds:
         raise SystemExit(f"{system}: no seed-* classifier folders")
-    total, labels = None, None
-    for directory in seeds:
-        predictor = Predictor(directory)
-        labels = labels or predictor.meta.labels
-        if predictor.meta.labels != labels:
-            raise SystemExit(f"{directory}: its labels differ from {seeds[0]}'s")
-        rows = predictor.predict(texts, batch_size=256)
-        probs = np.array([[r["probabilities"][n] for n in labels] for r in rows])
-        total = probs if total is None else total + probs
-    assert total is not None and labels is not None
-    return total.argmax(1).tolist(), labels
+    probs, labels = mean_proba(seeds, texts)
+    return probs.argmax(1).tolist(), labels
 
 
 def main() -> None:
@@ -49,15 +37,15 @@ def main() -> None:
     ap.add_argument("b", type=Path, help="system B, compared on the same items")
     ap.add_argument("--resamples", type=int, default=2000)
     args = ap.parse_args()
+    data = load_tncc("title")
     for part in PARTS:
-        path = data_dir() / "tncc" / f"tncc_title_{part}.jsonl"
-        records = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
-        texts = [r["text"] for r in records]
+        examples = data.splits[part]
+        texts = [e.text for e in examples]
         pred_a, labels = ensemble_predictions(args.a, texts)
         pred_b, labels_b = ensemble_predictions(args.b, texts)
-        if labels != labels_b:
-            raise SystemExit("the two systems have different label lists")
-        true = [labels.index(r["label"]) for r in records]
+        if not labels == labels_b == data.labels:
+            raise SystemExit("the two systems and the dataset differ in their label lists")
+        true = [e.label for e in examples]
         d = paired_bootstrap(true, [pred_a], [pred_b], len(labels), resamples=args.resamples)
         print(
             f"{part}: ensemble macro-F1 A {100 * d.a:.2f}, B {100 * d.b:.2f}, "

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
-import os
 import random
 import re
 from collections import Counter
@@ -34,19 +33,20 @@ from pathlib import Path
 
 import numpy as np
 
-from tibnlp.data.datadir import data_dir
-from tibnlp.evaluation.predict import Predictor
+from tibnlp.data.datadir import data_dir, derive
+from tibnlp.evaluation.predict import mean_proba
+from tibnlp.text.sentences import SHADS
+from tibnlp.text.syllables import syllables
 
 TRAIN = "tncc_title_train.jsonl"
 SPLITS = ("tncc_title_train.jsonl", "tncc_title_validation.jsonl", "tncc_title_test.jsonl")
-SHAD = re.compile(r"[\u0F0D-\u0F12\u0F14]+")
-NOT_SYLLABLE = re.compile(r"[^\u0F00\u0F18\u0F19\u0F20-\u0F33\u0F35\u0F37\u0F39\u0F3E-\u0FBC]+")
+SHAD_RUN = re.compile(f"[{SHADS}]+")
 
 
 def title_form(sentence: str) -> str:
-    """A corpus stretch in TNCC's title form: syllables separated by single spaces, no
+    """A corpus stretch in TNCC's title form: its syllables separated by single spaces, no
     tsheg, shad or other punctuation (Latin and other scripts dropped)."""
-    return " ".join(NOT_SYLLABLE.sub(" ", sentence).split())
+    return " ".join(syllables(sentence))
 
 
 def pool_sentences(
@@ -60,27 +60,12 @@ def pool_sentences(
         opener = lzma.open if path.suffix == ".xz" else open
         with opener(path, "rt", encoding="utf-8") as fh:
             for line in fh:
-                for stretch in SHAD.split(line):
+                for stretch in SHAD_RUN.split(line):
                     text = title_form(stretch)
                     if min_len <= text.count(" ") + 1 <= max_len and text not in seen:
                         seen.add(text)
                         out.append((path.name.split(".")[0], text))
     return out
-
-
-def ensemble_probs(teachers: list[Path], texts: list[str]) -> tuple[np.ndarray, list[str]]:
-    """The mean of the teachers' class probabilities [n, classes], and the label order."""
-    total, labels = None, None
-    for directory in teachers:
-        predictor = Predictor(directory)
-        if labels is not None and predictor.meta.labels != labels:
-            raise SystemExit(f"{directory}: its labels differ from the first teacher's")
-        labels = predictor.meta.labels
-        rows = predictor.predict(texts, batch_size=256)
-        probs = np.array([[r["probabilities"][name] for name in labels] for r in rows])
-        total = probs if total is None else total + probs
-    assert total is not None and labels is not None
-    return total / len(teachers), labels
 
 
 def select(probs: np.ndarray, shares: np.ndarray, size: int) -> list[int]:
@@ -143,7 +128,7 @@ def main() -> None:
     pool = pool_sentences(corpora, args.min_len, args.max_len, exclude)
     random.Random(args.seed).shuffle(pool)
     pool = pool[: args.pool]
-    probs, labels = ensemble_probs(args.teachers, [t for _, t in pool])
+    probs, labels = mean_proba(args.teachers, [t for _, t in pool])
     train = records[TRAIN]
     counts = Counter(r["label"] for r in train)
     shares = np.array([counts[name] for name in labels]) / len(train)
@@ -165,17 +150,8 @@ def main() -> None:
                 "confidence": round(float(probs[i, c]), 4),
             }
         )
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    (tmp / "tncc").mkdir(parents=True)
-    for entry in data.iterdir():
-        if entry.name != "tncc":
-            os.symlink(entry.resolve(), tmp / entry.name)
-    for entry in (data / "tncc").iterdir():
-        if entry.name != TRAIN:
-            os.symlink(entry.resolve(), tmp / "tncc" / entry.name)
-    lines = [json.dumps(r, ensure_ascii=False) for r in train + added]
-    (tmp / "tncc" / TRAIN).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.rename(args.out)
+    lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in train + added]
+    derive(data, args.out, {f"tncc/{TRAIN}": "".join(lines)})
     per_class = Counter(r["label"] for r in added)
     sources = Counter(r["source"] for r in added)
     conf = np.array([r["confidence"] for r in added])

@@ -69,3 +69,28 @@ def test_data_link_reports_what_it_left_alone(tmp_path: Path, monkeypatch) -> No
     assert f"advts(linksto{tmp_path / 'other' / 'advts'})" in "".join(out.split())
     assert "wcm_bo (not a link)" in out
     assert (data / "tncc").resolve() == (shared / "tncc").resolve()
+
+
+def test_derive_replaces_only_the_named_files_and_refuses_an_existing_output(
+    tmp_path: Path,
+) -> None:
+    from tibnlp.data.datadir import derive
+
+    source = tmp_path / "data"
+    (source / "tncc").mkdir(parents=True)
+    (source / "corpora").mkdir()
+    for name in ("tncc/train.jsonl", "tncc/test.jsonl", "corpora/a.txt"):
+        (source / name).write_text(name, "utf-8")
+    out = tmp_path / "derived"
+    derive(source, out, {"tncc/train.jsonl": "new\n"})
+    assert (out / "tncc" / "train.jsonl").read_text("utf-8") == "new\n"
+    assert not (out / "tncc" / "train.jsonl").is_symlink()
+    assert (out / "tncc" / "test.jsonl").resolve() == (source / "tncc" / "test.jsonl").resolve()
+    assert (out / "corpora").is_symlink() and (
+        out / "corpora" / "a.txt"
+    ).read_text() == "corpora/a.txt"
+    assert (source / "tncc" / "train.jsonl").read_text("utf-8") == "tncc/train.jsonl"
+    assert not (tmp_path / "derived.tmp").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "derived"]  # no staging left
+    with pytest.raises(DataError, match="exists"):
+        derive(source, out, {"tncc/train.jsonl": "again\n"})

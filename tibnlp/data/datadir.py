@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tibnlp.errors import DataError
+from tibnlp.fsutil import staged_dir
 
 ENV_VAR = "TIBNLP_DATA"
 
@@ -88,3 +89,24 @@ def link_into(
         dest.symlink_to(path, target_is_directory=True)
         result.linked.append(path.name)
     return result
+
+
+def derive(source: Path, out: Path, replaced: dict[str, str]) -> None:
+    """Write `out`: a data directory that is `source` with the files in `replaced` (paths
+    relative to it, e.g. "tncc/tncc_title_train.jsonl") holding new text. Everything else is
+    a symlink into `source`, so `TIBNLP_DATA=out` changes only those files. Staged, so a
+    failed run leaves no half-written `out`."""
+    if out.exists():
+        raise DataError(f"{out} exists", "choose a new output folder")
+    folders = {Path(rel).parts[0] for rel in replaced}
+    with staged_dir(out) as tmp:
+        for entry in source.iterdir():
+            if entry.name not in folders:
+                os.symlink(entry.resolve(), tmp / entry.name)
+        for folder in folders:
+            (tmp / folder).mkdir()
+            for entry in (source / folder).iterdir():
+                if f"{folder}/{entry.name}" not in replaced:
+                    os.symlink(entry.resolve(), tmp / folder / entry.name)
+        for rel, text in replaced.items():
+            (tmp / rel).write_text(text, encoding="utf-8")

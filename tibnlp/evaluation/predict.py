@@ -62,13 +62,15 @@ class Predictor:
         self.vocab = Vocabulary.load(directory)
         check_vocab(self.vocab, self.meta, directory)
 
-    def predict(self, texts: Sequence[str], batch_size: int = 128) -> list[dict[str, Any]]:
+    def proba(self, texts: Sequence[str], batch_size: int = 128) -> np.ndarray:
+        """Class probabilities [n, len(meta.labels)] of any spelling of each text."""
         form, join = self.meta.text_form, self.meta.join_spaced_syllables
         inputs = [model_text(t, form, join) for t in texts]
         ids = encode_texts(self.vocab, inputs, read_length(self.meta))
-        probs = predict_proba(
-            self.model, ids, batch_size, self.vocab.pad_id, self.meta.eval_routing
-        )
+        return predict_proba(self.model, ids, batch_size, self.vocab.pad_id, self.meta.eval_routing)
+
+    def predict(self, texts: Sequence[str], batch_size: int = 128) -> list[dict[str, Any]]:
+        probs = self.proba(texts, batch_size)
         labels = self.meta.labels
         return [
             {
@@ -79,6 +81,28 @@ class Predictor:
             }
             for row in probs
         ]
+
+
+def mean_proba(
+    directories: Sequence[Path], texts: Sequence[str], batch_size: int = 256
+) -> tuple[np.ndarray, list[str]]:
+    """The ensemble of several classifiers (e.g. one system's seeds): the mean of their class
+    probabilities [n, classes], and their common label order."""
+    if not directories:
+        raise DataError("no classifier directories to average")
+    total, labels = None, None
+    for directory in directories:
+        predictor = Predictor(directory)
+        if labels is not None and predictor.meta.labels != labels:
+            raise DataError(
+                f"{directory}: its labels differ from {directories[0]}'s",
+                "average classifiers of one dataset",
+            )
+        labels = predictor.meta.labels
+        probs = predictor.proba(texts, batch_size)
+        total = probs if total is None else total + probs
+    assert total is not None and labels is not None
+    return total / len(directories), labels
 
 
 def check_vocab(vocab: Any, meta: ClassifierMeta, directory: Path) -> None:
