@@ -27,7 +27,8 @@ def test_engine_compile_trains_and_exports_like_eager(
     keep = {k: getattr(dynamo.config, k) for k in [*DYNAMO_CAPTURE, "recompile_limit"]}
     with dynamo.config.patch(**keep):  # the engine sets them globally; restored after the test
         weights, graphs = _run_both(inputs, tmp_path)
-    assert graphs == {"off": 0, "aot_eager": graphs["aot_eager"]} and graphs["aot_eager"] >= 1
+    assert graphs.keys() == {"off", "aot_eager"}
+    assert graphs["off"] == 0 and graphs["aot_eager"] >= 1
     assert weights["off"].keys() == weights["aot_eager"].keys()
     for key, value in weights["off"].items():
         torch.testing.assert_close(weights["aot_eager"][key], value, rtol=1e-4, atol=1e-5)

@@ -100,21 +100,31 @@ def test_multiscale_model_through_flex_equals_its_cpu_path(monkeypatch) -> None:
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_speed_times_the_block_mask_a_layer_step_builds() -> None:
+def test_speed_times_the_block_mask_a_layer_step_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     """benchmarks/gpu/speed.py captures the arguments a step passes `window_mask`, times the
-    build alone, and puts the real function back; no FlexAttention call: None."""
+    build alone with those arguments, and puts the real function back; no FlexAttention
+    call: None."""
     from benchmarks.gpu.speed import SpeedSettings, mask_build_seconds
 
     lengths = torch.tensor([40, 23])
     q, k, v = (torch.randn(2, 2, 40, 8) for _ in range(3))
     radius = torch.stack([Scale.parse(s).radii(lengths) for s in ["3", "N/4"]], 1)
-    real = flex.window_mask
+    builds: list[tuple[object, ...]] = []
+    original = flex.window_mask
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        builds.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(flex, "window_mask", counted)
     settings = SpeedSettings.tiny()
     seconds = mask_build_seconds(
         lambda: flex.flex_window_attention(q, k, v, radius, lengths), settings
     )
     assert seconds is not None and seconds > 0
-    assert flex.window_mask is real
+    assert flex.window_mask is counted  # put back
+    # the step's one build, then the same arguments rebuilt alone (a warm-up and the timed ones)
+    assert len(builds) >= 3 and all(b is builds[0] or b == builds[0] for b in builds[1:])
     assert mask_build_seconds(lambda: None, settings) is None
 
 

@@ -541,12 +541,21 @@ def test_finetune_part_keeps_the_runs_done_when_one_fails(tmp_path, monkeypatch)
 
     monkeypatch.setattr(run, "_tibnlp", fake)
     monkeypatch.setattr(run, "find_model", lambda mode: model)
-    monkeypatch.setattr(run, "_finetune_text", lambda seeds, sec, failed, outs, env: str(failed))
+    real_text, reported = run._finetune_text, []
+
+    def text_without_report(seeds, sec, failed, outs, env):  # type: ignore[no-untyped-def]
+        reported[:] = outs  # the last call's; the fakes' results.json hold no tables to report
+        return real_text(seeds, sec, failed, [], env)
+
+    monkeypatch.setattr(run, "_finetune_text", text_without_report)
     mode = run.Mode(False, tmp_path / "out", tmp_path / "work", pack=tmp_path / "pack")
     mode.out.mkdir()
     mode.work.mkdir()
     text = run.finetune(mode, {})
-    assert "CUDA out of memory" in text
+    assert "**wcm-segments FAILED**" in text and "CUDA out of memory" in text
+    assert "wcm-memory 2 s" in text and "tncc-title 2 s" in text
+    finished = ["tncc-title", "wcm-memory", "wcm-truncate", "wcm-truncate-twin"]
+    assert sorted(Path(o).name for o in reported) == finished  # reported, the failed ones not
     facts = json.loads((mode.out / "finetune.json").read_text())
     assert "wcm-memory" in facts["seconds"] and "tncc-title" in facts["seconds"]
     assert list(facts["failed"]) == ["wcm-segments", "wcm-segments-twin"]
@@ -626,3 +635,26 @@ def test_finetune_part_cut_in_a_report_keeps_the_runs_before(tmp_path, monkeypat
     assert "during wcm-segments or its report" in section
     assert "report of ['wcm-truncate']" in section
     assert (mode.out / "finetune" / "wcm-segments" / "sys" / "results.json").exists()
+
+
+def test_install_unpacks_a_new_data_tar_on_a_reused_machine(tmp_path, monkeypatch) -> None:
+    """A machine kept warm between calls holds the last bundle's data; a bundle whose data
+    changed must be unpacked again, not read stale."""
+    from benchmarks.gpu import run
+
+    monkeypatch.setattr(run, "DEVICE_DATA", tmp_path / "device-data")
+    bundle_dir = tmp_path / "bundle"
+    bundle_dir.mkdir()
+
+    def pack(text: str) -> None:
+        (tmp_path / "corpus.txt").write_text(text)
+        with tarfile.open(bundle_dir / bundle.DATA_TAR, "w:xz") as tar:
+            tar.add(tmp_path / "corpus.txt", arcname="corpora/corpus.txt")
+
+    pack("first")
+    env = run.install(bundle_dir)
+    assert env["TIBNLP_DATA"] == str(tmp_path / "device-data")
+    assert (tmp_path / "device-data" / "corpora" / "corpus.txt").read_text() == "first"
+    pack("second, longer")
+    run.install(bundle_dir)
+    assert (tmp_path / "device-data" / "corpora" / "corpus.txt").read_text() == "second, longer"

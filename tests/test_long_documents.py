@@ -277,10 +277,14 @@ def test_readings_run_with_the_weights_in_bf16(env, mode, extra) -> None:
         mlm, _ = load_mlm(env.model)
         model.encoder.encoder.load_state_dict(mlm.encoder.state_dict())
         model.encoder.load_mlm(mlm)
-    model = model.to(torch.bfloat16)
+    model.eval()  # no dropout: the two precisions read the same network
     ids = torch.tensor([[2, *range(10, 30), 3], [2, 20, 21, 3] + [0] * 18])
-    logits, _ = model.classify(ids, (ids != 0).long())
-    assert logits.dtype == torch.bfloat16 and bool(torch.isfinite(logits).all())
+    with torch.no_grad():
+        want, _ = model.classify(ids, (ids != 0).long())
+        logits, _ = model.to(torch.bfloat16).classify(ids, (ids != 0).long())
+    assert logits.dtype == torch.bfloat16
+    # bf16 keeps 8 bits of mantissa: measured at most 0.003 on logits under one
+    torch.testing.assert_close(logits.float(), want, rtol=0.02, atol=0.02)
 
 
 @pytest.mark.parametrize(

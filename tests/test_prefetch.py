@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import engine_harness as h
+import pytest
 import torch
 
 from tibnlp.training.batches import ShardedBatches
@@ -48,10 +49,24 @@ def test_prefetched_batches_and_positions_equal_the_plain_source() -> None:
     assert _same(_draws(ahead, 4), expected)  # the original goes on alike
 
 
-def test_the_loop_trains_the_same_with_prefetching(tmp_path: Path) -> None:
+def test_the_loop_trains_the_same_with_prefetching(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tibnlp.training.loop as loop
+
+    made: list[Prefetched] = []
+
+    class Spy(Prefetched):  # the loop's prefetcher, counted: the setting must reach it
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(loop, "Prefetched", Spy)
     config = {"max_steps": 4, "checkpoint_every": 2, "eval_every": 2, "seed": 5}
     h.main(tmp_path / "plain", {**config, "prefetch": False})
+    assert not made
     h.main(tmp_path / "ahead", {**config, "prefetch": True})
+    assert len(made) == 1
     a = torch.load(tmp_path / "ahead" / "weights.pt", weights_only=True)
     b = torch.load(tmp_path / "plain" / "weights.pt", weights_only=True)
     assert a.keys() == b.keys()

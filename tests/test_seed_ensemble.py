@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import runpy
+import shutil
 import sys
 from pathlib import Path
 
@@ -30,7 +31,9 @@ def test_ensembles_are_scored_and_compared_per_part(
     overrides = tiny_textcnn(vocab, tmp_path / "runs", "finetune.seeds=[1,2]", "finetune.epochs=1")
     system = run_finetune(load_config(None, overrides), "tncc").seeds[0].directory.parent
     assert sorted(p.name for p in system.glob("seed-*")) == ["seed-1", "seed-2"]
-    monkeypatch.setattr(sys, "argv", [str(SCRIPT), str(system), str(system), "--resamples", "50"])
+    single = tmp_path / "single"  # system B: seed 1 alone, an ensemble of one
+    shutil.copytree(system / "seed-1", single / "seed-1")
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), str(system), str(single), "--resamples", "50"])
     runpy.run_path(str(SCRIPT), run_name="__main__")
     out = capsys.readouterr().out.splitlines()  # DeepSpeed may log to stdout on import
     lines = [line for line in out if line.startswith(("validation:", "test:"))]
@@ -51,10 +54,22 @@ def test_ensembles_are_scored_and_compared_per_part(
         for p in predictors
     )
     truth = [labels.index(r["label"]) for r in records]
-    expected = 100 * f1_score(truth, total.argmax(1), average="macro", labels=range(len(labels)))
+
+    def macro(probs: np.ndarray) -> float:
+        return 100 * f1_score(truth, probs.argmax(1), average="macro", labels=range(len(labels)))
+
+    first = np.array(
+        [
+            [r["probabilities"][n] for n in labels]
+            for r in predictors[0].predict([x["text"] for x in records])
+        ]
+    )
     m = re.match(
-        r"test: ensemble macro-F1 A ([\d.]+), B ([\d.]+), A - B \+0\.00 \[\+0\.00, \+0\.00\]",
+        r"test: ensemble macro-F1 A ([\d.]+), B ([\d.]+), A - B ([+-][\d.]+) \[",
         lines[1],
     )
     assert m, lines[1]
-    assert float(m[1]) == float(m[2]) == pytest.approx(expected, abs=0.006)
+    assert abs(macro(total) - macro(first)) > 0.5, lines  # the two systems differ
+    assert float(m[1]) == pytest.approx(macro(total), abs=0.006)
+    assert float(m[2]) == pytest.approx(macro(first), abs=0.006)
+    assert float(m[3]) == pytest.approx(macro(total) - macro(first), abs=0.011)

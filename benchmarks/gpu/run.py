@@ -22,6 +22,7 @@ gathers the small files into DIR/reports.tar after every part and moves the mode
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import json
 import lzma
@@ -84,10 +85,13 @@ def install(bundle: Path = BUNDLE) -> dict[str, str]:
         sys.path.insert(0, str(SITE))
     data = bundle / DATA_TAR
     if data.exists():
-        if not (DEVICE_DATA / ".unpacked").exists():
+        unpacked = DEVICE_DATA / ".unpacked"  # which tar it holds: a new bundle unpacks again
+        stamp = hashlib.sha256(data.read_bytes()).hexdigest()
+        if not unpacked.exists() or unpacked.read_text() != stamp:
+            shutil.rmtree(DEVICE_DATA, ignore_errors=True)
             with tarfile.open(data) as tar:
                 tar.extractall(DEVICE_DATA, filter="data")
-            (DEVICE_DATA / ".unpacked").touch()
+            unpacked.write_text(stamp)
         env["TIBNLP_DATA"] = str(DEVICE_DATA)
     repo = str(Path.cwd())
     paths = [str(SITE)] if wheels else []
