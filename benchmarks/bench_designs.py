@@ -55,7 +55,7 @@ def rss_kib() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
-    return 0
+    raise SystemExit("bench_designs measures memory from /proc/self/status (Linux): no VmRSS")
 
 
 def worker(name: str, steps: int) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import torch
@@ -85,6 +86,9 @@ def test_order_accuracies_tell_an_order_aware_model_from_a_bag_of_pieces() -> No
     bag = order_accuracies(_Stub(order_aware=False), batches)
     assert bag[0] == bag[1]
     assert is_order_blind(bag[0] + 0.2, bag[1] + 0.2, unigram=0.1)
+    unmasked = {**batches[0], "mlm_labels": torch.full_like(batches[0]["mlm_labels"], -100)}
+    none = order_accuracies(_Stub(order_aware=True), [unmasked])  # nothing measured: NaN
+    assert all(math.isnan(x) for x in none) and not is_order_blind(*none, unigram=0.1)
 
 
 class _Tracker:

@@ -10,6 +10,7 @@ real text (benchmarks/results/positions.md). The gap between the two accuracies 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -43,7 +44,8 @@ def order_accuracies(
     model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], seed: int = 0
 ) -> tuple[float, float]:
     """(accuracy on the texts as written, accuracy on them shuffled) over the masked pieces of
-    `batches`, for an `AlbertForPretraining` (its `encoder` and `mlm_logits`)."""
+    `batches`, for an `AlbertForPretraining` (its `encoder` and `mlm_logits`). NaN for both
+    when no piece is masked: nothing was measured, which a 0 % would hide."""
     was_training = model.training
     model.eval()
     hits = {False: 0, True: 0}
@@ -65,7 +67,7 @@ def order_accuracies(
     finally:
         model.train(was_training)
     if not total:
-        return 0.0, 0.0
+        return math.nan, math.nan
     return hits[False] / total, hits[True] / total
 
 
