@@ -115,3 +115,14 @@ def test_select_best_keeps_the_best_validation_run_per_system() -> None:
     no_val = {**row("c", 0.0, 0.5, 1e-3), "aggregate": {"test": {"macro_f1": {"mean": 0.5}}}}
     with pytest.raises(DataError, match="c: no run has a validation macro_f1"):
         select_best([no_val])
+
+
+def test_mean_std_is_the_one_spread_every_table_reports() -> None:
+    """Sample std (ddof=1), 0 for one run, NaN for none: `aggregate`, the curve and
+    `runs compare` all read it."""
+    from tibnlp.evaluation.spread import mean_std
+
+    mean, std = mean_std([60.0, 62.0, 64.0])
+    assert (mean, std) == (62.0, 2.0)
+    assert mean_std([61.5]) == (61.5, 0.0)
+    assert all(math.isnan(x) for x in mean_std([]))

@@ -19,6 +19,7 @@ from matplotlib.lines import Line2D
 
 from tibnlp.evaluation.anchors import anchors_for
 from tibnlp.evaluation.plots import plt, save_png
+from tibnlp.evaluation.spread import mean_std
 
 Kind = Literal["pretrained", "random", "textcnn"]
 PART_STYLE = {"test": "-", "validation": "--"}
@@ -72,9 +73,7 @@ class Curve:
 
 
 def _stat(values: Sequence[float]) -> Stat:
-    arr = np.asarray(values, dtype=float)
-    std = float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
-    return Stat(float(arr.mean()), std, len(arr))
+    return Stat(*mean_std(values), len(values))
 
 
 def aggregate_curve(runs: Sequence[CurveRun], metric: str, parts: Sequence[str]) -> Curve:

@@ -20,6 +20,8 @@ from sklearn.metrics import (
     precision_recall_fscore_support,
 )
 
+from tibnlp.evaluation.spread import mean_std
+
 # A fine-tuning whose validation macro-F1 is within this (absolute) of the majority-class
 # predictor's has not learned: it predicts (nearly) one class.
 NOT_LEARNING_MARGIN = 0.02
@@ -99,12 +101,7 @@ def aggregate(runs: Sequence[dict[str, float]]) -> dict[str, tuple[float, float]
     out = {}
     for key in keys:
         values = [float(r[key]) for r in runs if key in r and not math.isnan(float(r[key]))]
-        if not values:
-            out[key] = (float("nan"), float("nan"))
-            continue
-        mean = float(np.mean(values))
-        std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-        out[key] = (mean, std)
+        out[key] = mean_std(values)
     return out
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import fnmatch
 import io
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,6 +20,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from tibnlp.errors import TibnlpError
+from tibnlp.evaluation.spread import mean_std
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_SEED_RECORD, TAG_WARNING, WARNING_MAJORITY
 from tibnlp.tracking.tracker import default_tracking_uri
 
@@ -46,15 +46,11 @@ class Cell:
 
     @property
     def mean(self) -> float:
-        return sum(self.values) / len(self.values) if self.values else math.nan
+        return mean_std(self.values)[0]
 
     @property
     def std(self) -> float:
-        n = len(self.values)
-        if n < 2:
-            return 0.0
-        m = self.mean
-        return math.sqrt(sum((v - m) ** 2 for v in self.values) / (n - 1))
+        return mean_std(self.values)[1] if self.values else 0.0
 
     def text(self, digits: int = 4, scale: float = 1.0) -> str:
         if not self.values:
