@@ -23,12 +23,12 @@ from typing import Literal
 
 import torch
 
-from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
+from tibnlp.config.model import PAPER_WINDOWS, HeadsConfig, ModelConfig, ScalesConfig
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.attention import AttentionContext, choose_large
 from tibnlp.models.encoder import SharedLayer
 
-WINDOWS = ["1", "3", "N/16", "N/8", "N/4"]
+WINDOWS = list(PAPER_WINDOWS)
 
 
 def make_cfg(

@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from benchmarks.gpu.speed import SpeedSettings, build_model, random_batch
 from tibnlp.fsutil import atomic_write_text
 
 VARIANTS = [
@@ -40,7 +41,7 @@ VARIANTS = [
 ]
 ABLATIONS = ["ours, dense MLM", "ours, manual attention"]
 BASELINES = ("transformers", "transformers, bf16 autocast")
-SHAPE = dict(vocab=30000, emb=128, hidden=384, layers=4, heads=12, ffn=1536)
+SHAPE = SpeedSettings("cpu")  # the GPU speed block's shape: ALBERT-tiny, vocabulary 30000
 
 
 def _build(variant: str) -> Any:
@@ -48,39 +49,10 @@ def _build(variant: str) -> Any:
     import torch.nn.functional as F
 
     if variant.startswith("transformers"):
-        from transformers import AlbertConfig, AlbertForPreTraining
-
-        hf = AlbertConfig(
-            vocab_size=SHAPE["vocab"],
-            embedding_size=SHAPE["emb"],
-            hidden_size=SHAPE["hidden"],
-            num_hidden_layers=SHAPE["layers"],
-            num_attention_heads=SHAPE["heads"],
-            intermediate_size=SHAPE["ffn"],
-            max_position_embeddings=512,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            attn_implementation="sdpa",
-        )
-        model = AlbertForPreTraining(hf)
-        assert model.config._attn_implementation == "sdpa"
-        return model
-
-    from tibnlp.config.model import HeadsConfig, ModelConfig
-    from tibnlp.models import AlbertForPretraining
+        return build_model(variant, SHAPE)
     from tibnlp.models.attention import AttentionCore
 
-    cfg = ModelConfig(
-        vocab_size=SHAPE["vocab"],
-        embedding_size=SHAPE["emb"],
-        hidden_size=SHAPE["hidden"],
-        num_layers=SHAPE["layers"],
-        ffn_size=SHAPE["ffn"],
-        dropout=0.0,
-        attention_dropout=0.0,
-        heads=HeadsConfig(small=SHAPE["heads"], large=SHAPE["heads"]),
-    )
-    model = AlbertForPretraining(cfg, sparse_last_layer=variant != "ours, full last layer")
+    model = build_model("ours", SHAPE, sparse_last_layer=variant != "ours, full last layer")
     if variant == "ours, manual attention":
 
         class ManualCore(AttentionCore):
@@ -89,7 +61,7 @@ def _build(variant: str) -> Any:
                 s = s.masked_fill(~ctx.attention_mask[:, None, None, :], float("-inf"))
                 return torch.softmax(s, -1) @ v
 
-        model.encoder.layer.attention.route(SHAPE["heads"]).core = ManualCore(SHAPE["heads"])
+        model.encoder.layer.attention.route(SHAPE.heads).core = ManualCore(SHAPE.heads)
     if variant == "ours, dense MLM":
         original = model.forward
 
@@ -115,14 +87,8 @@ def _worker(variant: str, batch: int, seq: int, threads: int, conn: Connection) 
     torch.manual_seed(0)
     model = _build(variant).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(5, SHAPE["vocab"], (batch, seq), generator=g)
-    mask = torch.ones(batch, seq, dtype=torch.long)
-    types = (torch.arange(seq)[None, :] >= seq // 2).long().expand(batch, seq).contiguous()
-    chosen = torch.rand(batch, seq, generator=g) < 0.15
-    chosen[:, 0] = False
-    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
-    sop = torch.randint(0, 2, (batch,), generator=g)
+    x = random_batch(SHAPE, batch, seq)
+    ids, mask, types, labels, sop = x["ids"], x["mask"], x["types"], x["labels"], x["sop"]
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     bf16 = variant.endswith("bf16 autocast")

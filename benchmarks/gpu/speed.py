@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from benchmarks.gpu import timing
-from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
+from tibnlp.config.model import PAPER_WINDOWS, HeadsConfig, ModelConfig, ScalesConfig
 from tibnlp.models.attention.flex import BLOCK
 
 BLOCKS = ("models", "layers", "compiled-models", "compiled-layers", "compiled-tiles")
@@ -74,7 +74,7 @@ class SpeedSettings:
             raise ValueError("SpeedSettings.blocks: compiled blocks need compile ours or all")
 
 
-WINDOWS = ["1", "3", "N/16", "N/8", "N/4"]  # bench_attention's paper windows
+WINDOWS = list(PAPER_WINDOWS)
 TILE64, TILE64_FREE = "multi-scale, 64-token tiles", "multi-scale, FFN-free, 64-token tiles"
 
 
@@ -92,7 +92,10 @@ def _ours_cfg(s: SpeedSettings, **kw: Any) -> ModelConfig:
     )
 
 
-def _build(variant: str, s: SpeedSettings) -> torch.nn.Module:
+def build_model(variant: str, s: SpeedSettings, sparse_last_layer: bool = True) -> torch.nn.Module:
+    """The pretraining model of a row at the settings' shape: transformers'
+    `AlbertForPreTraining` (SDPA attention, no dropout) for a `transformers*` variant, ours
+    otherwise. `benchmarks/bench_vs_transformers.py` builds its CPU rows with it too."""
     if variant.startswith("transformers"):
         from transformers import AlbertConfig, AlbertForPreTraining
 
@@ -108,13 +111,17 @@ def _build(variant: str, s: SpeedSettings) -> torch.nn.Module:
             attention_probs_dropout_prob=0.0,
             attn_implementation="sdpa",
         )
-        return AlbertForPreTraining(hf)
+        model = AlbertForPreTraining(hf)
+        assert model.config._attn_implementation == "sdpa"
+        return model
     from tibnlp.models import AlbertForPretraining
 
-    return AlbertForPretraining(_ours_cfg(s))
+    return AlbertForPretraining(_ours_cfg(s), sparse_last_layer=sparse_last_layer)
 
 
-def _inputs(s: SpeedSettings, batch: int, seq: int) -> dict[str, torch.Tensor]:
+def random_batch(s: SpeedSettings, batch: int, seq: int) -> dict[str, torch.Tensor]:
+    """A fully packed batch of random pieces, 15 % of them MLM targets, random SOP labels:
+    every row of a speed comparison trains on the same one."""
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, s.vocab, (batch, seq), generator=g)
     chosen = torch.rand(batch, seq, generator=g) < 0.15
@@ -141,9 +148,9 @@ def _compile(module: torch.nn.Module) -> Callable[..., Any]:
 
 def _stepper(variant: str, s: SpeedSettings, batch: int, seq: int) -> Callable[[], None]:
     torch.manual_seed(0)
-    model = _build(variant, s).to(s.device).train()
+    model = build_model(variant, s).to(s.device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=s.device == "cuda")
-    x = _inputs(s, batch, seq)
+    x = random_batch(s, batch, seq)
     hf = variant.startswith("transformers")
     forward = _compile(model) if variant.endswith("compiled") else model
 

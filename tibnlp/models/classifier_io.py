@@ -53,7 +53,7 @@ class ClassifierMeta:
     format: str = FORMAT
 
 
-def build_encoder(meta: ClassifierMeta) -> nn.Module:
+def build_reading_encoder(meta: ClassifierMeta) -> nn.Module:
     """The encoder, wrapped in the long-document reader `meta.reading` names."""
     if meta.encoder == "embedding":
         return EmbeddingEncoder(meta.vocab_size, meta.embedding_size, meta.head.dropout)
@@ -66,7 +66,7 @@ def read_length(meta: ClassifierMeta) -> int:
 
 
 def build_classifier(meta: ClassifierMeta, encoder: nn.Module | None = None) -> Classifier:
-    return Classifier(encoder or build_encoder(meta), len(meta.labels), meta.head)
+    return Classifier(encoder or build_reading_encoder(meta), len(meta.labels), meta.head)
 
 
 def save_classifier(
