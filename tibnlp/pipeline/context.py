@@ -1,13 +1,17 @@
-"""What a stage function receives."""
+"""What a stage function receives, and what a stage kind declares it reads."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tibnlp.config import Config
 from tibnlp.tracking import Tracker
+
+F = TypeVar("F", bound=Callable[..., Any])
+ACCEPTS_ATTR = "tibnlp_accepts"
 
 
 @dataclass
@@ -21,3 +25,42 @@ class StageContext:
     resume: bool  # the partial directory is left from an interrupted run
     tracker: Tracker
     params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Accepts:
+    """The inputs and params a stage kind reads, checked when the pipeline loads: a misspelt
+    or missing name fails `--dry-run`, not the real run after the stages above it ran."""
+
+    needs: tuple[str, ...] = ()  # input names it must have (`inputs: {NAME: ...}`)
+    may: tuple[str, ...] = ()  # input names it may have
+    files: bool = False  # reads a non-empty list of files instead (a mapping: any names)
+    params: tuple[str, ...] = ()  # the `params` keys it reads
+
+    def inputs_text(self) -> str:
+        """The inputs, as the user writes them in a hint."""
+        if self.files:
+            return "a list of files, e.g. [data:FOLDER/FILE, ${stages.STAGE.output}]"
+        names = [*self.needs, *(f"{n} (optional)" for n in self.may)]
+        return ", ".join(names) or "none"
+
+
+def accepts(
+    needs: tuple[str, ...] = (),
+    may: tuple[str, ...] = (),
+    files: bool = False,
+    params: tuple[str, ...] = (),
+) -> Callable[[F], F]:
+    """Declare, on the stage function itself, what it reads (`register_stage` takes it up)."""
+
+    def mark(function: F) -> F:
+        setattr(function, ACCEPTS_ATTR, Accepts(tuple(needs), tuple(may), files, tuple(params)))
+        return function
+
+    return mark
+
+
+def declared(function: Callable[..., Any]) -> Accepts | None:
+    """What `function` declares it reads; None: not declared (nothing is checked)."""
+    found = getattr(function, ACCEPTS_ATTR, None)
+    return found if isinstance(found, Accepts) else None

@@ -7,6 +7,8 @@ is `ctx.output` itself).
 `sections` lists the config sections that define the stage's result: only they enter its
 content hash (less the settings that never change an output, `tibnlp.config.identity`), so
 changing the fine-tuning settings does not re-prepare the corpus.
+`accepts` (or the function's own `@accepts`) names the inputs and params the kind reads; the
+pipeline file is checked against it when it loads. A kind that declares nothing is not checked.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline import stages
+from tibnlp.pipeline.context import Accepts, declared
 
 ALL_SECTIONS = ("corpus", "vocab", "model", "pretrain", "finetune", "engine")
 
@@ -28,9 +31,15 @@ class StageDef:
     # (config key, input name) the function sets itself from that input ("": to a folder in
     # its output): pinned at its default in the content hash when the node has that input
     fills: tuple[tuple[str, str], ...] = ()
+    given: Accepts | None = None  # register_stage's `accepts`, over the function's own
 
     def load(self) -> Callable[..., Any]:
         return self.function
+
+    @property
+    def accepts(self) -> Accepts | None:
+        """What the kind reads; None: undeclared, so unchecked."""
+        return self.given or declared(self.function)
 
 
 _REGISTRY: dict[str, StageDef] = {
@@ -48,9 +57,10 @@ def register_stage(
     function: Callable[..., Any],
     sections: tuple[str, ...] = ALL_SECTIONS,
     fills: tuple[tuple[str, str], ...] = (),
+    accepts: Accepts | None = None,
 ) -> None:
     """Add or replace a stage kind (plugins, tests)."""
-    _REGISTRY[kind] = StageDef(function, tuple(sections), tuple(fills))
+    _REGISTRY[kind] = StageDef(function, tuple(sections), tuple(fills), accepts)
 
 
 def stage_def(kind: str) -> StageDef:

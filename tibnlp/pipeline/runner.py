@@ -22,12 +22,11 @@ from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.grid import Node, expand
 from tibnlp.pipeline.launch import launch_stage
 from tibnlp.pipeline.registry import stage_def
-from tibnlp.pipeline.spec import PipelineSpec, substitute
+from tibnlp.pipeline.spec import PARAMS, PipelineSpec, substitute
 from tibnlp.tracking import Tracker, path_hash, provenance_tags
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_STAGE, TAG_VARIANT, config_hash
 
 DATA_PREFIX = "data:"
-PARAMS = "params."  # a grid or variant key that sets a stage param, not a config key
 SUMMARY = "summary"  # a stage result's text shown when the pipeline ends
 NOTE = "mlflow.note.content"  # MLflow's description of a run or an experiment
 
@@ -306,10 +305,25 @@ def run_pipeline(
     plans against what the first published).
     """
     planner = Planner(spec, workdir)
+    _check_workdir(planner.workdir, "--workdir" if workdir else f"{spec.source}: workdir")
     if dry_run:
         return _plan_and_run(planner, spec, True, force, tracking_uri, echo, until)
     with hold_folder(planner.workdir, wait=wait, notify=echo):
         return _plan_and_run(planner, spec, False, force, tracking_uri, echo, until)
+
+
+def _check_workdir(path: Path, where: str) -> None:
+    """The work dir is created when the run starts: a file in its way (or in the way of a
+    folder above it) is refused now, in a --dry-run too, not with a bare FileExistsError."""
+    for part in [path, *path.parents]:
+        if part.is_dir():
+            return
+        if part.exists() or part.is_symlink():
+            what = "is" if part == path else f"is inside {part}, which is"
+            raise ConfigError(
+                f"{where}: {path} {what} a file, not a folder",
+                "give a folder for the stage outputs (it is created if missing)",
+            )
 
 
 def _plan_and_run(

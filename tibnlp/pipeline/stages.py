@@ -2,7 +2,8 @@
 
 Each adapter imports its function (by name, checked like any import) only when it runs, so a
 pipeline can be planned (and tested) without the heavy layers. Where a function writes is
-decided here: always inside `ctx.output`.
+decided here: always inside `ctx.output`. Each declares (`@accepts`) the inputs and params it
+reads: the pipeline file is checked against that when it loads.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tibnlp.errors import ConfigError, DataError
-from tibnlp.pipeline.context import StageContext
+from tibnlp.pipeline.context import StageContext, accepts
 
 
 def _fresh(path: Path) -> Path:
@@ -77,6 +78,7 @@ def _documents(path: Path) -> Iterator[str]:
         yield "\n".join(lines)
 
 
+@accepts(files=True, params=("max_docs", "max_chars"))
 def slice_corpus(ctx: StageContext) -> Path:
     """The first `max_docs` documents (at most `max_chars` characters) of each input file.
 
@@ -99,6 +101,7 @@ def slice_corpus(ctx: StageContext) -> Path:
     return out
 
 
+@accepts(files=True)
 def prepare(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
     files = list(ctx.inputs.values()) if isinstance(ctx.inputs, dict) else list(ctx.inputs)
     out = _fresh(ctx.output / "corpus")
@@ -108,6 +111,7 @@ def prepare(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
     return out, _as_dict(report)
 
 
+@accepts(needs=("corpus",))
 def vocab(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
     corpus = _named(ctx, "corpus")
     out = _fresh(ctx.output / "vocab")
@@ -135,6 +139,7 @@ FINETUNE_FILLS = (
 )
 
 
+@accepts(needs=("corpus", "vocab"), may=("init",))
 def pretrain(ctx: StageContext) -> Path:
     cfg = ctx.config
     cfg.pretrain.corpus = str(_named(ctx, "corpus"))
@@ -176,6 +181,7 @@ def _export(model: Path, tokens: Any, stage: str) -> Path:
     return path
 
 
+@accepts(may=("model", "vocab", "static"), params=("export_tokens",))
 def finetune(ctx: StageContext) -> dict[str, Any]:
     cfg = ctx.config
     model = _optional(ctx, "model")
@@ -200,6 +206,7 @@ def finetune(ctx: StageContext) -> dict[str, Any]:
     return result
 
 
+@accepts(files=True, params=("metric", "parts", "title"))
 def curve(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
     """The learning curve of the fine-tuning stages given as inputs (their seed runs, read
     from MLflow by id: exactly the runs behind those outputs, cached or not), logged to the

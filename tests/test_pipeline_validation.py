@@ -1,0 +1,153 @@
+"""Mistakes in a pipeline file or its --set/--workdir options are refused when it loads (so
+by a --dry-run too), naming the file, the stage and the key, before any stage runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tibnlp.errors import ConfigError
+from tibnlp.pipeline.context import Accepts, StageContext
+from tibnlp.pipeline.registry import known_kinds, register_stage, stage_def
+from tibnlp.pipeline.runner import run_pipeline
+from tibnlp.pipeline.spec import load_pipeline
+
+
+def _noop(ctx: StageContext) -> dict[str, Any]:
+    return {}
+
+
+register_stage("v_pair", _noop, (), accepts=Accepts(needs=("left",), may=("right",)))
+
+
+def _write(tmp_path: Path, stages: dict[str, Any], **top: Any) -> Path:
+    path = tmp_path / "p.yaml"
+    body = {
+        "name": "p",
+        "workdir": str(tmp_path / "work"),
+        "config": {"tracking": {"enabled": False}},
+        **top,
+        "stages": stages,
+    }
+    path.write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _refused(path: Path, *sets: str) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path, sets)
+    return err.value
+
+
+CHAIN = {
+    "prepare": {"inputs": ["data:corpora/toy.txt"]},
+    "vocab": {"inputs": {"corpus": "${stages.prepare.output}"}},
+}
+
+
+def test_set_of_an_unknown_variable_is_refused(tmp_path: Path) -> None:
+    """`--set vars.tokenz=5` (a typo) added an unused variable and ran with the old value."""
+    path = _write(tmp_path, CHAIN, vars={"tokens": 1, "budget": "1m"})
+    err = _refused(path, "vars.tokenz=5")
+    assert f"{path}: --set vars.tokenz" in err.message and "'tokenz'" in err.message
+    assert "tokens, budget" in str(err.hint)
+    assert load_pipeline(path, ["vars.tokens=5"]).vars["tokens"] == 5
+    assert "no variables" in str(_refused(_write(tmp_path, CHAIN), "vars.x=1").hint)
+
+
+def test_set_of_an_unknown_stage_names_the_stages(tmp_path: Path) -> None:
+    """`--set stages.nope.config...` made a stage `nope`, reported as an unknown stage kind."""
+    err = _refused(_write(tmp_path, CHAIN), "stages.nope.config.vocab.vocab_size=5")
+    assert "no stage named 'nope'" in err.message and "kind" not in err.message
+    assert "prepare, vocab" in str(err.hint)
+
+
+@pytest.mark.parametrize(
+    ("stage", "where"),
+    [
+        ({"params": {"foo": 1}}, "stages.vocab.params.foo"),
+        ({"grid": {"params.foo": [1, 2]}}, "stages.vocab: variant foo=1 sets params.foo"),
+    ],
+)
+def test_an_unknown_param_is_refused_at_load(tmp_path: Path, stage: dict, where: str) -> None:
+    """A param no stage kind reads was ignored, in a real run too."""
+    path = _write(tmp_path, {**CHAIN, "vocab": {**CHAIN["vocab"], **stage}})
+    err = _refused(path)
+    assert f"{path}: {where}" in err.message and "takes no param 'foo'" in err.message
+    assert "vocab takes no params" in str(err.hint)
+    sliced = {"slice": {"inputs": ["data:corpora/toy.txt"], "params": {"max_doc": 3}}}
+    err = _refused(_write(tmp_path, sliced))
+    assert "stages.slice.params.max_doc" in err.message and "max_docs, max_chars" in str(err.hint)
+    sliced["slice"]["params"] = {"max_docs": 3}
+    assert load_pipeline(_write(tmp_path, sliced)).stages[0].params == {"max_docs": 3}
+
+
+@pytest.mark.parametrize(
+    ("inputs", "said"),
+    [
+        ({"korpus": "${stages.prepare.output}"}, r"stages\.vocab\.inputs\.korpus: .*'korpus'"),
+        (None, r"stages\.vocab\.inputs: stage kind vocab needs an input named 'corpus'"),
+        (["${stages.prepare.output}"], r"stages\.vocab\.inputs: .*named inputs, not a list"),
+    ],
+)
+def test_a_wrong_or_missing_input_name_fails_the_dry_run(
+    tmp_path: Path, inputs: Any, said: str
+) -> None:
+    """`korpus:` for `corpus:` planned as "run"; the real run failed after the stages above
+    it ran, left a partial folder and did not name the file."""
+    path = _write(tmp_path, {**CHAIN, "vocab": {"inputs": inputs}})
+    err = _refused(path)
+    assert err.message.startswith(f"{path}: ")
+    assert re.search(said, err.message), err.message
+    assert "stage kind vocab reads: corpus" in str(err.hint)
+    assert not (tmp_path / "work").exists()
+
+
+def test_inputs_of_every_kind_follow_its_declaration(tmp_path: Path) -> None:
+    """pretrain needs corpus and vocab and may have init; prepare needs files; a kind
+    registered with `accepts=` is checked the same way."""
+    ok = {"corpus": "a", "vocab": "b", "init": "c"}
+    assert load_pipeline(_write(tmp_path, {"pretrain": {"inputs": ok}}))
+    err = _refused(_write(tmp_path, {"pretrain": {"inputs": {"corpus": "a", "init": "c"}}}))
+    assert "needs an input named 'vocab'" in err.message
+    assert "corpus, vocab, init (optional)" in str(err.hint)
+    err = _refused(_write(tmp_path, {"prepare": {"inputs": []}}))
+    assert "stages.prepare.inputs: stage kind prepare needs at least one input" in err.message
+    err = _refused(_write(tmp_path, {"p": {"kind": "v_pair", "inputs": {"rigth": "a"}}}))
+    assert "stages.p.inputs.rigth: stage kind v_pair reads no input named 'rigth'" in err.message
+    assert load_pipeline(_write(tmp_path, {"p": {"kind": "v_pair", "inputs": {"left": "a"}}}))
+
+
+def test_every_builtin_kind_declares_what_its_fills_read() -> None:
+    """The inputs a kind sets config paths from (`fills`) are inputs it declares."""
+    for kind in known_kinds():
+        sdef = stage_def(kind)
+        if sdef.accepts is None:
+            continue
+        declared = {*sdef.accepts.needs, *sdef.accepts.may}
+        assert {src for _, src in sdef.fills if src} <= declared, kind
+
+
+def test_an_unknown_kind_from_the_stage_name_says_so(tmp_path: Path) -> None:
+    err = _refused(_write(tmp_path, {"plot": {"inputs": ["a"]}}))
+    assert "stages.plot: unknown stage kind 'plot'" in err.message
+    assert "kind is its name" in err.message
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize("under", [False, True])
+def test_a_work_dir_that_is_a_file_is_refused(tmp_path: Path, dry_run: bool, under: bool) -> None:
+    """`--workdir afile` passed a --dry-run and crashed the run with a FileExistsError."""
+    path = _write(tmp_path, {"p": {"kind": "v_pair", "inputs": {"left": str(tmp_path)}}})
+    afile = tmp_path / "afile"
+    afile.write_text("keep", encoding="utf-8")
+    workdir = afile / "sub" if under else afile
+    with pytest.raises(ConfigError, match=r"--workdir: .*afile.* a file, not a folder"):
+        run_pipeline(load_pipeline(path), dry_run=dry_run, workdir=workdir, echo=lambda _: None)
+    assert afile.read_text(encoding="utf-8") == "keep"
+    with pytest.raises(ConfigError, match=r"p\.yaml: workdir: .*afile is a file"):
+        run_pipeline(load_pipeline(path, [f"workdir={afile}"]), dry_run=dry_run, echo=print)
