@@ -94,3 +94,21 @@ def test_derive_replaces_only_the_named_files_and_refuses_an_existing_output(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "derived"]  # no staging left
     with pytest.raises(DataError, match="exists"):
         derive(source, out, {"tncc/train.jsonl": "again\n"})
+
+
+def test_data_link_into_a_file_names_it_and_the_variable(tmp_path: Path, monkeypatch) -> None:
+    """$TIBNLP_DATA naming a file (or a folder under one) raised FileExistsError."""
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    (tmp_path / "shared" / "tncc").mkdir(parents=True)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for data in (afile, afile / "data"):
+        monkeypatch.setenv("TIBNLP_DATA", str(data))
+        res = CliRunner().invoke(app, ["data", "link", str(tmp_path / "shared")])
+        assert isinstance(res.exception, DataError), res.exception
+        assert f"{afile} is a file" in str(res.exception)
+        assert "$TIBNLP_DATA" in str(res.exception.hint)
+    assert afile.read_text() == ""

@@ -1,4 +1,5 @@
-"""staged_dir: outputs appear whole or not at all, with shareable permissions."""
+"""staged_dir and atomic_file: outputs appear whole or not at all, with shareable
+permissions, and an output path of the wrong kind is refused naming it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tibnlp.fsutil import atomic_file, atomic_write_text, staged_dir
+from tibnlp.errors import DataError
+from tibnlp.fsutil import (
+    atomic_file,
+    atomic_write_text,
+    check_file_path,
+    check_folder_path,
+    make_dirs,
+    staged_dir,
+)
 
 
 def test_published_whole_with_plain_mkdir_permissions(tmp_path: Path) -> None:
@@ -61,3 +70,25 @@ def test_atomic_file_replaces_whole_or_keeps_the_old(tmp_path: Path) -> None:
         assert tmp.suffix == ".png"  # writers that pick the format by extension
         tmp.write_bytes(b"png")
     assert (tmp_path / "fig.png").read_bytes() == b"png"
+
+
+def test_an_output_of_the_wrong_kind_is_a_clear_error(tmp_path: Path) -> None:
+    """`predict -o FOLDER`, `runs plot -o FOLDER` raised IsADirectoryError after the work;
+    `export hf --output FILE` NotADirectoryError; a file among the parents FileExistsError."""
+    folder, file = tmp_path / "folder", tmp_path / "file"
+    folder.mkdir()
+    file.write_text("keep")
+    with pytest.raises(DataError, match=r"folder is a folder; give a file path"):
+        atomic_write_text(folder, "x")
+    with pytest.raises(DataError, match=r"file is a file; give a folder path"), staged_dir(file):
+        pass
+    with pytest.raises(DataError, match=r"cannot write .*file/sub/x.txt: .*file is a file"):
+        atomic_write_text(file / "sub" / "x.txt", "x")
+    with pytest.raises(DataError, match=r"cannot make folder .*file/out: .*file is a file"):
+        make_dirs(file / "out")
+    with pytest.raises(DataError, match=r"is a broken link; give a folder path"):
+        (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+        check_folder_path(tmp_path / "dangling")
+    assert file.read_text() == "keep" and not any(folder.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "file", "folder"]
+    assert check_file_path(tmp_path / "new" / "x.txt") == tmp_path / "new" / "x.txt"

@@ -1,4 +1,5 @@
-"""`tibnlp predict`: JSONL/plain/stdin input, equivalent spellings, a tampered vocabulary."""
+"""`tibnlp predict`: JSONL/plain/stdin input, equivalent spellings, a tampered vocabulary, a
+damaged classifier folder, folders given for files."""
 
 from __future__ import annotations
 
@@ -133,3 +134,58 @@ def test_a_word_segmented_classifier_reads_words_as_it_was_trained(tmp_path) -> 
     assert predictor.meta.join_spaced_syllables is False
     segmented, plain, joined = predictor.predict(["བོད་ཀྱི་ དངུ ལ", "བོད་ཀྱི་དངུལ", "བོད་ཀྱི་དངུ་ལ"])
     assert segmented == plain != joined
+
+
+def _damaged(classifier_dir: Path, folder: Path, name: str, text: str | None) -> Path:
+    """A copy of the classifier with file `name` rewritten to `text` (None: cut short)."""
+    shutil.copytree(classifier_dir, folder)
+    path = folder / name
+    if text is None:
+        path.write_bytes(path.read_bytes()[:100])
+    else:
+        path.write_text(text, "utf-8")
+    return folder
+
+
+def test_a_damaged_classifier_folder_is_a_clear_error(classifier_dir, tmp_path) -> None:
+    """An edited classifier.yaml raised yaml's ParserError (or a TypeError), truncated weights
+    a SafetensorError, weights of another shape torch's RuntimeError: each a traceback."""
+    meta = (classifier_dir / "classifier.yaml").read_text("utf-8")
+    assert "\nembedding_size: 16\n" in meta
+    cases = {
+        "bad-yaml": ("classifier.yaml", "labels: [a\n", r"classifier.yaml:2: damaged, not valid"),
+        "a-list": ("classifier.yaml", "- a\n", r"classifier.yaml: damaged, not a mapping"),
+        "lacking": ("classifier.yaml", "format: x\n", r"classifier.yaml: damaged, it lacks enc"),
+        "shape": (
+            "classifier.yaml",
+            meta.replace("\nembedding_size: 16\n", "\nembedding_size: 32\n"),
+            r"model.safetensors: weights do not fit .*size mismatch",
+        ),
+        "truncated": ("model.safetensors", None, r"model.safetensors is corrupt or not a"),
+    }
+    for folder, (name, text, message) in cases.items():
+        directory = _damaged(classifier_dir, tmp_path / folder, name, text)
+        with pytest.raises(DataError, match=message) as err:
+            Predictor(directory)
+        assert f"{folder}/" in str(err.value) and "fine-tune again" in str(err.value.hint)
+
+
+def test_a_folder_given_for_an_input_or_output_file_is_a_clear_error(
+    classifier_dir, tmp_path
+) -> None:
+    """`-i FOLDER` said the input "does not exist"; `-o FOLDER` raised IsADirectoryError
+    after predicting."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    with pytest.raises(DataError, match=r"folder is a folder, not a file of texts"):
+        read_inputs(str(folder))
+    src = tmp_path / "in.txt"
+    src.write_text("རྒྱལ་ཁབ\n", "utf-8")
+    args = ["predict", "--model", str(classifier_dir), "-i", str(src), "-o", str(folder)]
+    result = CliRunner().invoke(app, args)
+    assert isinstance(result.exception, DataError), result.exception
+    assert f"{folder} is a folder; give a file path" in str(result.exception)
+    assert not any(folder.iterdir()) and sorted(p.name for p in tmp_path.iterdir()) == [
+        "folder",
+        "in.txt",
+    ]

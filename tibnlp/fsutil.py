@@ -1,7 +1,10 @@
 """Publishing outputs whole: readers see the old file or folder, or the complete new one.
 
 `atomic_file` (any writer: text, safetensors, a figure) and `atomic_write_text` for files,
-`staged_dir` for folders. Every stage writes through these, never a copy of them."""
+`staged_dir` for folders. Every stage writes through these, never a copy of them.
+An output path that names the wrong kind of thing (a folder where a file goes, a file where a
+folder goes, or under a file) is a `DataError` naming it, checked before anything is written:
+`check_file_path` and `check_folder_path` let a command refuse it before its work, too."""
 
 from __future__ import annotations
 
@@ -12,12 +15,63 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tibnlp.errors import DataError
+
 
 def _umask() -> int:
     """The process's umask (reading it means setting it, then putting it back)."""
     umask = os.umask(0o022)
     os.umask(umask)
     return umask
+
+
+def _kind(path: Path) -> str:
+    return "a broken link" if path.is_symlink() and not path.exists() else "a file"
+
+
+def _blocker(folder: Path) -> Path | None:
+    """The nearest existing part of `folder` (itself or an ancestor) when it is not a folder:
+    what would make `mkdir -p folder` fail; None when nothing does."""
+    for part in (folder, *folder.parents):
+        if part.is_dir():
+            return None
+        if part.exists() or part.is_symlink():
+            return part
+    return None
+
+
+def check_folder_path(folder: Path) -> Path:
+    """`folder` as given, or a DataError naming the file it is (or lies under): a command can
+    refuse it before its work rather than fail with an OS error after it."""
+    folder = Path(folder)
+    _refuse_blocker(folder, folder, "make folder")
+    return folder
+
+
+def check_file_path(path: Path) -> Path:
+    """`path` as given, or a DataError when it is a folder or lies under a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path} is a folder; give a file path")
+    _refuse_blocker(path.parent, path, "write")
+    return path
+
+
+def _refuse_blocker(folder: Path, target: Path, verb: str) -> None:
+    blocker = _blocker(folder)
+    if blocker == target:
+        raise DataError(f"{target} is {_kind(target)}; give a folder path")
+    if blocker is not None:
+        raise DataError(
+            f"cannot {verb} {target}: {blocker} is {_kind(blocker)}",
+            "give a path whose parents are folders",
+        )
+
+
+def make_dirs(folder: Path) -> Path:
+    """`mkdir -p`, with a DataError naming the file in the way instead of an OS error."""
+    check_folder_path(folder).mkdir(parents=True, exist_ok=True)
+    return Path(folder)
 
 
 @contextmanager
@@ -30,8 +84,8 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
     The folder gets the permissions a plain mkdir would (mkdtemp makes it private), since
     corpora, vocabularies and models are meant to be shared.
     """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    final = check_folder_path(final)
+    make_dirs(final.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     tmp.chmod(0o777 & ~_umask())
     try:
@@ -58,8 +112,8 @@ def atomic_file(final: Path, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path beside `final` to write to, renamed to `final` only if the block
     succeeds; on any error it is removed and `final` keeps its old content (or stays absent).
     `suffix` keeps the extension writers that choose the format by name look at (".png")."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    final = check_file_path(final)
+    make_dirs(final.parent)
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
     os.close(fd)
     tmp = Path(name)

@@ -22,7 +22,9 @@ app = typer.Typer(
 UriOption = Annotated[
     str,
     typer.Option(
-        "--tracking-uri", help="Store: default $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db."
+        "--tracking-uri",
+        help="Store to read (never created): default $MLFLOW_TRACKING_URI, else "
+        "sqlite:///mlflow.db.",
     ),
 ]
 
@@ -51,7 +53,7 @@ def compare(
     fmt: Annotated[
         Literal["table", "markdown", "csv"], typer.Option("--format", "-f", help="Output format.")
     ] = "table",
-    digits: Annotated[int, typer.Option(help="Decimals shown.")] = 4,
+    digits: Annotated[int, typer.Option(min=0, help="Decimals shown.")] = 4,
     filter_string: Annotated[
         str,
         typer.Option(
@@ -96,7 +98,7 @@ def plot(
     experiment: Annotated[
         list[str], typer.Option("--experiment", "-e", help="Experiment name (repeatable).")
     ],
-    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file to write.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file to write (FILE.png).")],
     metric: Annotated[
         str, typer.Option("--metric", "-m", help="Metric as fine-tuning logs it, less the part.")
     ] = "macro_f1",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tibnlp.errors import DataError
-from tibnlp.fsutil import staged_dir
+from tibnlp.fsutil import make_dirs, staged_dir
 
 ENV_VAR = "TIBNLP_DATA"
 
@@ -72,7 +72,7 @@ def link_into(
         raise DataError(
             f"{source} holds no dataset folders", "expected folders like tncc/ or corpora/"
         )
-    target.mkdir(parents=True, exist_ok=True)
+    _make_data_dir(target)
     result = LinkResult([], {})
     for path in candidates:
         dest = target / path.name
@@ -89,6 +89,16 @@ def link_into(
         dest.symlink_to(path, target_is_directory=True)
         result.linked.append(path.name)
     return result
+
+
+def _make_data_dir(target: Path) -> None:
+    """Create the data directory: a file there is a mistake in $TIBNLP_DATA, and said so."""
+    try:
+        make_dirs(target)
+    except DataError as exc:
+        raise DataError(
+            f"data directory: {exc.message}", f"set ${ENV_VAR} to a folder path"
+        ) from exc
 
 
 def derive(source: Path, out: Path, replaced: dict[str, str]) -> None:

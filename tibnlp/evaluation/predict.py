@@ -22,7 +22,7 @@ from torch import nn
 from tibnlp.data.collate import encode_texts, pad_batch
 from tibnlp.data.tasks import model_text
 from tibnlp.errors import DataError
-from tibnlp.fsutil import atomic_write_text
+from tibnlp.fsutil import atomic_write_text, check_file_path
 from tibnlp.models.attention.dynamic import per_text_routing
 from tibnlp.models.classifier_io import ClassifierMeta, load_classifier, read_length
 from tibnlp.text.vocab import Vocabulary
@@ -124,6 +124,11 @@ def read_inputs(source: str) -> list[dict[str, Any]]:
         name = "<stdin>"
     else:
         path = Path(source)
+        if path.is_dir():
+            raise DataError(
+                f"input {path} is a folder, not a file of texts",
+                "give a JSONL or plain-text file (one text per line), or - for stdin",
+            )
         if not path.is_file():
             raise DataError(f"input file {path} does not exist")
         name = str(path)
@@ -158,7 +163,10 @@ def predict_file(
 ) -> tuple[int, ClassifierMeta]:
     """Predict every input; write JSON lines to `output` (atomically) or stdout: each input
     record as it was (a gold `label` stays the gold label) plus `prediction` and
-    `probabilities` (replaced where the record already had them)."""
+    `probabilities` (replaced where the record already had them). A bad `output` path is
+    refused before the model is loaded."""
+    if output is not None:
+        check_file_path(output)
     predictor = Predictor(model_dir)
     records = read_inputs(source)
     preds = predictor.predict([r["text"] for r in records], batch_size)

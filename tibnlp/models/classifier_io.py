@@ -10,18 +10,19 @@ Written to a temporary folder and renamed into place, so a crash never leaves ha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 import yaml
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from tibnlp.config.core import from_dict, to_dict
 from tibnlp.config.model import ModelConfig, drop_moved_keys
-from tibnlp.errors import DataError
+from tibnlp.errors import ConfigError, DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.models.classifier import Classifier, EmbeddingEncoder, HeadConfig
 from tibnlp.models.encoder import Encoder
@@ -31,6 +32,7 @@ from tibnlp.text.vocab import copy_vocabulary
 META_FILE = "classifier.yaml"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT = "tibnlp-classifier/1"
+DAMAGED = "fine-tune again, or point --model at another classifier folder"
 
 
 @dataclass
@@ -89,27 +91,66 @@ def read_meta(directory: Path) -> ClassifierMeta:
             f"{directory} is not a fine-tuned classifier directory ({META_FILE} is missing)",
             "give a directory written by `tibnlp finetune`",
         )
-    data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if isinstance(data, dict) and "model" in data:
+    data = _read_meta_yaml(path)
+    if "model" in data:
         data["model"] = drop_moved_keys(data["model"])
-    meta = from_dict(ClassifierMeta, data, "classifier")
+    required = [f.name for f in fields(ClassifierMeta) if _required(f)]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise DataError(f"{path}: damaged, it lacks {', '.join(missing)}", DAMAGED)
+    try:
+        meta = from_dict(ClassifierMeta, data, "classifier")
+    except ConfigError as exc:
+        raise DataError(f"{path}: damaged ({exc.message})", DAMAGED) from exc
     if meta.format != FORMAT:
         raise DataError(f"{path}: format {meta.format!r}, expected {FORMAT!r}")
     return meta
+
+
+def _required(f: Any) -> bool:
+    return f.default is MISSING and f.default_factory is MISSING
+
+
+def _read_meta_yaml(path: Path) -> dict[str, Any]:
+    """classifier.yaml as a mapping; a damaged file (edited, truncated) is a DataError naming
+    it and its line, not a parser traceback."""
+    try:
+        data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or exc
+        raise DataError(f"{where}: damaged, not valid YAML ({problem})", DAMAGED) from exc
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: damaged, not valid UTF-8", DAMAGED) from exc
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: damaged, not a mapping of settings", DAMAGED)
+    return data
 
 
 def load_classifier(directory: Path) -> tuple[Classifier, ClassifierMeta]:
     meta = read_meta(directory)
     weights = Path(directory) / WEIGHTS_FILE
     if not weights.is_file():
-        raise DataError(f"{weights} is missing", "the classifier directory is incomplete")
+        raise DataError(f"{weights} is missing: the classifier directory is incomplete", DAMAGED)
     model = build_classifier(meta)
-    state: dict[str, torch.Tensor] = load_file(str(weights))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        state: dict[str, torch.Tensor] = load_file(str(weights))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise DataError(f"{weights} is corrupt or not a safetensors file ({exc})", DAMAGED) from exc
+    except RuntimeError as exc:  # a tensor of another shape than classifier.yaml describes
+        first = [line.strip() for line in str(exc).splitlines() if line.strip()][1:2]
+        raise DataError(
+            f"{weights}: weights do not fit the architecture in {META_FILE} "
+            f"({''.join(first) or exc})",
+            DAMAGED,
+        ) from exc
     if missing or unexpected:
         raise DataError(
             f"{weights}: weights do not fit the architecture in {META_FILE} "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})",
+            DAMAGED,
         )
     model.eval()
     return model, meta

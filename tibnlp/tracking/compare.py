@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from mlflow.store.entities.paged_list import PagedList
 from mlflow.tracking import MlflowClient
 
-from tibnlp.errors import TibnlpError
+from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.evaluation.spread import mean_std
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_SEED_RECORD, TAG_WARNING, WARNING_MAJORITY
-from tibnlp.tracking.tracker import default_tracking_uri
+from tibnlp.tracking.reading import read_client
 
 DEFAULT_GROUP_KEYS = (
     f"tag:{TAG_MODEL}",
@@ -147,17 +149,46 @@ def finished_runs(client: MlflowClient, experiment: str, filter_string: str = ""
     runs: list[Run] = []
     token = None
     while True:
-        page = client.search_runs(
-            [exp.experiment_id],
-            filter_string=filter_string,
-            max_results=1000,
-            page_token=token,
-        )
+        page = _search_page(client, exp.experiment_id, filter_string, token)
         runs += [r for r in page if r.info.status == "FINISHED"]
         token = page.token
         if not token:
             break
     return runs
+
+
+def _search_page(
+    client: MlflowClient, experiment_id: str, filter_string: str, token: str | None
+) -> PagedList[Run]:
+    """One page of runs; a filter MLflow cannot parse is a ConfigError naming --filter."""
+    try:
+        return client.search_runs(
+            [experiment_id], filter_string=filter_string, max_results=1000, page_token=token
+        )
+    except MlflowException as exc:
+        if not filter_string or exc.error_code != "INVALID_PARAMETER_VALUE":
+            raise
+        raise ConfigError(
+            f"--filter {filter_string!r} is not a valid MLflow run filter ({exc.message})",
+            "write it as MLflow's search syntax, e.g. \"params.finetune.task = 'title'\" or "
+            '"metrics.test_accuracy > 0.5" (values in single quotes, keys with dots as is)',
+        ) from exc
+
+
+def check_keys(runs: Sequence[Run], keys: Sequence[str], option: str) -> None:
+    """Every key (param name or tag:NAME) is one some run carries: an unknown key would put
+    every run in one blank group, as if it had been grouped."""
+    for key in keys:
+        if any(_value(r, key) is not None for r in runs):
+            continue
+        params = sorted({k for r in runs for k in r.data.params})
+        shown = ", ".join(params[:12]) + (" ..." if len(params) > 12 else "")
+        what = "tag" if key.startswith("tag:") else "param"
+        raise ConfigError(
+            f"{option} {key!r}: no run compared carries this {what}",
+            f"give a param name ({shown or 'these runs have none'}) or tag:NAME for a tag, "
+            f"e.g. tag:{TAG_MODEL}",
+        )
 
 
 def leaf_runs(runs: Sequence[Run], matching: Callable[[Run], Any]) -> list[Run]:
@@ -206,7 +237,7 @@ def compare_runs(
     `order`: rows in the order their first run started (a pipeline's variant order, e.g.
     fixed heads before dynamic pairs) or sorted by the group values ("6" before "12").
     """
-    client = MlflowClient(default_tracking_uri(uri))
+    client = read_client(uri)
     patterns = list(metrics) or list(DEFAULT_METRICS)
 
     def matching(run: object) -> set[str]:
@@ -220,6 +251,8 @@ def compare_runs(
             f"no finished run of {experiment!r} has a metric matching {', '.join(patterns)}",
             "list metric names in `tibnlp ui`, or pass --metric PATTERN (globs allowed)",
         )
+    check_keys(runs, group_by, "--group-by")
+    check_keys(runs, [columns_by] if columns_by else [], "--columns-by")
     if group_by:
         keys = list(group_by)
     else:  # the model-describing keys whose value differs between runs
@@ -228,8 +261,9 @@ def compare_runs(
             for k in DEFAULT_GROUP_KEYS
             if k != columns_by and len({_value(r, k) for r in runs}) > 1
         ]
-        if not keys and any(_value(r, DEFAULT_GROUP_KEYS[0]) for r in runs):
-            keys = [DEFAULT_GROUP_KEYS[0]]
+        model = DEFAULT_GROUP_KEYS[0]  # never the pivot too: one value per row, a diagonal
+        if not keys and model != columns_by and any(_value(r, model) for r in runs):
+            keys = [model]
     pivots = sorted({_value(r, columns_by) or "" for r in runs}) if columns_by else [""]
     columns = [(m, p) for m in names for p in pivots]
     groups: dict[tuple[str, ...], dict[tuple[str, str], Cell]] = {}

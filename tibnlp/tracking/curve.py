@@ -17,12 +17,13 @@ from pathlib import Path
 
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
 
-from tibnlp.errors import TibnlpError
+from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.evaluation.curve import Curve, CurveRun, Kind, aggregate_curve, draw_curve
+from tibnlp.fsutil import check_file_path
 from tibnlp.tracking.compare import finished_runs, leaf_runs
 from tibnlp.tracking.conventions import PRETRAIN, TAG_WARNING
+from tibnlp.tracking.reading import read_client
 from tibnlp.tracking.tracker import Tracker, default_tracking_uri
 
 TAG_PIPELINE = "tibnlp.pipeline"  # set on a pipeline's parent run (its name)
@@ -87,7 +88,7 @@ def read_curve_runs(
     """
     if not experiments:
         raise TibnlpError("no experiment given", "pass --experiment NAME (repeatable)")
-    client = MlflowClient(default_tracking_uri(uri))
+    client = read_client(uri)
     names = [f"{part}_{metric}" for part in parts]
     wanted = set(run_ids)
     found: list[tuple[str, Run]] = []
@@ -149,7 +150,7 @@ def read_curve_runs(
 
 def pipeline_parent(experiment: str, uri: str = "") -> str | None:
     """The latest pipeline parent run of `experiment` (tag `tibnlp.pipeline`, no parent)."""
-    client = MlflowClient(default_tracking_uri(uri))
+    client = read_client(uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return None
@@ -165,16 +166,33 @@ def pipeline_parent(experiment: str, uri: str = "") -> str | None:
     return None
 
 
-def log_to_run(run_id: str, files: Sequence[Path], uri: str = "", tags: dict | None = None) -> None:
-    """Add files (and tags) to an existing run, whatever its state, without changing it (a
-    pipeline's running parent, or a finished one)."""
-    client = MlflowClient(default_tracking_uri(uri))
+def run_experiment(run_id: str, uri: str = "") -> str:
+    """The experiment name of run `run_id`; a TibnlpError naming --run-id when the store has
+    no such run."""
+    client = read_client(uri)
     try:
-        experiment = client.get_experiment(client.get_run(run_id).info.experiment_id).name
+        return str(client.get_experiment(client.get_run(run_id).info.experiment_id).name)
     except MlflowException as exc:
         raise TibnlpError(
             f"no run {run_id!r} in {default_tracking_uri(uri)}", "check --run-id"
         ) from exc
+
+
+def check_png(output: Path) -> Path:
+    """The plot's path: a file name ending in .png (the figure is always a PNG, so another
+    suffix would name a file that is not what it says)."""
+    output = check_file_path(output)
+    if output.suffix.lower() != ".png":
+        raise ConfigError(
+            f"--output {output}: the plot is a PNG image", "give a file name ending in .png"
+        )
+    return output
+
+
+def log_to_run(run_id: str, files: Sequence[Path], uri: str = "", tags: dict | None = None) -> None:
+    """Add files (and tags) to an existing run, whatever its state, without changing it (a
+    pipeline's running parent, or a finished one)."""
+    experiment = run_experiment(run_id, uri)
     with Tracker(experiment, uri=uri, resume_run_id=run_id, keep_status=True) as tracker:
         for file in files:
             tracker.log_artifact(file)
@@ -194,10 +212,14 @@ def plot_curve(
     filter_string: str = "",
 ) -> tuple[Curve, list[str]]:
     """Read, aggregate and draw; the PNG (written atomically to `output`) is also logged to
-    `log_run_id` when given. Returns the curve and the runs left out (in words)."""
+    `log_run_id` when given. Returns the curve and the runs left out (in words). The output
+    path and the run are checked first, so a bad one leaves no plot behind."""
+    output = check_png(output)
+    if log_run_id:
+        run_experiment(log_run_id, uri)
     read = read_curve_runs(experiments, metric, parts, uri, filter_string, run_ids)
     curve = aggregate_curve(read.runs, metric, parts)
-    draw_curve(curve, Path(output), title or f"learning curve: {', '.join(experiments)}")
+    draw_curve(curve, output, title or f"learning curve: {', '.join(experiments)}")
     if log_run_id:
-        log_to_run(log_run_id, [Path(output)], uri)
+        log_to_run(log_run_id, [output], uri)
     return curve, read.skipped
