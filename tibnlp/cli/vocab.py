@@ -51,6 +51,12 @@ def build(
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     table.add_row("20 longest pieces", " ".join(report["longest_pieces"]))
     console.print(table)
+    if not report["heldout_sentences"]:
+        console.print(
+            f"[yellow]warning:[/] {corpus} has no held-out documents, so the held-out figures "
+            "above are 0 and say nothing of the vocabulary (prepare the corpus with "
+            "corpus.heldout_fraction > 0 and blank lines between .txt documents to measure it)"
+        )
     if report["vocab_size"] < report["requested_vocab_size"]:
         console.print(
             f"[yellow]note:[/] the corpus supports {report['vocab_size']} pieces, fewer than the "

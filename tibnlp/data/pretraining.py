@@ -308,6 +308,10 @@ def build_pretraining_dataset(
         if split not in corpus:
             raise DataError(f"{corpus_dir}: the prepared corpus has no {split!r} split")
         ds = corpus[split]
+        if len(ds) == 0:  # (heldout_fraction 0) `map` of no rows would write no schema
+            feats = _features(words is not None)
+            built[split] = datasets.Dataset.from_dict({k: [] for k in feats}, features=feats)
+            continue
         if words is not None:
             ds = datasets.concatenate_datasets([ds, words[split]], axis=1)
         built[split] = ds.map(
@@ -350,7 +354,10 @@ def build_pretraining_dataset(
         "mean_length": float(np.mean(lengths)),
     }
     with staged_dir(out_dir) as tmp:
-        datasets.DatasetDict(built).save_to_disk(str(tmp / "dataset"))
+        # an empty split (a corpus prepared with heldout_fraction 0) must be saved as one empty
+        # shard: saved as none, load_from_disk fails on it
+        shards = {s: None if len(d) else 1 for s, d in built.items()}
+        datasets.DatasetDict(built).save_to_disk(str(tmp / "dataset"), num_shards=shards)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return out_dir
 
@@ -365,8 +372,32 @@ def load_pretraining_dataset(path: Path) -> tuple[Any, dict[str, Any]]:
             f"{path} is not a pretraining dataset (no {META_FILE} or dataset/)",
             "build it with build_pretraining_dataset (run by `tibnlp pretrain`)",
         )
-    meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
-    return datasets.load_from_disk(str(path / "dataset")), meta
+    try:
+        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+        return datasets.load_from_disk(str(path / "dataset")), meta
+    except (OSError, ValueError, IndexError, KeyError) as exc:  # deleted or cut-short files
+        raise DataError(
+            f"pretraining dataset {path} cannot be read ({exc})",
+            f"delete {path}: it is a cache, the next `tibnlp pretrain` builds it again",
+        ) from exc
+
+
+def require_documents(corpus_dir: Path, split: str) -> None:
+    """Refuse a corpus whose `split` (the one a run reads: train, or heldout for
+    `--eval-only`) is empty, before the run writes anything or tokenises for minutes."""
+    if len(_load_corpus(Path(corpus_dir))[split]):
+        return
+    if split == "train":
+        raise DataError(
+            f"{corpus_dir}: the prepared corpus has no training documents (its train split "
+            "is empty)",
+            "prepare it again from more documents or with a smaller corpus.heldout_fraction",
+        )
+    raise DataError(
+        f"{corpus_dir}: the prepared corpus has no held-out documents to score",
+        "prepare it again with corpus.heldout_fraction > 0 and at least two documents "
+        "(a .txt document ends at a blank line)",
+    )
 
 
 def length_bucketed_batches(

@@ -228,7 +228,13 @@ def load_words(corpus_dir: Path, corpus: Any) -> tuple[dict[str, Any], dict[str,
             f"{where}: the words were found for another version of this corpus",
             f"run `tibnlp corpus words {corpus_dir}` again",
         )
-    words = {s: datasets.load_from_disk(str(where / s)) for s in SPLITS}
+    try:
+        words = {s: datasets.load_from_disk(str(where / s)) for s in SPLITS}
+    except (OSError, ValueError, IndexError, KeyError) as exc:  # files deleted or cut short
+        raise DataError(
+            f"{where}: the botok words cannot be read ({exc})",
+            f"delete {where} and run `tibnlp corpus words {corpus_dir}` again",
+        ) from exc
     for split, ds in words.items():
         if len(ds) != len(corpus[split]):
             raise DataError(
@@ -303,7 +309,9 @@ def _build(
                     figures[k] += int(fig[k])
                 figures["shard_seconds"] += float(fig["seconds"])
                 figures["cpu_seconds"] += float(fig["cpu_seconds"])
-            _assemble(files).save_to_disk(str(tmp / split))
+            words = _assemble(files)
+            # an empty split (heldout_fraction 0) saved as no shard would not load again
+            words.save_to_disk(str(tmp / split), num_shards=None if len(words) else 1)
         meta = {
             "key": key,
             "corpus": corpus_key(corpus_dir, corpus),

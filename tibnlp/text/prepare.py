@@ -313,6 +313,7 @@ def _finish(
             f"({', '.join(f'{k}: {v}' for k, v in sorted(dropped_lines.items()) if v)})",
             "check the inputs, or lower corpus.min_tibetan_ratio / corpus.min_syllables",
         )
+    _check_splits(figures, cfg.heldout_fraction, infos)
     dataset = datasets.DatasetDict(
         {
             s: datasets.Dataset.from_file(str(tmp / "work" / f"{s}.arrow"))
@@ -337,3 +338,27 @@ def _finish(
         "inputs": [i.as_dict() for i in infos],
         "text_bytes": sum(i.text_bytes for i in infos),
     }
+
+
+def _check_splits(
+    figures: dict[str, dict[str, int]], fraction: float, infos: list[InputInfo]
+) -> None:
+    """Refuse a corpus with nothing to train on, or with no held-out document although one
+    was asked for: the vocabulary report and pretraining would silently have nothing there."""
+    train, heldout = figures["train"]["documents"], figures["heldout"]["documents"]
+    names = [i.source for i in infos]
+    inputs = ", ".join(names) if len(names) <= 3 else f"{len(names)} inputs"
+    if not train:
+        raise DataError(
+            f"{inputs}: all {heldout} document(s) went to the held-out split "
+            f"(corpus.heldout_fraction={fraction}), none is left to train on",
+            "lower corpus.heldout_fraction, or add documents (a .txt document ends at a "
+            "blank line, a JSONL record is one document)",
+        )
+    if fraction > 0 and not heldout:
+        raise DataError(
+            f"{inputs}: no document for the held-out split: the input has {train} "
+            "document(s) (a .txt document ends at a blank line, a JSONL record is one)",
+            "add blank lines between documents, or set corpus.heldout_fraction=0 "
+            "(pretraining then reports no held-out scores)",
+        )

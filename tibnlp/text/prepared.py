@@ -13,6 +13,7 @@ from tibnlp.errors import DataError
 
 MARKER = "tibnlp-corpus.json"
 MARKER_CONTENT = {"kind": "prepared_corpus", "version": 1}
+SPLITS = ("train", "heldout")
 
 
 def load_prepared(path: Path) -> datasets.DatasetDict:
@@ -33,6 +34,25 @@ def load_prepared(path: Path) -> datasets.DatasetDict:
             f"{marker}: unsupported prepared corpus {meta!r} (expected {MARKER_CONTENT})",
             "re-run tibnlp corpus prepare with this version of tibnlp",
         )
-    dataset = datasets.load_from_disk(str(path / "dataset"))
+    return _load_splits(path)
+
+
+def _load_splits(path: Path) -> datasets.DatasetDict:
+    """The saved DatasetDict; a damaged one (files deleted or cut short) is a DataError, so
+    the user learns to prepare the corpus again rather than reading a `datasets` traceback."""
+    try:
+        dataset = datasets.load_from_disk(str(path / "dataset"))
+    except (OSError, ValueError, IndexError, KeyError) as exc:  # FileNotFoundError, ArrowInvalid
+        raise _incomplete(path, f"{path / 'dataset'} cannot be read: {exc}") from exc
+    missing = [s for s in SPLITS if not isinstance(dataset, dict) or s not in dataset]
+    if missing:
+        raise _incomplete(path, f"no {' or '.join(missing)} split in {path / 'dataset'}")
     assert isinstance(dataset, datasets.DatasetDict)
     return dataset
+
+
+def _incomplete(path: Path, detail: str) -> DataError:
+    return DataError(
+        f"prepared corpus {path} is incomplete ({detail})",
+        f"prepare it again: tibnlp corpus prepare --input FILE... --output {path} --force",
+    )

@@ -57,13 +57,39 @@ def is_syllable_char(char: str) -> bool:
     return char in _SYLLABLE_CHARS
 
 
+def _require_folder(path: Path) -> None:
+    """A vocabulary is a folder (spm.model and its marker): say so of a file or a typo."""
+    if path.is_file():
+        raise DataError(
+            f"{path} is a file, not a vocabulary folder",
+            "pass the folder `tibnlp vocab build --output` wrote (it holds "
+            f"{MODEL_FILE} and {MARKER}), or a model folder that carries one",
+        )
+    if not path.exists():
+        raise DataError(f"vocabulary folder {path} does not exist", "check the path")
+
+
+def _processor(model_proto: bytes, path: Path | None) -> spm.SentencePieceProcessor:
+    """The SentencePiece model; a damaged file (cut short, overwritten) is a DataError
+    naming it rather than sentencepiece's internal parse error."""
+    try:
+        return spm.SentencePieceProcessor(model_proto=model_proto)
+    except RuntimeError as exc:
+        where = path / MODEL_FILE if path is not None else "(in memory)"
+        raise DataError(
+            f"{where}: not a readable SentencePiece model ({len(model_proto)} bytes; it may "
+            "be cut short or overwritten)",
+            "copy it again from its source, or rebuild the vocabulary with `tibnlp vocab build`",
+        ) from exc
+
+
 class Vocabulary:
     """A trained SentencePiece model plus the special-token ids tibnlp relies on."""
 
     def __init__(self, model_proto: bytes, path: Path | None = None) -> None:
         self.path = path
         self._proto = model_proto
-        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.sp = _processor(model_proto, path)
         self.size: int = self.sp.get_piece_size()
         self.pad_id, self.unk_id, self.cls_id = PAD_ID, UNK_ID, CLS_ID
         self.sep_id, self.mask_id = SEP_ID, MASK_ID
@@ -96,6 +122,7 @@ class Vocabulary:
     @classmethod
     def load(cls, path: Path | str) -> Vocabulary:
         path = Path(path)
+        _require_folder(path)
         marker = path / MARKER
         if not marker.is_file() or not (path / MODEL_FILE).is_file():
             raise DataError(

@@ -11,15 +11,18 @@ Everything there is tensors, lists, numbers and flags, so it loads with `weights
 
 from __future__ import annotations
 
+import pickle
 import random
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from tibnlp.errors import TibnlpError
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.training.engine import all_gather_objects, barrier
 
@@ -108,25 +111,63 @@ def save(
 
 def _prune(directory: Path, keep: int) -> None:
     """Keep the newest `keep` complete tags. A partial folder newer than the marker (a save
-    that was killed) is left alone: the next save of that step overwrites it."""
+    that was killed) is left alone: the next save of that step overwrites it. `keep` 0:
+    keep them all."""
+    for tag in complete_tags(directory)[keep:] if keep else []:
+        shutil.rmtree(directory / tag, ignore_errors=True)
+
+
+def complete_tags(directory: Path) -> list[str]:
+    """The complete checkpoints' tags, newest first: those at or before the marker's (a
+    folder newer than it is a save that was killed)."""
     current = latest_tag(directory)
     if current is None:
-        return
-    steps = sorted(
-        int(m.group(1)) for p in directory.iterdir() if p.is_dir() and (m := _TAG.match(p.name))
-    )
+        return []
     newest = int(current[4:])
-    complete = [s for s in steps if s <= newest]
-    for s in complete[:-keep]:
-        shutil.rmtree(directory / tag_for(s), ignore_errors=True)
+    steps = (
+        int(m.group(1))
+        for p in Path(directory).iterdir()
+        if p.is_dir() and (m := _TAG.match(p.name))
+    )
+    return [tag_for(s) for s in sorted((s for s in steps if s <= newest), reverse=True)]
 
 
 def load(engine: Any, directory: Path) -> tuple[str, dict[str, Any]] | None:
-    """Collective: load the newest complete checkpoint; returns (tag, client_state) or None."""
-    tag = latest_tag(directory)
-    if tag is None:
-        return None
-    path, client_state = engine.load_checkpoint(str(directory), tag=tag)
-    if path is None:
-        return None
-    return tag, client_state
+    """Collective: load the newest complete checkpoint; returns (tag, client_state) or None.
+
+    One that cannot be read (files cut short or deleted since) is passed over, with a
+    warning, for the next older one, as `--resume` promises; one refused as unsafe is not."""
+    tags = complete_tags(directory)
+    for n, tag in enumerate(tags):
+        error: TibnlpError | None = None
+        try:
+            path, client_state = engine.load_checkpoint(str(directory), tag=tag)
+        except TibnlpError as exc:
+            if not _unreadable(exc):
+                raise
+            path, error = None, exc
+        # every rank moves on together, or their collectives would no longer pair up
+        if all(all_gather_objects(path is not None)):
+            return tag, client_state
+        if n == len(tags) - 1:
+            if error is not None:
+                raise error
+            return None
+        reason = error.message if error is not None else "its files are missing"
+        _warn(
+            f"checkpoint {directory / tag} cannot be read ({reason}); resuming from the "
+            f"older {tags[n + 1]}"
+        )
+    return None
+
+
+def _unreadable(exc: TibnlpError) -> bool:
+    """A file cut short or missing, not one torch's weights-only loader refused as unsafe."""
+    cause = exc.__cause__
+    return not (
+        isinstance(cause, pickle.UnpicklingError) and "Weights only load failed" in str(cause)
+    )
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)

@@ -39,8 +39,9 @@ from tibnlp.data.pretraining import (
     build_pretraining_dataset,
     length_bucketed_batches,
     load_pretraining_dataset,
+    require_documents,
 )
-from tibnlp.errors import ConfigError, DataError
+from tibnlp.errors import ConfigError, DataError, TibnlpError
 from tibnlp.evaluation.word_order import order_accuracies
 from tibnlp.folder_lock import hold_folder
 from tibnlp.fsutil import atomic_write_text
@@ -50,6 +51,7 @@ from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.models.summary import electra_flops_per_token, training_flops_per_token
 from tibnlp.text.vocab import Vocabulary, copy_vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
+from tibnlp.training import checkpoint
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import (
     World,
@@ -147,11 +149,29 @@ def run_pretraining(
     # the batch split over the processes, before the process group, the output folder and
     # the corpus's tokenising (minutes): start_training would refuse it only after them
     accumulation_steps(p.batch_size, p.micro_batch_size, planned_world_size())
+    # likewise an empty split the run reads
+    require_documents(Path(p.corpus), "heldout" if eval_only else "train")
     world = init_distributed(cfg.engine)
     if not world.is_main:
         return _pretrain(cfg, resume, world, eval_only)
     with hold_folder(Path(p.output), wait=wait, notify=_note):
         return _pretrain(cfg, resume, world, eval_only)
+
+
+def check_resumable(directory: Path, resume: bool) -> None:
+    """`--resume` needs a complete checkpoint, a fresh start needs none (the loop checks again,
+    but only after the run has tokenised the corpus and written its config)."""
+    found = checkpoint.latest_tag(directory) is not None
+    if resume and not found:
+        raise TibnlpError(
+            f"--resume: no complete checkpoint in {directory}",
+            "run without --resume to start, or point pretrain.output at the earlier run",
+        )
+    if found and not resume:
+        raise TibnlpError(
+            f"{directory} already holds checkpoints of an earlier run",
+            "add --resume to continue it, or set pretrain.output to a new folder",
+        )
 
 
 def _note(line: str) -> None:
@@ -162,6 +182,8 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
     p = cfg.pretrain
     budget = parse_duration(p.time_budget)
     output = Path(p.output)
+    if not eval_only:  # (in the held folder: a run busy in it is named first)
+        check_resumable(output / "checkpoints", resume)
     vocab_dir = Path(p.vocab)
     vocab = Vocabulary.load(vocab_dir)
     init_state = None
