@@ -244,3 +244,21 @@ def test_fresh_start_over_checkpoints_leaves_the_earlier_config(
         run_pretraining(cfg)
     assert (out / "config.yaml").read_text() == "earlier: run\n"
     assert not (out / "data").exists()
+
+
+def test_ctrl_c_in_pretrain_says_how_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupted run keeps its checkpoints; the command says so and exits 130 (the
+    shell's code for SIGINT), not with Click's bare "Aborted!"."""
+    import tibnlp.training.pretrain as pretrain
+
+    def interrupted(*args: Any, **kwargs: Any) -> Path:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pretrain, "run_pretraining", interrupted)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["pretrain", "-s", "pretrain.output=out"])
+    assert result.exit_code == 130
+    said = " ".join(result.output.split())  # the console wraps long lines
+    assert "checkpoints in out/checkpoints stay" in said and "with --resume" in said

@@ -43,6 +43,14 @@ def pretrain(
 
     extra = [f"pretrain.time_budget={time_budget}"] if time_budget is not None else []
     cfg = resolve_config(config, overrides, *extra)
-    out = run_pretraining(cfg, resume=resume, wait=wait, eval_only=eval_only)
+    try:
+        out = run_pretraining(cfg, resume=resume, wait=wait, eval_only=eval_only)
+    except KeyboardInterrupt:  # the checkpoints written so far stay: say how to go on
+        if os.environ.get("RANK", "0") == "0" and not eval_only:
+            console.print(
+                f"interrupted: the checkpoints in {cfg.pretrain.output}/checkpoints stay; "
+                "run the same command with --resume to continue from the newest"
+            )
+        raise SystemExit(130) from None
     if os.environ.get("RANK", "0") == "0":  # once per run, not once per process
         console.print(f"{'scores' if eval_only else 'model'}: {out}")
