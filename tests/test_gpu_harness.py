@@ -643,6 +643,10 @@ def test_install_unpacks_a_new_data_tar_on_a_reused_machine(tmp_path, monkeypatc
     from benchmarks.gpu import run
 
     monkeypatch.setattr(run, "DEVICE_DATA", tmp_path / "device-data")
+    for name in ("TIBNLP_DATA", "PYTHONPATH"):  # install sets both for the process: restored
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # records the value (or none)
+        if not os.environ[name]:
+            monkeypatch.delenv(name)
     bundle_dir = tmp_path / "bundle"
     bundle_dir.mkdir()
 

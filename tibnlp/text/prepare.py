@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -343,8 +344,9 @@ def _finish(
 def _check_splits(
     figures: dict[str, dict[str, int]], fraction: float, infos: list[InputInfo]
 ) -> None:
-    """Refuse a corpus with nothing to train on, or with no held-out document although one
-    was asked for: the vocabulary report and pretraining would silently have nothing there."""
+    """Refuse a corpus with nothing to train on; warn of one with no held-out document
+    although one was asked for (a small corpus, or a .txt without blank lines): it trains,
+    but the vocabulary report and pretraining have no held-out scores."""
     train, heldout = figures["train"]["documents"], figures["heldout"]["documents"]
     names = [i.source for i in infos]
     inputs = ", ".join(names) if len(names) <= 3 else f"{len(names)} inputs"
@@ -356,9 +358,11 @@ def _check_splits(
             "blank line, a JSONL record is one document)",
         )
     if fraction > 0 and not heldout:
-        raise DataError(
-            f"{inputs}: no document for the held-out split: the input has {train} "
-            "document(s) (a .txt document ends at a blank line, a JSONL record is one)",
-            "add blank lines between documents, or set corpus.heldout_fraction=0 "
-            "(pretraining then reports no held-out scores)",
+        print(
+            f"warning: {inputs}: no document for the held-out split: the input has {train} "
+            "document(s) (a .txt document ends at a blank line, a JSONL record is one); "
+            "there will be no held-out scores. Add blank lines between documents for them, "
+            "or set corpus.heldout_fraction=0 to say none are wanted",
+            file=sys.stderr,
+            flush=True,
         )

@@ -149,8 +149,6 @@ def run_pretraining(
     # the batch split over the processes, before the process group, the output folder and
     # the corpus's tokenising (minutes): start_training would refuse it only after them
     accumulation_steps(p.batch_size, p.micro_batch_size, planned_world_size())
-    # likewise an empty split the run reads
-    require_documents(Path(p.corpus), "heldout" if eval_only else "train")
     world = init_distributed(cfg.engine)
     if not world.is_main:
         return _pretrain(cfg, resume, world, eval_only)
@@ -196,6 +194,8 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
             f"{cfg.model.max_len}" + (f" (of {p.init_from})" if p.init_from else ""),
             "lower pretrain.seq_len or raise model.max_len",
         )
+    # an empty split the run reads, before its config and tokenised data are written
+    require_documents(Path(p.corpus), "heldout" if eval_only else "train")
     # segment recurrence: MLM over chains of consecutive segments (tibnlp.data.segment_chains)
     chain = cfg.pretrain.recurrence_segments if cfg.model.recurrence.enabled else 0
     electra = p.objective == "electra"
