@@ -159,3 +159,18 @@ def test_lamb_under_zero_is_refused_at_load(section: str) -> None:
     assert "engine.zero_stage: 0" in str(info.value)
     assert load_config(None, [sets[0], "engine.zero_stage=0"]).engine.zero_stage == 0
     assert load_config(None, ["pretrain.optimizer.name=adamw", "engine.zero_stage=2"])
+
+
+def test_from_dict_names_a_missing_required_key() -> None:
+    """A dataclass field without a default (ClassifierMeta's labels, for one) was a
+    TypeError from the constructor, naming neither the file nor the key."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Needs:
+        labels: list[str]
+        size: int = 1
+
+    with pytest.raises(ConfigError, match=r"config key 'meta.labels' is required and missing"):
+        from_dict(Needs, {"size": 2}, "meta")
+    assert from_dict(Needs, {"labels": ["a"]}, "meta") == Needs(["a"], 1)

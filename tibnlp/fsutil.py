@@ -29,7 +29,7 @@ def _kind(path: Path) -> str:
     return "a broken link" if path.is_symlink() and not path.exists() else "a file"
 
 
-def _blocker(folder: Path) -> Path | None:
+def blocking_file(folder: Path) -> Path | None:
     """The nearest existing part of `folder` (itself or an ancestor) when it is not a folder:
     what would make `mkdir -p folder` fail; None when nothing does."""
     for part in (folder, *folder.parents):
@@ -58,7 +58,7 @@ def check_file_path(path: Path) -> Path:
 
 
 def _refuse_blocker(folder: Path, target: Path, verb: str) -> None:
-    blocker = _blocker(folder)
+    blocker = blocking_file(folder)
     if blocker == target:
         raise DataError(f"{target} is {_kind(target)}; give a folder path")
     if blocker is not None:
@@ -66,6 +66,15 @@ def _refuse_blocker(folder: Path, target: Path, verb: str) -> None:
             f"cannot {verb} {target}: {blocker} is {_kind(blocker)}",
             "give a path whose parents are folders",
         )
+
+
+def check_new_folder(folder: Path) -> Path:
+    """`folder` as given, or a DataError when it is a file or a folder with files in it: an
+    output a command makes whole (vocabularies, exports) never mixes with an earlier one."""
+    folder = check_folder_path(folder)
+    if folder.is_dir() and any(folder.iterdir()):
+        raise DataError(f"{folder} already exists and is not empty", "choose a new --output")
+    return folder
 
 
 def make_dirs(folder: Path) -> Path:

@@ -190,6 +190,16 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
         raise ConfigError(
             f"config key '{key}' is unknown; allowed keys here: {', '.join(sorted(fields))}"
         )
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in data
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:  # `cls(**kwargs)` would raise a TypeError naming no file or key
+        keys = ", ".join(f"'{_join(prefix, name)}'" for name in missing)
+        raise ConfigError(f"config key {keys} is required and missing")
     kwargs = {
         name: _convert(hints[name], _over_default(fields[name], data[name]), _join(prefix, name))
         for name in data

@@ -256,6 +256,8 @@ def build_pretraining_dataset(
     """
     import datasets
 
+    from tibnlp.text.prepared import save_splits
+
     corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
     if seq_len < 8:
         raise DataError(f"seq_len {seq_len} is too short for [CLS] A [SEP] B [SEP]; use >= 8")
@@ -354,17 +356,14 @@ def build_pretraining_dataset(
         "mean_length": float(np.mean(lengths)),
     }
     with staged_dir(out_dir) as tmp:
-        # an empty split (a corpus prepared with heldout_fraction 0) must be saved as one empty
-        # shard: saved as none, load_from_disk fails on it
-        shards = {s: None if len(d) else 1 for s, d in built.items()}
-        datasets.DatasetDict(built).save_to_disk(str(tmp / "dataset"), num_shards=shards)
+        save_splits(datasets.DatasetDict(built), tmp / "dataset")
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return out_dir
 
 
 def load_pretraining_dataset(path: Path) -> tuple[Any, dict[str, Any]]:
     """(DatasetDict with train/heldout, meta) of a folder made by `build_pretraining_dataset`."""
-    import datasets
+    from tibnlp.text.prepared import load_saved
 
     path = Path(path)
     if not (path / META_FILE).is_file() or not (path / "dataset").is_dir():
@@ -372,14 +371,12 @@ def load_pretraining_dataset(path: Path) -> tuple[Any, dict[str, Any]]:
             f"{path} is not a pretraining dataset (no {META_FILE} or dataset/)",
             "build it with build_pretraining_dataset (run by `tibnlp pretrain`)",
         )
+    hint = f"delete {path}: it is a cache, the next `tibnlp pretrain` builds it again"
     try:
         meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
-        return datasets.load_from_disk(str(path / "dataset")), meta
-    except (OSError, ValueError, IndexError, KeyError) as exc:  # deleted or cut-short files
-        raise DataError(
-            f"pretraining dataset {path} cannot be read ({exc})",
-            f"delete {path}: it is a cache, the next `tibnlp pretrain` builds it again",
-        ) from exc
+    except ValueError as exc:  # a cut-short meta file
+        raise DataError(f"{path / META_FILE} cannot be read ({exc})", hint) from exc
+    return load_saved(path / "dataset", "pretraining dataset", hint), meta
 
 
 def require_documents(corpus_dir: Path, split: str) -> None:

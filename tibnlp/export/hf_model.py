@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from tibnlp.config.model import ModelConfig
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.export.hf_tokenizer import SPECIAL_TOKENS, build_tokenizer, tokenizer_config
-from tibnlp.fsutil import check_folder_path, staged_dir
+from tibnlp.fsutil import check_new_folder, staged_dir
 from tibnlp.models.io import WEIGHTS, load_pretrained
 from tibnlp.text.vocab import Vocabulary
 
@@ -147,7 +147,7 @@ def albert_state(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path) -
 def export_hf(model_dir: Path, output: Path) -> Path:
     """Write `output` (config.json, model.safetensors, tokenizer files) whole or not at all."""
     model_dir, output = Path(model_dir), Path(output)
-    check_new_output(output)
+    check_new_folder(output)  # before any work
     cfg, state = load_pretrained(model_dir)
     check_exportable(cfg, model_dir)
     vocab = Vocabulary.load(model_dir)
@@ -158,7 +158,6 @@ def export_hf(model_dir: Path, output: Path) -> Path:
         )
     tensors = albert_state(cfg, state, model_dir / WEIGHTS)
     tokenizer = build_tokenizer(vocab)
-    check_new_output(output)  # again: it may have been filled meanwhile
     with staged_dir(output) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         _write_json(
@@ -168,13 +167,6 @@ def export_hf(model_dir: Path, output: Path) -> Path:
         _write_json(tmp / "tokenizer_config.json", tokenizer_config(vocab, cfg.max_len))
         _write_json(tmp / "special_tokens_map.json", SPECIAL_TOKENS)
     return output
-
-
-def check_new_output(output: Path) -> None:
-    """Refuse, before any work, an --output that is a file or a folder with files in it."""
-    check_folder_path(output)
-    if output.is_dir() and any(output.iterdir()):
-        raise DataError(f"{output} already exists and is not empty", "choose a new --output")
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -10,9 +10,9 @@ Written to a temporary folder and renamed into place, so a crash never leaves ha
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import yaml
@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from tibnlp.config.core import from_dict, to_dict
+from tibnlp.config.core import from_dict, read_yaml, to_dict
 from tibnlp.config.model import ModelConfig, drop_moved_keys
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.fsutil import staged_dir
@@ -91,41 +91,16 @@ def read_meta(directory: Path) -> ClassifierMeta:
             f"{directory} is not a fine-tuned classifier directory ({META_FILE} is missing)",
             "give a directory written by `tibnlp finetune`",
         )
-    data = _read_meta_yaml(path)
-    if "model" in data:
-        data["model"] = drop_moved_keys(data["model"])
-    required = [f.name for f in fields(ClassifierMeta) if _required(f)]
-    missing = [name for name in required if name not in data]
-    if missing:
-        raise DataError(f"{path}: damaged, it lacks {', '.join(missing)}", DAMAGED)
-    try:
+    try:  # a damaged file (edited, truncated): named with its line, not a traceback
+        data = read_yaml(path)
+        if isinstance(data.get("model"), dict):
+            data["model"] = drop_moved_keys(data["model"])
         meta = from_dict(ClassifierMeta, data, "classifier")
     except ConfigError as exc:
         raise DataError(f"{path}: damaged ({exc.message})", DAMAGED) from exc
     if meta.format != FORMAT:
         raise DataError(f"{path}: format {meta.format!r}, expected {FORMAT!r}")
     return meta
-
-
-def _required(f: Any) -> bool:
-    return f.default is MISSING and f.default_factory is MISSING
-
-
-def _read_meta_yaml(path: Path) -> dict[str, Any]:
-    """classifier.yaml as a mapping; a damaged file (edited, truncated) is a DataError naming
-    it and its line, not a parser traceback."""
-    try:
-        data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or exc
-        raise DataError(f"{where}: damaged, not valid YAML ({problem})", DAMAGED) from exc
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: damaged, not valid UTF-8", DAMAGED) from exc
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: damaged, not a mapping of settings", DAMAGED)
-    return data
 
 
 def load_classifier(directory: Path) -> tuple[Classifier, ClassifierMeta]:

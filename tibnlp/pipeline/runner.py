@@ -16,7 +16,7 @@ from tibnlp.config.identity import output_settings
 from tibnlp.data.datadir import require
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.folder_lock import hold_folder
-from tibnlp.fsutil import atomic_write_text
+from tibnlp.fsutil import atomic_write_text, blocking_file
 from tibnlp.pipeline.cache import Slot, explain_change, node_key, slot_for
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.grid import Node, expand
@@ -315,15 +315,13 @@ def run_pipeline(
 def _check_workdir(path: Path, where: str) -> None:
     """The work dir is created when the run starts: a file in its way (or in the way of a
     folder above it) is refused now, in a --dry-run too, not with a bare FileExistsError."""
-    for part in [path, *path.parents]:
-        if part.is_dir():
-            return
-        if part.exists() or part.is_symlink():
-            what = "is" if part == path else f"is inside {part}, which is"
-            raise ConfigError(
-                f"{where}: {path} {what} a file, not a folder",
-                "give a folder for the stage outputs (it is created if missing)",
-            )
+    part = blocking_file(path)
+    if part is not None:
+        what = "is" if part == path else f"is inside {part}, which is"
+        raise ConfigError(
+            f"{where}: {path} {what} a file, not a folder",
+            "give a folder for the stage outputs (it is created if missing)",
+        )
 
 
 def _plan_and_run(

@@ -211,7 +211,7 @@ def load_words(corpus_dir: Path, corpus: Any) -> tuple[dict[str, Any], dict[str,
     """({split: Dataset(word_starts)}, meta) stored with a prepared corpus, checked against it.
 
     Needs neither botok nor the pack: pretraining reads what preparation found."""
-    import datasets
+    from tibnlp.text.prepared import load_saved
 
     corpus_dir = Path(corpus_dir)
     meta = _read_meta(corpus_dir)
@@ -228,13 +228,8 @@ def load_words(corpus_dir: Path, corpus: Any) -> tuple[dict[str, Any], dict[str,
             f"{where}: the words were found for another version of this corpus",
             f"run `tibnlp corpus words {corpus_dir}` again",
         )
-    try:
-        words = {s: datasets.load_from_disk(str(where / s)) for s in SPLITS}
-    except (OSError, ValueError, IndexError, KeyError) as exc:  # files deleted or cut short
-        raise DataError(
-            f"{where}: the botok words cannot be read ({exc})",
-            f"delete {where} and run `tibnlp corpus words {corpus_dir}` again",
-        ) from exc
+    hint = f"delete {where} and run `tibnlp corpus words {corpus_dir}` again"
+    words = {s: load_saved(where / s, "botok words", hint) for s in SPLITS}
     for split, ds in words.items():
         if len(ds) != len(corpus[split]):
             raise DataError(
@@ -258,6 +253,8 @@ def _build(
     key: str,
     progress: Progress,
 ) -> None:
+    from tibnlp.text.prepared import save_splits
+
     partial = corpus_dir / PARTIAL_DIR
     stamp = partial / "key.txt"
     if partial.exists() and (not stamp.is_file() or stamp.read_text().strip() != key):
@@ -309,9 +306,7 @@ def _build(
                     figures[k] += int(fig[k])
                 figures["shard_seconds"] += float(fig["seconds"])
                 figures["cpu_seconds"] += float(fig["cpu_seconds"])
-            words = _assemble(files)
-            # an empty split (heldout_fraction 0) saved as no shard would not load again
-            words.save_to_disk(str(tmp / split), num_shards=None if len(words) else 1)
+            save_splits(_assemble(files), tmp / split)
         meta = {
             "key": key,
             "corpus": corpus_key(corpus_dir, corpus),

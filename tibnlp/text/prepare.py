@@ -59,11 +59,10 @@ from tibnlp.config.text import CorpusConfig
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.filtering import LINE_REASONS, choose_heldout, dedup_mask, process_documents
-from tibnlp.text.prepared import MARKER, MARKER_CONTENT, load_prepared
+from tibnlp.text.prepared import MARKER, MARKER_CONTENT, SPLITS, load_prepared, save_splits
 from tibnlp.text.readers import InputInfo, expand_inputs, read_documents, source_names
 
 __all__ = ["MARKER", "MARKER_CONTENT", "load_prepared", "prepare_corpus"]
-SPLITS = ("train", "heldout")
 FEATURES = datasets.Features(
     {
         "doc_id": datasets.Value("int64"),
@@ -324,9 +323,7 @@ def _finish(
         }
     )
     with _quiet():
-        # An empty split must be saved as one (empty) shard, or load_from_disk fails on it.
-        shards = {s: None if figures[s]["documents"] else 1 for s in SPLITS}
-        dataset.save_to_disk(str(tmp / "dataset"), num_shards=shards)
+        save_splits(dataset, tmp / "dataset")
     return {
         "kind": "prepared_corpus",
         "version": 1,

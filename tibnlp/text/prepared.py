@@ -1,11 +1,16 @@
 """Reading a prepared corpus directory (`tibnlp corpus prepare` output): its marker and its
 `train`/`heldout` datasets. Apart from `prepare` so that what builds on a prepared corpus
-(word segmentation, pretraining data) needs nothing of how it is made."""
+(word segmentation, pretraining data) needs nothing of how it is made.
+
+`save_splits` and `load_saved` are the one way every saved dataset here (the corpus, its
+botok words, the tokenised pretraining data) goes to disk and back: an empty split reloads,
+and a damaged folder is a DataError, not a `datasets` traceback."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import datasets
 
@@ -37,13 +42,32 @@ def load_prepared(path: Path) -> datasets.DatasetDict:
     return _load_splits(path)
 
 
-def _load_splits(path: Path) -> datasets.DatasetDict:
-    """The saved DatasetDict; a damaged one (files deleted or cut short) is a DataError, so
-    the user learns to prepare the corpus again rather than reading a `datasets` traceback."""
+def save_splits(data: datasets.Dataset | datasets.DatasetDict, folder: Path) -> None:
+    """`save_to_disk`, with an empty split saved as one empty shard: saved as none (a corpus
+    prepared with heldout_fraction 0), `load_from_disk` fails on it."""
+    shards: Any
+    if isinstance(data, datasets.DatasetDict):
+        shards = {s: None if len(d) else 1 for s, d in data.items()}
+    else:
+        shards = None if len(data) else 1
+    data.save_to_disk(str(folder), num_shards=shards)
+
+
+def load_saved(folder: Path, what: str, hint: str) -> Any:
+    """`load_from_disk`; files deleted or cut short since (FileNotFoundError, ArrowInvalid,
+    ...) are a DataError naming `what` and the folder, with `hint`."""
     try:
-        dataset = datasets.load_from_disk(str(path / "dataset"))
-    except (OSError, ValueError, IndexError, KeyError) as exc:  # FileNotFoundError, ArrowInvalid
-        raise _incomplete(path, f"{path / 'dataset'} cannot be read: {exc}") from exc
+        return datasets.load_from_disk(str(folder))
+    except (OSError, ValueError, IndexError, KeyError) as exc:
+        raise DataError(f"{what} {folder} cannot be read ({exc})", hint) from exc
+
+
+def _load_splits(path: Path) -> datasets.DatasetDict:
+    """The saved DatasetDict, with both splits: a damaged one says to prepare it again."""
+    try:
+        dataset = load_saved(path / "dataset", "dataset", "")
+    except DataError as exc:
+        raise _incomplete(path, exc.message) from exc
     missing = [s for s in SPLITS if not isinstance(dataset, dict) or s not in dataset]
     if missing:
         raise _incomplete(path, f"no {' or '.join(missing)} split in {path / 'dataset'}")

@@ -26,7 +26,7 @@ import sentencepiece as spm
 from tibnlp.config.core import dump_yaml, to_dict
 from tibnlp.config.text import VocabConfig
 from tibnlp.errors import DataError
-from tibnlp.fsutil import check_folder_path, staged_dir
+from tibnlp.fsutil import check_new_folder, staged_dir
 from tibnlp.text.sentences import SHADS
 from tibnlp.text.special import PAD_ID, UNK_ID
 from tibnlp.text.syllables import count_syllables, syllables
@@ -242,9 +242,7 @@ def evaluate(vocab: Vocabulary, sentences: list[str]) -> dict[str, Any]:
 
 def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) -> dict[str, Any]:
     """Train, evaluate on the held-out split and write the vocabulary folder; returns the report."""
-    corpus_dir, output_dir = Path(corpus_dir), check_folder_path(Path(output_dir))
-    if output_dir.exists() and any(output_dir.iterdir()):
-        raise DataError(f"{output_dir} already exists and is not empty", "choose a new --output")
+    corpus_dir, output_dir = Path(corpus_dir), check_new_folder(Path(output_dir))
     corpus = load_corpus(corpus_dir)
     if "train" not in corpus or "heldout" not in corpus:
         raise DataError(f"{corpus_dir}: the prepared corpus lacks a train or heldout split")

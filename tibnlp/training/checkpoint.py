@@ -132,6 +132,26 @@ def complete_tags(directory: Path) -> list[str]:
     return [tag_for(s) for s in sorted((s for s in steps if s <= newest), reverse=True)]
 
 
+def require_resumable(directory: Path, resume: bool) -> None:
+    """`--resume` needs a complete checkpoint in `directory`, a fresh start needs none there.
+    Cheap (the marker only): a run checks it before tokenising or writing anything."""
+    found = latest_tag(directory) is not None
+    if resume and not found:
+        raise no_checkpoint(directory)
+    if found and not resume:
+        raise TibnlpError(
+            f"{directory} already holds checkpoints of an earlier run",
+            "add --resume to continue it, or set pretrain.output to a new folder",
+        )
+
+
+def no_checkpoint(directory: Path) -> TibnlpError:
+    return TibnlpError(
+        f"--resume: no complete checkpoint in {directory}",
+        "run without --resume to start, or point pretrain.output at the earlier run",
+    )
+
+
 def load(engine: Any, directory: Path) -> tuple[str, dict[str, Any]] | None:
     """Collective: load the newest complete checkpoint; returns (tag, client_state) or None.
 

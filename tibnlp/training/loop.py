@@ -437,17 +437,9 @@ def fit(
     an error it is closed as FAILED.
     """
     directory = loop.settings.checkpoint_dir
-    if resume:
-        if not loop.restore():
-            raise TibnlpError(
-                f"--resume: no complete checkpoint in {directory}",
-                "run without --resume to start, or point pretrain.output at the earlier run",
-            )
-    elif checkpoint.latest_tag(directory) is not None:
-        raise TibnlpError(
-            f"{directory} already holds checkpoints of an earlier run",
-            "add --resume to continue it, or set pretrain.output to a new folder",
-        )
+    checkpoint.require_resumable(directory, resume)
+    if resume and not loop.restore():  # every complete checkpoint unreadable
+        raise checkpoint.no_checkpoint(directory)
     tracker = open_tracker(loop.run_id) if loop.world.is_main else None
     if tracker is not None:
         loop.run_id = tracker.run_id

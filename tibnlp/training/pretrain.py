@@ -41,7 +41,7 @@ from tibnlp.data.pretraining import (
     load_pretraining_dataset,
     require_documents,
 )
-from tibnlp.errors import ConfigError, DataError, TibnlpError
+from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.word_order import order_accuracies
 from tibnlp.folder_lock import hold_folder
 from tibnlp.fsutil import atomic_write_text
@@ -156,22 +156,6 @@ def run_pretraining(
         return _pretrain(cfg, resume, world, eval_only)
 
 
-def check_resumable(directory: Path, resume: bool) -> None:
-    """`--resume` needs a complete checkpoint, a fresh start needs none (the loop checks again,
-    but only after the run has tokenised the corpus and written its config)."""
-    found = checkpoint.latest_tag(directory) is not None
-    if resume and not found:
-        raise TibnlpError(
-            f"--resume: no complete checkpoint in {directory}",
-            "run without --resume to start, or point pretrain.output at the earlier run",
-        )
-    if found and not resume:
-        raise TibnlpError(
-            f"{directory} already holds checkpoints of an earlier run",
-            "add --resume to continue it, or set pretrain.output to a new folder",
-        )
-
-
 def _note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -181,7 +165,7 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
     budget = parse_duration(p.time_budget)
     output = Path(p.output)
     if not eval_only:  # (in the held folder: a run busy in it is named first)
-        check_resumable(output / "checkpoints", resume)
+        checkpoint.require_resumable(output / "checkpoints", resume)
     vocab_dir = Path(p.vocab)
     vocab = Vocabulary.load(vocab_dir)
     init_state = None
