@@ -1,0 +1,130 @@
+"""Where does a pretrained encoder's lead over its random-init twin come from on TNCC titles?
+
+A twin learns each piece's meaning from the labelled titles alone, so it can know a piece only
+as well as the training titles teach it; pretraining can add what the corpus says of pieces
+the training titles hold rarely or never. This script splits the test (or validation) titles
+by how well their rarest piece is covered in the training titles: the number of training
+titles that contain it (0: a piece no training title has). Per bucket it gives both systems'
+accuracy (mean over seeds), A - B with its 95 % interval over the bucket's titles (paired
+bootstrap, `tibnlp finetune compare`'s), and the share of the whole lead the bucket holds.
+Accuracy, not macro-F1: a bucket misses whole classes, and F1 is not a sum over items.
+
+    python benchmarks/gain_by_rarity.py ENCODER TWIN --vocab MODEL [--pool RUN ...]
+
+ENCODER and TWIN: results.json files or folders (a `tibnlp finetune` output); --pool adds
+runs of the encoder's system (other pretraining seeds); MODEL: a folder holding the
+vocabulary both systems read (a model or classifier folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tibnlp.data.tasks import load_tncc
+from tibnlp.evaluation.report import load_results
+from tibnlp.evaluation.significance import paired_bootstrap, pool_rows, row_predictions
+from tibnlp.text.vocab import Vocabulary
+
+EDGES = (0, 1, 5, 20)  # bucket lower bounds on the rarest piece's training-title count
+
+
+def piece_sets(vocab: Vocabulary, texts: Sequence[str]) -> list[set[int]]:
+    """The distinct regular pieces of each text (given in the model's input form, as
+    `load_tncc` gives them)."""
+    special = set(vocab.special_ids) - {vocab.unk_id}  # [UNK] stays: a piece no one knows
+    return [set(vocab.encode(t)) - special for t in texts]
+
+
+def rarest_counts(train: Sequence[set[int]], items: Sequence[set[int]]) -> np.ndarray:
+    """For each item, the number of training texts holding its least covered piece (a text
+    with no regular piece counts as fully covered)."""
+    df: dict[int, int] = {}
+    for pieces in train:
+        for p in pieces:
+            df[p] = df.get(p, 0) + 1
+    big = len(train) + 1
+    return np.array([min((df.get(p, 0) for p in s), default=big) for s in items])
+
+
+def bucket_of(counts: np.ndarray, edges: Sequence[int] = EDGES) -> np.ndarray:
+    """Index of the last edge each count reaches."""
+    return np.searchsorted(np.asarray(edges), counts, side="right") - 1
+
+
+def bucket_names(edges: Sequence[int] = EDGES) -> list[str]:
+    names = []
+    for i, lo in enumerate(edges):
+        hi = edges[i + 1] - 1 if i + 1 < len(edges) else None
+        names.append(f"{lo}" if hi == lo else f"{lo}-{hi}" if hi is not None else f">= {lo}")
+    return names
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a", type=Path, help="system A (the encoder): results.json or its folder")
+    ap.add_argument("b", type=Path, help="system B (its twin), scored on the same items")
+    ap.add_argument("--vocab", type=Path, required=True, help="a folder with the vocabulary")
+    ap.add_argument("--pool", type=Path, nargs="*", default=[], help="more runs of system A")
+    ap.add_argument("--part", default="test", choices=("test", "validation"))
+    ap.add_argument("--resamples", type=int, default=2000)
+    args = ap.parse_args()
+
+    def one(path: Path) -> dict:
+        rows = load_results([path])
+        if len(rows) != 1:
+            raise SystemExit(f"{path}: {len(rows)} results; give one system's results.json")
+        return rows[0]
+
+    row_a = pool_rows([one(p) for p in [args.a, *args.pool]], args.part)
+    row_b = one(args.b)
+    true_a, preds_a = row_predictions(row_a, args.part)
+    true_b, preds_b = row_predictions(row_b, args.part)
+    data = load_tncc("title")
+    examples = data.splits[args.part]
+    if true_a != true_b or true_a != [e.label for e in examples]:
+        raise SystemExit(f"the two systems and TNCC's {args.part} titles differ in their items")
+    vocab = Vocabulary.load(args.vocab)
+    counts = rarest_counts(
+        piece_sets(vocab, [e.text for e in data.splits["train"]]),
+        piece_sets(vocab, [e.text for e in examples]),
+    )
+    buckets = bucket_of(counts)
+    y = np.asarray(true_a)
+    acc_a = np.mean([np.asarray(p) == y for p in preds_a], axis=0)  # per item, mean over seeds
+    acc_b = np.mean([np.asarray(p) == y for p in preds_b], axis=0)
+    total = acc_a.sum() - acc_b.sum()
+    print(
+        f"{data.name} {args.part}: {len(y)} titles; A {row_a['system']} ({len(preds_a)} seeds), "
+        f"B {row_b['system']} ({len(preds_b)} seeds); lead in accuracy "
+        f"{100 * total / len(y):+.2f} points"
+    )
+    print(
+        "| rarest piece in N training titles | titles | A accuracy | B accuracy "
+        "| A - B [95 %] | share of the lead |"
+    )
+    print("|---|---:|---:|---:|---|---:|")
+    for i, name in enumerate(bucket_names()):
+        idx = np.flatnonzero(buckets == i)
+        if not len(idx):
+            continue
+        d = paired_bootstrap(
+            y[idx].tolist(),
+            [np.asarray(p)[idx].tolist() for p in preds_a],
+            [np.asarray(p)[idx].tolist() for p in preds_b],
+            len(data.labels),
+            metric="accuracy",
+            resamples=args.resamples,
+        )
+        share = (acc_a[idx].sum() - acc_b[idx].sum()) / total if total else float("nan")
+        print(
+            f"| {name} | {len(idx)} | {100 * d.a:.2f} | {100 * d.b:.2f} | "
+            f"{100 * d.diff:+.2f} {d.interval()} | {100 * share:.0f} % |"
+        )
+
+
+if __name__ == "__main__":
+    main()
