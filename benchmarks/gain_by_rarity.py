@@ -8,8 +8,10 @@ titles that contain it (0: a piece no training title has). Per bucket it gives b
 accuracy (mean over seeds), A - B with its 95 % interval over the bucket's titles (paired
 bootstrap, `tibnlp finetune compare`'s), and the share of the whole lead the bucket holds.
 Accuracy, not macro-F1: a bucket misses whole classes, and F1 is not a sum over items.
+`--by share` splits instead by the share of a title's pieces that are rare in the training
+titles, so that one rare piece beside common ones does not decide a title's bucket.
 
-    python benchmarks/gain_by_rarity.py ENCODER TWIN --vocab MODEL [--pool RUN ...]
+    python benchmarks/gain_by_rarity.py ENCODER TWIN --vocab MODEL [--pool RUN]... [--by share]
 
 ENCODER and TWIN: results.json files or folders (a `tibnlp finetune` output); --pool adds
 runs of the encoder's system (other pretraining seeds); MODEL: a folder holding the
@@ -30,6 +32,8 @@ from tibnlp.evaluation.significance import paired_bootstrap, pool_rows, row_pred
 from tibnlp.text.vocab import Vocabulary
 
 EDGES = (0, 1, 5, 20)  # bucket lower bounds on the rarest piece's training-title count
+RARE_BELOW = 20  # --by share: a piece is rare when fewer training titles hold it
+SHARE_CUT = 0.2  # --by share: the buckets' edge on a title's share of rare pieces
 
 
 def piece_sets(vocab: Vocabulary, texts: Sequence[str]) -> list[set[int]]:
@@ -39,15 +43,30 @@ def piece_sets(vocab: Vocabulary, texts: Sequence[str]) -> list[set[int]]:
     return [set(vocab.encode(t)) - special for t in texts]
 
 
-def rarest_counts(train: Sequence[set[int]], items: Sequence[set[int]]) -> np.ndarray:
-    """For each item, the number of training texts holding its least covered piece (a text
-    with no regular piece counts as fully covered)."""
+def title_counts(train: Sequence[set[int]]) -> dict[int, int]:
+    """Each piece's number of training texts that hold it."""
     df: dict[int, int] = {}
     for pieces in train:
         for p in pieces:
             df[p] = df.get(p, 0) + 1
-    big = len(train) + 1
+    return df
+
+
+def rarest_counts(train: Sequence[set[int]], items: Sequence[set[int]]) -> np.ndarray:
+    """For each item, the number of training texts holding its least covered piece (a text
+    with no regular piece counts as fully covered)."""
+    df, big = title_counts(train), len(train) + 1
     return np.array([min((df.get(p, 0) for p in s), default=big) for s in items])
+
+
+def rare_shares(
+    train: Sequence[set[int]], items: Sequence[set[int]], below: int = RARE_BELOW
+) -> np.ndarray:
+    """For each item, the share of its distinct pieces that fewer than `below` training texts
+    hold (0 for a text with no regular piece): a reading that one rare piece beside a
+    common decisive word cannot dominate, as it does the rarest piece's count."""
+    df = title_counts(train)
+    return np.array([sum(df.get(p, 0) < below for p in s) / len(s) if s else 0.0 for s in items])
 
 
 def bucket_of(counts: np.ndarray, edges: Sequence[int] = EDGES) -> np.ndarray:
@@ -63,13 +82,29 @@ def bucket_names(edges: Sequence[int] = EDGES) -> list[str]:
     return names
 
 
+def share_buckets(shares: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """None of the pieces rare, up to SHARE_CUT of them, more."""
+    buckets = np.where(shares == 0, 0, np.where(shares <= SHARE_CUT, 1, 2))
+    cut = f"{100 * SHARE_CUT:g} %"
+    return buckets, ["none", f"over 0, up to {cut}", f"over {cut}"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("a", type=Path, help="system A (the encoder): results.json or its folder")
     ap.add_argument("b", type=Path, help="system B (its twin), scored on the same items")
     ap.add_argument("--vocab", type=Path, required=True, help="a folder with the vocabulary")
-    ap.add_argument("--pool", type=Path, nargs="*", default=[], help="more runs of system A")
+    ap.add_argument(
+        "--pool", type=Path, action="append", default=[], help="another run of system A (repeat)"
+    )
     ap.add_argument("--part", default="test", choices=("test", "validation"))
+    ap.add_argument(
+        "--by",
+        default="rarest",
+        choices=("rarest", "share"),
+        help="rarest: the rarest piece's training-title count; share: the share of a title's "
+        f"pieces that fewer than {RARE_BELOW} training titles hold",
+    )
     ap.add_argument("--resamples", type=int, default=2000)
     args = ap.parse_args()
 
@@ -88,11 +123,14 @@ def main() -> None:
     if true_a != true_b or true_a != [e.label for e in examples]:
         raise SystemExit(f"the two systems and TNCC's {args.part} titles differ in their items")
     vocab = Vocabulary.load(args.vocab)
-    counts = rarest_counts(
-        piece_sets(vocab, [e.text for e in data.splits["train"]]),
-        piece_sets(vocab, [e.text for e in examples]),
-    )
-    buckets = bucket_of(counts)
+    train = piece_sets(vocab, [e.text for e in data.splits["train"]])
+    items = piece_sets(vocab, [e.text for e in examples])
+    if args.by == "share":
+        buckets, names = share_buckets(rare_shares(train, items))
+        column = f"share of pieces in < {RARE_BELOW} training titles"
+    else:
+        buckets, names = bucket_of(rarest_counts(train, items)), bucket_names()
+        column = "rarest piece in N training titles"
     y = np.asarray(true_a)
     acc_a = np.mean([np.asarray(p) == y for p in preds_a], axis=0)  # per item, mean over seeds
     acc_b = np.mean([np.asarray(p) == y for p in preds_b], axis=0)
@@ -102,12 +140,9 @@ def main() -> None:
         f"B {row_b['system']} ({len(preds_b)} seeds); lead in accuracy "
         f"{100 * total / len(y):+.2f} points"
     )
-    print(
-        "| rarest piece in N training titles | titles | A accuracy | B accuracy "
-        "| A - B [95 %] | share of the lead |"
-    )
+    print(f"| {column} | titles | A accuracy | B accuracy | A - B [95 %] | share of the lead |")
     print("|---|---:|---:|---:|---|---:|")
-    for i, name in enumerate(bucket_names()):
+    for i, name in enumerate(names):
         idx = np.flatnonzero(buckets == i)
         if not len(idx):
             continue
