@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from tibnlp.data.tasks import load_tncc
-from tibnlp.evaluation.report import load_results
+from tibnlp.errors import TibnlpError
+from tibnlp.evaluation.report import load_one_result
 from tibnlp.evaluation.significance import paired_bootstrap, pool_rows, row_predictions
 from tibnlp.text.vocab import Vocabulary
 
@@ -108,14 +109,8 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=2000)
     args = ap.parse_args()
 
-    def one(path: Path) -> dict:
-        rows = load_results([path])
-        if len(rows) != 1:
-            raise SystemExit(f"{path}: {len(rows)} results; give one system's results.json")
-        return rows[0]
-
-    row_a = pool_rows([one(p) for p in [args.a, *args.pool]], args.part)
-    row_b = one(args.b)
+    row_a = pool_rows([load_one_result(p) for p in [args.a, *args.pool]], args.part)
+    row_b = load_one_result(args.b)
     true_a, preds_a = row_predictions(row_a, args.part)
     true_b, preds_b = row_predictions(row_b, args.part)
     data = load_tncc("title")
@@ -162,4 +157,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except TibnlpError as exc:  # a folder of several systems, results without predictions
+        raise SystemExit(f"error: {exc}") from exc

@@ -9,8 +9,13 @@ import typer
 from rich.console import Console
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
-from tibnlp.errors import DataError
-from tibnlp.evaluation.report import load_results, rich_table, select_best, summary_dict
+from tibnlp.evaluation.report import (
+    load_one_result,
+    load_results,
+    rich_table,
+    select_best,
+    summary_dict,
+)
 from tibnlp.evaluation.significance import compare_rows, pool_rows
 from tibnlp.training.finetune import run_finetune
 
@@ -138,8 +143,8 @@ def compare(
 ) -> None:
     """Is A above B? The difference of their seed-mean scores, with a paired-bootstrap interval
     over the items (the seeds' spread does not show how much another test sample would move it)."""
-    row_a = pool_rows([_single(path) for path in [result_a, *(pool or [])]], part)
-    row_b = _single(result_b)
+    row_a = pool_rows([load_one_result(path) for path in [result_a, *(pool or [])]], part)
+    row_b = load_one_result(result_b)
     d = compare_rows(row_a, row_b, part, metric, resamples, level, seed)
     name = f"{part} {metric.replace('_', '-')}"
     console.print(
@@ -156,13 +161,3 @@ def compare(
         f"A is not above B in {100 * d.not_above:.1f}% of resamples",
         soft_wrap=True,
     )
-
-
-def _single(path: Path) -> dict:
-    rows = load_results([path])
-    if len(rows) != 1:
-        systems = ", ".join(f"{r['dataset']} {r['system']}" for r in rows)
-        raise DataError(
-            f"{path} holds {len(rows)} results ({systems})", "give one system's results.json"
-        )
-    return rows[0]

@@ -323,3 +323,15 @@ def load_results(paths: Sequence[Path]) -> list[dict[str, Any]]:
         if not found:
             raise DataError(f"no {RESULTS_JSON} under {path}", "give a `tibnlp finetune` output")
     return rows
+
+
+def load_one_result(path: Path) -> dict[str, Any]:
+    """The one system's results a results.json (or a folder holding one) gives; a folder of
+    several systems is refused, naming them."""
+    rows = load_results([path])
+    if len(rows) != 1:
+        systems = ", ".join(f"{r['dataset']} {r['system']}" for r in rows)
+        raise DataError(
+            f"{path} holds {len(rows)} results ({systems})", "give one system's results.json"
+        )
+    return rows[0]
