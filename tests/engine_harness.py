@@ -217,6 +217,24 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
     shutdown(world)
 
 
+def torchrun(out: Path, overrides: dict[str, Any], nproc: int = 2) -> Any:
+    """`main(out, overrides)` in `nproc` CPU processes under torchrun (gloo); the finished
+    process, its output captured."""
+    import os
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, *sys.path])
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)]
+    cmd += ["--master_port", str(port), str(Path(__file__)), str(out), json.dumps(overrides)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
 def _child(out: Path, overrides: dict[str, Any]) -> Any:
     import os
     import subprocess

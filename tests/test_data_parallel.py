@@ -7,10 +7,6 @@ process continues one stream, so the runs would differ by design, not by a bug."
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import engine_harness as h
@@ -26,31 +22,11 @@ CONFIG = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("zero_stage", [0, 2])
 def test_two_processes_match_one(tmp_path: Path, zero_stage: int) -> None:
     config = {**CONFIG, "zero_stage": zero_stage}
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path.cwd()), *sys.path])
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(_free_port()),
-        str(Path(h.__file__)),
-        str(tmp_path / "two"),
-        json.dumps(config),
-    ]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    done = h.torchrun(tmp_path / "two", config)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     h.main(tmp_path / "one", config)  # this process: world 1, accumulation 2
 

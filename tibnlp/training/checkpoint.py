@@ -24,7 +24,7 @@ import torch
 
 from tibnlp.errors import TibnlpError
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.training.engine import all_gather_objects, barrier
+from tibnlp.training.engine import all_gather_objects, barrier, this_rank
 
 MARKER = "latest"
 _TAG = re.compile(r"^step(\d{8})$")
@@ -156,28 +156,37 @@ def load(engine: Any, directory: Path) -> tuple[str, dict[str, Any]] | None:
     """Collective: load the newest complete checkpoint; returns (tag, client_state) or None.
 
     One that cannot be read (files cut short or deleted since) is passed over, with a
-    warning, for the next older one, as `--resume` promises; one refused as unsafe is not."""
+    warning, for the next older one, as `--resume` promises; one refused as unsafe is not.
+    Every rank decides on every rank's outcome, and reports the first failing rank's reason:
+    a shard only one rank reads can be the damaged one."""
     tags = complete_tags(directory)
     for n, tag in enumerate(tags):
-        error: TibnlpError | None = None
+        reason: str | None = None
         try:
             path, client_state = engine.load_checkpoint(str(directory), tag=tag)
+            if path is None:
+                reason = "its files are missing"
         except TibnlpError as exc:
             if not _unreadable(exc):
                 raise
-            path, error = None, exc
+            reason = exc.message
         # every rank moves on together, or their collectives would no longer pair up
-        if all(all_gather_objects(path is not None)):
+        outcomes = all_gather_objects(reason)
+        failed = [(rank, why) for rank, why in enumerate(outcomes) if why]
+        if not failed:
             return tag, client_state
+        rank, why = failed[0]
+        where = f" (rank {rank})" if len(outcomes) > 1 else ""
         if n == len(tags) - 1:
-            if error is not None:
-                raise error
-            return None
-        reason = error.message if error is not None else "its files are missing"
-        _warn(
-            f"checkpoint {directory / tag} cannot be read ({reason}); resuming from the "
-            f"older {tags[n + 1]}"
-        )
+            raise TibnlpError(
+                f"no checkpoint in {directory} can be read: the oldest, {tag}, fails{where}: {why}",
+                "run without --resume to start again, or restore the checkpoint files",
+            )
+        if this_rank() == 0:
+            _warn(
+                f"checkpoint {directory / tag} cannot be read{where} ({why}); resuming from "
+                f"the older {tags[n + 1]}"
+            )
     return None
 
 
