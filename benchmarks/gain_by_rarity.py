@@ -90,6 +90,10 @@ def share_buckets(shares: np.ndarray) -> tuple[np.ndarray, list[str]]:
     return buckets, ["none", f"over 0, up to {cut}", f"over {cut}"]
 
 
+def _seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("a", type=Path, help="system A (the encoder): results.json or its folder")
@@ -131,8 +135,8 @@ def main() -> None:
     acc_b = np.mean([np.asarray(p) == y for p in preds_b], axis=0)
     total = acc_a.sum() - acc_b.sum()
     print(
-        f"{data.name} {args.part}: {len(y)} titles; A {row_a['system']} ({len(preds_a)} seeds), "
-        f"B {row_b['system']} ({len(preds_b)} seeds); lead in accuracy "
+        f"{data.name} {args.part}: {len(y)} titles; A {row_a['system']} ({_seeds(len(preds_a))}), "
+        f"B {row_b['system']} ({_seeds(len(preds_b))}); lead in accuracy "
         f"{100 * total / len(y):+.2f} points"
     )
     print(f"| {column} | titles | A accuracy | B accuracy | A - B [95 %] | share of the lead |")

@@ -123,7 +123,7 @@ def test_pooled_runs_add_their_seeds_to_system_a(
     monkeypatch.setattr(sys, "argv", [*argv, "--vocab", str(vocab), "--resamples", "50"])
     runpy.run_path(str(SCRIPT), run_name="__main__")
     head = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("tncc-title test:"))
-    assert "(3 seeds)" in head and "(1 seeds)" in head
+    assert "(3 seeds)" in head and "(1 seed)" in head
     results = {
         k: json.loads((v / "results.json").read_text(encoding="utf-8")) for k, v in runs.items()
     }
