@@ -430,3 +430,31 @@ def test_a_resumed_run_does_not_warn_again(
     longer = _config_file(inputs, out, max_steps=12, eval_every=4, warn_after=0.1)
     pretrain.run_pretraining(load_config(longer), resume=True)
     assert "is not learning" not in capsys.readouterr().err
+
+
+def test_resume_with_another_model_shape_is_refused_before_config_yaml_changes(
+    inputs: Path, tmp_path: Path
+) -> None:
+    """A shape changed on --resume is named (the key, both values) before the run's
+    config.yaml is written over; with that file gone, the load itself says the checkpoint
+    holds another model instead of printing DeepSpeed's state-dict traceback."""
+    from tibnlp.errors import TibnlpError
+    from tibnlp.training.pretrain import run_pretraining
+
+    out = tmp_path / "a"
+    path = _config_file(inputs, out, max_steps=4)
+    run_pretraining(load_config(path))
+    saved = (out / "config.yaml").read_text()
+    wider = ["model.hidden_size=48", "pretrain.max_steps=6"]
+    with pytest.raises(ConfigError, match=r"model\.hidden_size 48 \(saved: 32\)") as err:
+        run_pretraining(load_config(path, wider), resume=True)
+    assert str(out / "config.yaml") in str(err.value.hint)
+    assert (out / "config.yaml").read_text() == saved
+
+    (out / "config.yaml").unlink()
+    with pytest.raises(TibnlpError, match=r"step00000004 holds another model") as err2:
+        run_pretraining(load_config(path, wider), resume=True)
+    assert "size mismatch" in err2.value.message
+    # with its own shape it continues
+    run_pretraining(load_config(path, ["pretrain.max_steps=6"]), resume=True)
+    assert checkpoint.latest_tag(out / "checkpoints") == "step00000006"

@@ -170,6 +170,15 @@ def load(engine: Any, directory: Path) -> tuple[str, dict[str, Any]] | None:
             if not _unreadable(exc):
                 raise
             reason = exc.message
+        except RuntimeError as exc:  # read, but weights of another shape: no older one fits
+            if "Error(s) in loading state_dict" not in str(exc):
+                raise
+            detail = next((ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()), "")
+            raise TibnlpError(
+                f"checkpoint {directory / tag} holds another model than this run builds ({detail})",
+                "resume with the settings the run was saved with (its config.yaml), or set "
+                "pretrain.output to a new folder",
+            ) from None
         # every rank moves on together, or their collectives would no longer pair up
         outcomes = all_gather_objects(reason)
         failed = [(rank, why) for rank, why in enumerate(outcomes) if why]

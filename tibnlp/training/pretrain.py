@@ -123,6 +123,38 @@ def export_name(tokens: float) -> str:
     return f"tokens-{int(tokens)}"
 
 
+# pretrain settings that decide which weights the model has (the rest may change on --resume)
+MODEL_SHAPING = ("objective", "sop", "contrastive", "generator_ratio", "sparse_last_layer")
+
+
+def require_same_model(output: Path, cfg: Config) -> None:
+    """`--resume` with the model the checkpoints hold: a shape setting changed since would
+    fail deep in DeepSpeed's state-dict load, after config.yaml had been rewritten to the new
+    shape. A saved config this version cannot read is left to the load itself."""
+    from tibnlp.config import load_config
+    from tibnlp.config.core import flatten
+
+    saved_path = output / "config.yaml"
+    try:
+        saved = load_config(saved_path)
+    except Exception:  # absent or from another version: nothing to compare against
+        return
+    was = flatten({"model": to_dict(saved.model)}) | {
+        f"pretrain.{k}": getattr(saved.pretrain, k) for k in MODEL_SHAPING
+    }
+    now = flatten({"model": to_dict(cfg.model)}) | {
+        f"pretrain.{k}": getattr(cfg.pretrain, k) for k in MODEL_SHAPING
+    }
+    changed = [f"{k} {now.get(k)!r} (saved: {was.get(k)!r})" for k in was if was[k] != now.get(k)]
+    if changed:
+        raise ConfigError(
+            f"--resume: the checkpoints in {output} hold another model than this config asks "
+            f"for: {'; '.join(changed[:5])}"
+            + (f"; and {len(changed) - 5} more" if len(changed) > 5 else ""),
+            f"resume with the settings in {saved_path}, or set pretrain.output to a new folder",
+        )
+
+
 def run_pretraining(
     cfg: Config, resume: bool = False, wait: bool = False, eval_only: bool = False
 ) -> Path:
@@ -172,6 +204,8 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
     before: dict[str, Any] = {}  # the facts (tokens, FLOPs) of the model a run continues from
     if p.init_from:
         cfg.model, init_state, before = initial_weights(Path(p.init_from), vocab, vocab_dir)
+    if resume:  # before config.yaml is written over: it must keep describing the checkpoints
+        require_same_model(output, cfg)
     if p.seq_len > cfg.model.max_len:  # before anything is written: the encoder would refuse
         raise ConfigError(
             f"config key 'pretrain.seq_len': {p.seq_len} is above model.max_len "
@@ -213,7 +247,8 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
             # a one-sentence chunk is cut into A and B only for a task that reads the pair
             pairs=p.sop or p.contrastive > 0,
         )
-        dump_yaml(cfg, output / "config.yaml")
+        if not resume:  # a resumed run's, once its checkpoint has loaded (open_tracker)
+            dump_yaml(cfg, output / "config.yaml")
     barrier()
     splits, meta = load_pretraining_dataset(data_dir)
     model_cfg = resolve_model_config(cfg.model, vocab.size, meta)
@@ -351,7 +386,11 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
 
     def open_tracker(run_id: str | None) -> Tracker:
         """The run to log into: the checkpoint's (resume), the pipeline stage's
-        (`tracking.run_id`), or a new one (standalone)."""
+        (`tracking.run_id`), or a new one (standalone). Called on rank 0 once any
+        checkpoint has loaded: a resumed run's config.yaml (its new max_steps, say) is
+        written here, so a resume that fails leaves the file describing the checkpoints."""
+        if resume:
+            dump_yaml(cfg, output / "config.yaml")
         t = cfg.tracking
         in_stage = bool(t.run_id) and run_id is None
         tracking = dataclasses.replace(t, run_id=run_id or t.run_id)
