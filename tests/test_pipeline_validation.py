@@ -151,3 +151,42 @@ def test_a_work_dir_that_is_a_file_is_refused(tmp_path: Path, dry_run: bool, und
     assert afile.read_text(encoding="utf-8") == "keep"
     with pytest.raises(ConfigError, match=r"p\.yaml: workdir: .*afile is a file"):
         run_pipeline(load_pipeline(path, [f"workdir={afile}"]), dry_run=dry_run, echo=print)
+
+
+@pytest.mark.parametrize(
+    ("config", "stage_config", "sets", "said"),
+    [
+        # the shared section is merged into every stage: the first stage checked is not the place
+        ({"pretrain": {"mask_probb": 0.3}}, {}, [], r": config\.pretrain\.mask_probb: config key"),
+        ({}, {}, ["pretrain.batch_size=abc"], r": --set pretrain\.batch_size: config key"),
+        (
+            {"pretrain": {"max_tokens": "${vars.tokens}"}},
+            {},
+            ["vars.tokens=abc"],
+            r": config\.pretrain\.max_tokens = \$\{vars\.tokens\} \(--set vars\.tokens\): ",
+        ),
+        ({}, {"pretrain": {"seed": "x"}}, [], r": stages\.b\.config\.pretrain\.seed: config key"),
+    ],
+)
+def test_a_bad_config_value_is_named_where_it_was_set(
+    tmp_path: Path, config: dict, stage_config: dict, sets: list[str], said: str
+) -> None:
+    """Each stage validates the shared section merged with its own, so an error in the shared
+    section or a `--set` was reported against the first stage (`stages.a: ...`)."""
+    left = tmp_path / "left.txt"
+    left.write_text("x", encoding="utf-8")
+    stages = {
+        "a": {"kind": "v_pair", "inputs": {"left": str(left)}},
+        "b": {"kind": "v_pair", "inputs": {"left": str(left)}, "config": stage_config},
+    }
+    path = _write(
+        tmp_path,
+        stages,
+        vars={"tokens": 5},
+        config={"tracking": {"enabled": False}, **config},
+    )
+    with pytest.raises(ConfigError) as err:
+        run_pipeline(load_pipeline(path, sets), dry_run=True, echo=lambda _: None)
+    assert err.value.message.startswith(f"{path}: "), err.value.message
+    assert re.search(said, err.value.message), err.value.message
+    assert "stages.a:" not in err.value.message

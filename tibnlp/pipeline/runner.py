@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,20 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"{where}: '{key}' sets inside a value, not a section")
     node[parts[-1]] = copy.deepcopy(value)
+
+
+def _has_dotted(data: Any, key: str) -> bool:
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return False
+        data = data[part]
+    return True
+
+
+def _get_dotted(data: Any, key: str) -> Any:
+    for part in key.split("."):
+        data = data[part]
+    return data
 
 
 def _filled(fills: Iterable[tuple[str, str]], inputs: Any) -> list[str]:
@@ -189,9 +204,33 @@ class Planner:
             return to_dict(from_dict(Config, resolved))  # typed, validated, defaults filled
         except ConfigError as exc:
             raise ConfigError(
-                f"{where}{' [' + node.variant + ']' if node.variant else ''}: {exc.message}",
-                exc.hint,
+                f"{self._origin(node, exc.message)}: {exc.message}", exc.hint
             ) from exc
+
+    def _origin(self, node: Node, message: str) -> str:
+        """Where the key a validation error names was set: a stage's config, a variant, the
+        shared `config:` section (through a `${vars.X}` or not), or `--set`. The shared
+        section is merged into every stage, so the first stage checked is not the place."""
+        stage = f"stages.{node.stage.name}"
+        found = re.search(r"config key '([^']+)'", message)
+        key = found.group(1) if found else ""
+        if key and key in node.overrides:
+            return f"{self.spec.source}: {stage} [{node.variant}]"
+        if key and _has_dotted(node.stage.config, key):
+            setter = f"{stage}.config.{key}"
+            via = " (--set)" if setter in self.spec.set_keys else ""
+            return f"{self.spec.source}: {setter}{via}"
+        if key and _has_dotted(self.spec.config, key):
+            template = self.spec.config_template
+            raw = _get_dotted(template, key) if _has_dotted(template, key) else ""
+            refs = sorted(set(re.findall(r"\$\{(vars\.[^}]+)\}", str(raw))))
+            if f"config.{key}" in self.spec.set_keys:
+                return f"{self.spec.source}: --set {key}"
+            if refs:
+                given = [f"--set {r}" if r in self.spec.set_keys else r for r in refs]
+                return f"{self.spec.source}: config.{key} = {raw} ({', '.join(given)})"
+            return f"{self.spec.source}: config.{key}"
+        return f"{self.spec.source}: {stage}" + (f" [{node.variant}]" if node.variant else "")
 
     def needed(self, nodes: list[Node], until: Iterable[str]) -> set[int] | None:
         """The nodes of the stages in `until` and every node they read, transitively

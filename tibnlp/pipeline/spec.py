@@ -104,6 +104,8 @@ class PipelineSpec:
     vars: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # printed above the plan
+    set_keys: list[str] = field(default_factory=list)  # `--set` keys, as the file sees them
+    config_template: dict[str, Any] = field(default_factory=dict)  # `config:` before ${vars}
 
 
 def _strings(obj: Any) -> Iterable[str]:
@@ -219,6 +221,7 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
             return name
         return "${" + ref + "}"  # stage references are resolved when the stage runs
 
+    template = data.get("config") or {}  # before substitution: which keys read a variable
     data = substitute(data, var_lookup, "")
     stages_raw = data.get("stages")
     if not isinstance(stages_raw, dict) or not stages_raw:
@@ -274,6 +277,7 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
         source=source,
         vars=vars_,
         raw=data,
+        config_template=template if isinstance(template, dict) else {},
     )
 
 
@@ -296,6 +300,7 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     spec = parse_pipeline(data, Path(path))
     shared = [t.split("=", 1)[0].strip()[len("config.") :] for t in fixed]
     spec.notes = shadowed(spec, [k for k in shared if k])
+    spec.set_keys = [t.split("=", 1)[0].strip() for t in fixed]
     return spec
 
 
