@@ -171,3 +171,36 @@ def test_processes_starting_together_on_a_new_sqlite_store(tmp_path: Path) -> No
     assert len(set(ids)) == 3 and not any(i.startswith("offline-") for i in ids)
     exp = MlflowClient(uri).get_experiment_by_name("race")
     assert exp is not None and len(MlflowClient(uri).search_runs([exp.experiment_id])) == 3
+
+
+def test_ctrl_c_inside_the_store_call_stops_the_run_not_a_buffered_outage(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while a call waits on the sqlite file came back as the store's own error
+    ('database is locked' from its rollback, the KeyboardInterrupt as its context): it was
+    taken for an outage, training went on and every later call waited on the lock. Now the
+    record is kept in the buffer, the store is not touched again, and the interrupt goes on."""
+    from mlflow.exceptions import MlflowException
+
+    from tibnlp.tracking.buffer import interrupted
+
+    tr = Tracker("exp", "ctrl-c", uri=store, buffer_dir=tmp_path / "buf")
+    tr.log_metrics({"a": 1.0}, step=0)
+    calls = []
+
+    def locked_after_ctrl_c(rec: dict) -> None:
+        calls.append(rec["op"])
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise MlflowException("(sqlite3.OperationalError) database is locked") from None
+
+    monkeypatch.setattr(tr._applier, "apply", locked_after_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        tr.log_metrics({"a": 2.0}, step=1)
+    assert tr.offline and len(tr.buffer) == 1
+    tr.log_metrics({"a": 3.0}, step=2)
+    tr.end("KILLED")
+    assert calls == ["log_batch"]  # nothing after the interrupt reached the store
+    assert len(tr.buffer) == 3
+    assert not interrupted(MlflowException("database is locked"))  # a plain lock: an outage

@@ -54,6 +54,23 @@ def new_local_id() -> str:
     return OFFLINE_PREFIX + uuid.uuid4().hex
 
 
+def interrupted(exc: BaseException) -> bool:
+    """True when a Ctrl-C (KeyboardInterrupt) lies in the exception's cause/context chain: it
+    arrived inside the store's call, and the store's clean-up (a rollback on a locked sqlite
+    file, say) raised its own error over it. That is the user stopping the run, not an outage."""
+    todo: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        todo += [e.__cause__, e.__context__]
+    return False
+
+
 def is_outage(exc: BaseException) -> bool:
     """True when the store could not be reached (worth buffering), not when it said no."""
     import requests

@@ -39,6 +39,7 @@ from tibnlp.tracking.buffer import (
     Buffer,
     IdMap,
     default_buffer_dir,
+    interrupted,
     is_outage,
     new_local_id,
     now_ms,
@@ -147,6 +148,7 @@ class Tracker:
         self._ids = IdMap(self.buffer_dir)
         self._applier = Applier(self.client, self._ids)
         self._offline = False
+        self._interrupted = False  # a Ctrl-C came back from the store: buffer, never retry
         self._last_try = 0.0
         self._check_exists(resume_run_id, "tracking.run_id")
         self._check_exists(parent_run_id, "tracking.parent_run_id")
@@ -230,7 +232,7 @@ class Tracker:
         return not self.buffer.pending()
 
     def _maybe_reconnect(self) -> bool:
-        if time.monotonic() - self._last_try < self.retry_seconds:
+        if self._interrupted or time.monotonic() - self._last_try < self.retry_seconds:
             return False
         self._last_try = time.monotonic()
         if self._flush():
@@ -247,6 +249,13 @@ class Tracker:
         try:
             self._applier.apply(rec)
         except Exception as exc:
+            if interrupted(exc):
+                # the record is kept; the store is left alone from here (its interrupted
+                # transaction may hold the file's lock), and the interrupt goes on
+                self._offline = True
+                self._interrupted = True
+                self.buffer.append(rec)
+                raise KeyboardInterrupt from exc
             if is_outage(exc):
                 self._go_offline(exc)
                 self.buffer.append(rec)
@@ -421,9 +430,9 @@ class Tracker:
             if self._maybe_reconnect():
                 return
             log.warning(
-                "tracking store %s still unreachable: %d calls kept in %s; "
-                "replay them with `tibnlp runs sync %s`",
+                "tracking store %s %s: %d calls kept in %s; replay them with `tibnlp runs sync %s`",
                 self.uri,
+                "left alone after an interrupt" if self._interrupted else "still unreachable",
                 len(self.buffer),
                 self.buffer.path,
                 self.buffer.path,
