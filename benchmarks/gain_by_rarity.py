@@ -113,8 +113,8 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=2000)
     args = ap.parse_args()
 
-    row_a = pool_rows([load_one_result(p) for p in [args.a, *args.pool]], args.part)
     row_b = load_one_result(args.b)
+    row_a = pool_rows([load_one_result(p) for p in [args.a, *args.pool]], args.part, row_b)
     true_a, preds_a = row_predictions(row_a, args.part)
     true_b, preds_b = row_predictions(row_b, args.part)
     data = load_tncc("title")

@@ -228,6 +228,20 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
         load_pretrained(tmp_path)
 
 
+def test_a_pretraining_run_folder_points_at_its_model(tmp_path: Path) -> None:
+    """The hint named `--model`, an option `pretrain` (init_from) does not have; a run's
+    folder holding OUTPUT/model is now pointed at that folder."""
+    with pytest.raises(DataError) as err:
+        load_pretrained(tmp_path)
+    assert "not a saved model directory" in err.value.message
+    assert "--model" not in str(err.value.hint)
+    cfg = tiny()
+    save_pretrained(Encoder(cfg), cfg, tmp_path / "model")
+    with pytest.raises(DataError) as err:
+        load_pretrained(tmp_path)
+    assert f"use {tmp_path / 'model'}," in str(err.value.hint)
+
+
 def test_auto_threshold_must_be_resolved(tmp_path: Path) -> None:
     dyn = tiny(heads=HeadsConfig(small=4, large=6, threshold="auto"))
     with pytest.raises(ConfigError, match="threshold"):

@@ -245,6 +245,10 @@ def test_missing_vocabulary_and_model_dirs(env) -> None:
     cfg = _cfg(env, "finetune.encoder=albert", f"finetune.model={env.tmp / 'nope'}")
     with pytest.raises(DataError, match=r"model directory .* does not exist"):
         run_finetune(cfg, "tncc")
+    (env.tmp / "a_file").write_text("x")
+    cfg = _cfg(env, "finetune.encoder=albert", f"finetune.model={env.tmp / 'a_file'}")
+    with pytest.raises(DataError, match=r"model directory .*a_file is a file, not a folder"):
+        run_finetune(cfg, "tncc")
 
 
 def test_advts_only_for_tncc_titles_and_tusa() -> None:

@@ -635,6 +635,10 @@ def test_until_names_an_unknown_stage(toy: tuple[Path, str]) -> None:
     result = CliRunner().invoke(app, ["pipeline", "run", str(path), "--until", "text"])
     assert result.exit_code == 0, result.output
     assert "left  pretrain[small=6]" in result.output and CALLS == ["text"]
+    again = CliRunner().invoke(app, ["pipeline", "run", str(path), "--until", "text"])
+    assert again.exit_code == 0 and CALLS == ["text"], again.output
+    said = " ".join(again.output.split())  # the console wraps at its width
+    assert "(every stage cached: no new run)" in said and "run None" not in said
 
 
 def test_an_output_revision_reruns_only_its_stage_kind(monkeypatch) -> None:

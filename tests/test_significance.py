@@ -92,6 +92,10 @@ def test_rows_from_other_items_or_without_predictions_are_refused() -> None:
         compare_rows(old, a)
     with pytest.raises(DataError, match="unknown metric"):
         compare_rows(a, a, metric="f2")
+    # a part the run never scored: naming the parts it has, not advising a rerun
+    with pytest.raises(DataError, match=r"holds no 'advts' part \(it has: test\)") as err:
+        compare_rows(a, a, part="advts")
+    assert "--eval-also advts" in str(err.value.hint)
 
 
 def test_summary_table_gives_the_gain_over_the_twin_an_interval() -> None:
@@ -185,6 +189,11 @@ def test_runs_of_one_system_pool_their_seeds(tmp_path) -> None:
     assert "3 and 1 seeds" in out.output and f"A - B: {100 * want.diff:+.2f}" in out.output
     with pytest.raises(DataError, match="cannot be pooled"):
         pool_rows([rows["s1"], rows["other"]])
+    # B among A's runs: its own seeds would count for A (A - B drawn towards zero)
+    twice = CliRunner().invoke(app, [*args, "--pool", str(tmp_path / "s2"), "--pool", args[3]])
+    assert twice.exit_code != 0 and "system B is also among A's runs" in str(twice.exception)
+    with pytest.raises(DataError, match="system B is also among A's runs"):
+        pool_rows([rows["s1"], rows["s2"]], against=rows["s2"])
     # another pretraining seed's model folder has another name: the same recipe still pools
     seed2 = _row("albert-pretrained(seed2)+cnn@0,-1", true, [pred])
     seed3 = _row("albert-pretrained(wide-model)+cnn@0,-1", true, [better])

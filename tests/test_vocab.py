@@ -167,6 +167,10 @@ def test_load_rejects_other_folders(tmp_path: Path, corpus: Path) -> None:
         Vocabulary.load(tmp_path)
     with pytest.raises(DataError, match="not a tibnlp vocabulary"):
         Vocabulary.load(corpus)
+    # a bare SentencePiece folder: the message names only what it lacks
+    (tmp_path / "spm.model").write_bytes(b"x")
+    with pytest.raises(DataError, match=r"\(no tibnlp-vocab\.json\)"):
+        Vocabulary.load(tmp_path)
 
 
 def test_vocab_size_the_corpus_cannot_support(corpus: Path, tmp_path: Path) -> None:

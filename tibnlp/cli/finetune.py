@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
+from tibnlp.data.tasks import classification_datasets
 from tibnlp.evaluation.report import (
     load_one_result,
     load_results,
@@ -93,7 +94,7 @@ def tncc(
 
 @app.command("classify")
 def classify(
-    dataset: Annotated[str, typer.Option(help="tusa, shajiu_cls14, shajiu_sentiment, wcm_bo.")],
+    dataset: Annotated[str, typer.Option(help=f"One of: {', '.join(classification_datasets())}.")],
     model: ModelOpt = None,
     head: HeadOpt = None,
     encoder: EncoderOpt = None,
@@ -143,8 +144,8 @@ def compare(
 ) -> None:
     """Is A above B? The difference of their seed-mean scores, with a paired-bootstrap interval
     over the items (the seeds' spread does not show how much another test sample would move it)."""
-    row_a = pool_rows([load_one_result(path) for path in [result_a, *(pool or [])]], part)
     row_b = load_one_result(result_b)
+    row_a = pool_rows([load_one_result(p) for p in [result_a, *(pool or [])]], part, row_b)
     d = compare_rows(row_a, row_b, part, metric, resamples, level, seed)
     name = f"{part} {metric.replace('_', '-')}"
     console.print(

@@ -61,7 +61,8 @@ def run(
     if not dry_run:
         console.print(
             f"done: {len(result.ran)} ran, {len(result.skipped)} cached; "
-            f"MLflow experiment {spec.experiment!r}, run {result.run_id}"
+            f"MLflow experiment {spec.experiment!r}"
+            + (f", run {result.run_id}" if result.run_id else " (every stage cached: no new run)")
         )
         for name, out in result.outputs.items():
             typer.echo(f"{name}\t{out}")

@@ -129,6 +129,13 @@ def row_predictions(row: dict[str, Any], part: str) -> tuple[list[int], list[lis
     targets = row.get("targets", {}).get(part)
     preds = [s.get("predictions", {}).get(part) for s in row.get("seeds", [])]
     if not targets or not row.get("labels") or not preds or any(p is None for p in preds):
+        kept = sorted(row.get("targets", {}))
+        if kept and part not in kept:  # a part this run never scored: rerunning cannot help
+            raise DataError(
+                f"{name}: its results.json holds no {part!r} part (it has: {', '.join(kept)})",
+                "choose one of those with --part; an extra test set such as advts is scored "
+                "when the fine-tuning ran with --eval-also advts",
+            )
         raise DataError(
             f"{name}: no item-level {part} predictions in its results.json",
             "run its fine-tuning command again with this version: finished seeds are "
@@ -166,11 +173,22 @@ def _recipe(system: str) -> str:
     return re.sub(r"^(albert-(?:pretrained|random))\([^()]*\)", r"\1()", system)
 
 
-def pool_rows(rows: Sequence[dict[str, Any]], part: str | None = None) -> dict[str, Any]:
+def pool_rows(
+    rows: Sequence[dict[str, Any]],
+    part: str | None = None,
+    against: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One system's results from several runs (e.g. its pretraining seeds) as one row whose
     seeds are all of theirs, for `compare_rows`; refused unless every run is the same system
     (the model folder's name aside) scored on the same items: those of `part` only, when
-    given (the pooled row then holds that part's targets alone), or of every part."""
+    given (the pooled row then holds that part's targets alone), or of every part. `against`:
+    the row they are compared with, which must not be among them (A - B would read B's own
+    seeds as A's)."""
+    if against is not None and against in rows:
+        raise DataError(
+            f"{against['dataset']} {against['system']}: system B is also among A's runs",
+            "--pool names other runs of system A, not B",
+        )
 
     def targets(row: dict[str, Any]) -> Any:
         kept = row.get("targets") or {}

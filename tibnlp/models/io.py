@@ -57,7 +57,14 @@ def save_pretrained(
 def load_config_file(model_dir: Path) -> ModelConfig:
     path = Path(model_dir) / CONFIG
     if not path.is_file():
-        raise DataError(f"{path} does not exist", "point --model at a saved model directory")
+        inside = Path(model_dir) / "model" / CONFIG  # a pretraining run's folder, not its model
+        raise DataError(
+            f"{path} does not exist: {model_dir} is not a saved model directory",
+            f"use {inside.parent}, the model that run saved"
+            if inside.is_file()
+            else "name a saved model directory (a pretraining run's OUTPUT/model, or an export "
+            "under OUTPUT/exports/)",
+        )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
         return from_dict(ModelConfig, drop_moved_keys(data), "model")

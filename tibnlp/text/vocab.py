@@ -124,9 +124,10 @@ class Vocabulary:
         path = Path(path)
         _require_folder(path)
         marker = path / MARKER
-        if not marker.is_file() or not (path / MODEL_FILE).is_file():
+        missing = [f.name for f in (marker, path / MODEL_FILE) if not f.is_file()]
+        if missing:
             raise DataError(
-                f"{path} is not a tibnlp vocabulary (no {MARKER} or {MODEL_FILE})",
+                f"{path} is not a tibnlp vocabulary (no {' and no '.join(missing)})",
                 "build one with `tibnlp vocab build --corpus DIR --output DIR`",
             )
         try:

@@ -118,7 +118,11 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         vocab_dir = Path(ft.vocab)
     else:
         if not model_dir.is_dir():
-            raise DataError(f"model directory {model_dir} does not exist")
+            what = "is a file, not" if model_dir.exists() else "does not exist: name"
+            raise DataError(
+                f"model directory {model_dir} {what} a folder",
+                "--model takes a saved model directory (a pretraining run's OUTPUT/model)",
+            )
         if ft.init == "pretrained":
             model_cfg, encoder = load_encoder(model_dir)
             pretrained = encoder.state_dict()
