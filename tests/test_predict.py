@@ -59,8 +59,11 @@ def test_jsonl_keeps_records_and_plain_text_works(classifier_dir, tmp_path) -> N
         set(rows[0]["probabilities"]) == set(meta.labels) and rows[0]["prediction"] in meta.labels
     )
     plain = tmp_path / "in.txt"
-    plain.write_text("རྒྱལ ཁབ སྲིད\nདཔལ་འབྱོར\n", "utf-8")
-    assert [r["text"] for r in read_inputs(str(plain))] == ["རྒྱལ ཁབ སྲིད", "དཔལ་འབྱོར"]
+    plain.write_text("རྒྱལ ཁབ སྲིད\n\nདཔལ་འབྱོར\n", "utf-8")
+    assert read_inputs(str(plain)) == [  # a blank line skipped, the input's line numbers kept
+        {"text": "རྒྱལ ཁབ སྲིད", "line": 1},
+        {"text": "དཔལ་འབྱོར", "line": 3},
+    ]
 
 
 def test_cli_reads_stdin(classifier_dir) -> None:

@@ -118,6 +118,8 @@ def read_inputs(source: str) -> list[dict[str, Any]]:
     """JSONL records with `text` (kept whole, e.g. ids), or plain text one per line; '-': stdin.
 
     JSONL is recognised by a `.jsonl` suffix or a first non-empty line starting with '{'.
+    Blank lines are skipped; a plain-text record keeps its `line` number, so the output can
+    be matched to the input although it has fewer lines.
     """
     if source == "-":
         lines = sys.stdin.read().splitlines()
@@ -146,7 +148,7 @@ def read_inputs(source: str) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         if not jsonl:
-            records.append({"text": line})
+            records.append({"text": line, "line": lineno})
             continue
         try:
             record = json.loads(line)
