@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 NEWEST_TORCH_APIS = {
@@ -29,3 +31,20 @@ def test_torch_floor_covers_the_newest_api_used() -> None:
     for api, (since, source) in NEWEST_TORCH_APIS.items():
         assert api in (ROOT / source).read_text(encoding="utf-8"), f"{source} no longer calls {api}"
         assert _torch_floor() >= since, f"{api} needs torch>={'.'.join(map(str, since))}"
+
+
+def test_every_package_folder_is_in_the_wheel() -> None:
+    """pyproject lists the packages by hand: tibnlp.models.long_documents was missing, so a
+    plain (non-editable) install failed on import while `pip install -e` hid it."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python 3.11+")
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"][
+            "packages"
+        ]
+    )
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for init in (ROOT / "tibnlp").rglob("__init__.py")
+    }
+    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+    assert listed - found == {"tibnlp.manifests"}  # the corpora/ manifests, mapped by package-dir
