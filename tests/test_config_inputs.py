@@ -169,3 +169,53 @@ def test_yaml_numbers_follow_yaml_1_2(tmp_path: Path) -> None:
     assert read_yaml(path)["pretrain"] == {"time_budget": "1:30", "max_steps": 755}
     with pytest.raises(ConfigError, match="'1:30' is not a duration"):
         load_config(path)
+
+
+def test_runs_sync_leaves_a_file_that_is_not_a_buffer_alone(tmp_path: Path) -> None:
+    """`runs sync notes.txt` read no record from it, removed it as 'sent' and exited 0; a
+    JSONL file of other records crashed on `rec['op']`; a folder lost its non-buffer *.jsonl."""
+    text = tmp_path / "notes.txt"
+    text.write_text("x\n", encoding="utf-8")
+    other = tmp_path / "titles.jsonl"
+    other.write_text('{"text": "a", "label": 1}\n', encoding="utf-8")
+    for path in (text, other):
+        result = CliRunner().invoke(app, ["runs", "sync", str(path)])
+        assert isinstance(result.exception, DataError), result.output
+        assert "is not a tibnlp tracking buffer" in str(result.exception) and path.exists()
+    result = CliRunner().invoke(
+        app, ["runs", "sync", str(tmp_path), "--tracking-uri", f"sqlite:///{tmp_path / 'x.db'}"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "replayed 0" in result.output and text.exists() and other.exists()
+
+
+def test_runs_sync_drops_an_artifact_gone_since_and_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A buffered log_artifact whose file was moved away counted as an outage (FileNotFoundError
+    is an OSError): every sync said 'the store is still unreachable' and never finished."""
+    from tibnlp.tracking import Tracker
+    from tibnlp.tracking.buffer import Applier
+
+    monkeypatch.chdir(tmp_path)
+    uri, buf = f"sqlite:///{tmp_path / 'm.db'}", tmp_path / "buf"
+    real_apply = Applier.apply
+
+    def down(self: Applier, rec: dict) -> None:
+        raise ConnectionError("store down")
+
+    monkeypatch.setattr(Applier, "apply", down)
+    art = tmp_path / "a.txt"
+    art.write_text("a", encoding="utf-8")
+    with pytest.warns(UserWarning):
+        tr = Tracker("e", "r", uri=uri, buffer_dir=buf, retry_seconds=3600)
+    tr.log_artifact(art)
+    tr.log_metrics({"m": 1.0}, step=1)
+    tr.end()
+    monkeypatch.setattr(Applier, "apply", real_apply)
+    art.unlink()
+    result = CliRunner().invoke(app, ["runs", "sync", str(buf)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "dropped, the store refused it" in said and "a.txt no longer exists" in said
+    assert "0 buffer files left" in said and not list(buf.glob("*.jsonl"))

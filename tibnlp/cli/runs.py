@@ -153,8 +153,11 @@ def sync(
     """Replay tracking calls buffered while the store was unreachable."""
     if buffer is not None and not buffer.exists():
         raise DataError(f"buffer {buffer} does not exist", "give a buffer file or folder")
-    sent, left = sync_buffers(buffer, tracking_uri)
-    console.print(f"replayed {sent} buffered tracking calls; {left} buffer files left")
-    if left:
-        console.print("[yellow]the store is still unreachable for some; run this again later[/]")
+    done = sync_buffers(buffer, tracking_uri)
+    console.print(f"replayed {done.sent} buffered tracking calls; {done.left} buffer files left")
+    for line in done.dropped:
+        console.print(f"[yellow]dropped, the store refused it: {line}[/]", soft_wrap=True)
+    for line in done.waiting:
+        console.print(f"[yellow]kept: {line}; run this again later[/]", soft_wrap=True)
+    if done.left:
         raise typer.Exit(1)

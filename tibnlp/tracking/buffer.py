@@ -27,6 +27,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from tibnlp.errors import DataError
 from tibnlp.fsutil import atomic_write_text
 
 OFFLINE_PREFIX = "offline-"
@@ -129,6 +130,7 @@ class Applier:
         self.ids = ids
         self._experiments: dict[str, str] = {}
         self.replaying = False
+        self.stopped_by: BaseException | None = None  # the error a replay stopped at
 
     def experiment_id(self, name: str) -> str:
         if name not in self._experiments:
@@ -192,8 +194,8 @@ class Applier:
 
     def _op_log_artifact(self, rec: dict[str, Any]) -> None:
         run, path = self._run(rec), Path(rec["path"])
-        if not path.exists():
-            raise FileNotFoundError(f"buffered artifact {path} no longer exists")
+        if not path.exists():  # not an OSError: a local file gone is no store outage
+            raise DataError(f"artifact {path} no longer exists; its log_artifact is dropped")
         if path.is_dir():
             self.client.log_artifacts(run, str(path), rec.get("artifact_path"))
         else:
@@ -249,7 +251,7 @@ class Buffer:
             fh.flush()
 
     def __len__(self) -> int:
-        return sum(1 for r in read_records(self.path) if r["op"] != "header")
+        return sum(1 for r in read_records(self.path) if r.get("op") != "header")
 
     def pending(self) -> bool:
         return self.path.exists() and len(self) > 0
@@ -271,7 +273,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 def buffer_uri(path: Path) -> str | None:
     for rec in read_records(path):
-        if rec["op"] == "header":
+        if rec.get("op") == "header":
             return str(rec["uri"])
     return None
 
@@ -283,8 +285,8 @@ def replay(path: Path, applier: Applier, on_applied: Callable[[int], None] | Non
     removes the file when nothing is left. Raises non-outage errors after saving progress.
     """
     records = read_records(path)
-    header = [r for r in records if r["op"] == "header"]
-    todo = [r for r in records if r["op"] != "header"]
+    header = [r for r in records if r.get("op") == "header"]
+    todo = [r for r in records if r.get("op") != "header"]
     done = 0
     error: BaseException | None = None
     applier.replaying = True
@@ -295,6 +297,7 @@ def replay(path: Path, applier: Applier, on_applied: Callable[[int], None] | Non
             except Exception as exc:
                 if not is_outage(exc):
                     error = exc
+                applier.stopped_by = exc  # why the rest waits (sync_buffers reports it)
                 break
             done += 1
             if on_applied:
@@ -314,10 +317,28 @@ def replay(path: Path, applier: Applier, on_applied: Callable[[int], None] | Non
     return done
 
 
+def is_buffer(path: Path) -> bool:
+    """A file `Buffer` wrote: its first line is the header record. Anything else is never
+    replayed, rewritten or removed (a replay removes a buffer once it is sent)."""
+    try:
+        with Path(path).open(encoding="utf-8") as fh:
+            first = json.loads(fh.readline())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(first, dict) and first.get("op") == "header"
+
+
 def buffer_files(target: Path) -> Iterator[Path]:
-    """The buffer files of a folder in creation order (names start with a time stamp)."""
+    """The buffer files of a folder in creation order (names start with a time stamp); a file
+    named on its own must be one (`DataError` otherwise), other files of a folder are skipped."""
     target = Path(target)
     if target.is_file():
+        if not is_buffer(target):
+            raise DataError(
+                f"{target} is not a tibnlp tracking buffer (its first line is no buffer "
+                "header); it was left as it is",
+                "name a buffer file or folder (.tibnlp/tracking-buffer by default)",
+            )
         yield target
     elif target.is_dir():
-        yield from sorted(target.glob("*.jsonl"))
+        yield from (p for p in sorted(target.glob("*.jsonl")) if is_buffer(p))

@@ -23,6 +23,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -442,12 +443,23 @@ class Tracker:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def sync_buffers(target: Path | None = None, uri: str = "") -> tuple[int, int]:
-    """Replay buffer files (a file or a folder of them). Returns (records sent, files left)."""
-    from tibnlp.tracking.buffer import buffer_files, buffer_uri
+@dataclass
+class SyncResult:
+    """What `sync_buffers` did: calls sent, buffer files left, calls the store refused (dropped,
+    with why) and why the calls left wait (an outage, or a parent run not replayed yet)."""
+
+    sent: int = 0
+    left: int = 0
+    dropped: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+
+
+def sync_buffers(target: Path | None = None, uri: str = "") -> SyncResult:
+    """Replay buffer files (a file or a folder of them), each as far as the store allows."""
+    from tibnlp.tracking.buffer import PendingParent, buffer_files, buffer_uri
 
     folder = Path(target) if target else default_buffer_dir()
-    sent, left = 0, 0
+    result = SyncResult()
     ids = IdMap(folder if folder.is_dir() else folder.parent)
     appliers: dict[str, Applier] = {}
     for path in list(buffer_files(folder)):
@@ -455,9 +467,27 @@ def sync_buffers(target: Path | None = None, uri: str = "") -> tuple[int, int]:
         _short_http_retries(store)
         if store not in appliers:
             appliers[store] = Applier(MlflowClient(store), ids)
-        sent += replay(path, appliers[store])
-        left += path.exists()
-    return sent, left
+        applier = appliers[store]
+        while path.exists():
+            applier.stopped_by = None
+            try:
+                result.sent += replay(path, applier)
+            except Exception as exc:  # refused by the store: replay dropped it; go on
+                result.dropped.append(f"{path.name}: {exc}")
+                continue
+            break
+        if path.exists():
+            result.left += 1
+            why = applier.stopped_by
+            result.waiting.append(
+                f"{path.name}: "
+                + (
+                    f"its parent run ({why}) is in a buffer not replayed yet"
+                    if isinstance(why, PendingParent)
+                    else f"the store did not answer ({type(why).__name__}: {str(why)[:120]})"
+                )
+            )
+    return result
 
 
 def tracker_from_config(
