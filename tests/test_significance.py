@@ -190,6 +190,8 @@ def test_runs_of_one_system_pool_their_seeds(tmp_path) -> None:
     with pytest.raises(DataError, match="cannot be pooled"):
         pool_rows([rows["s1"], rows["other"]])
     # B among A's runs: its own seeds would count for A (A - B drawn towards zero)
+    typo = CliRunner().invoke(app, [*args, "--part", "tset"])  # through pool_rows, as run
+    assert "holds no 'tset' part (it has: test)" in str(typo.exception)
     twice = CliRunner().invoke(app, [*args, "--pool", str(tmp_path / "s2"), "--pool", args[3]])
     assert twice.exit_code != 0 and "system B is also among A's runs" in str(twice.exception)
     with pytest.raises(DataError, match="system B is also among A's runs"):

@@ -123,19 +123,26 @@ def paired_bootstrap(
     )
 
 
+def require_part(row: dict[str, Any], part: str) -> None:
+    """A part the run never scored (a typo, or advts without --eval-also) is named as such:
+    running the fine-tuning again would not add it."""
+    kept = sorted(row.get("targets") or {})
+    if kept and part not in kept:
+        raise DataError(
+            f"{row.get('dataset')} {row.get('system')}: its results.json holds no {part!r} part "
+            f"(it has: {', '.join(kept)})",
+            "choose one of those with --part; an extra test set such as advts is scored "
+            "when the fine-tuning ran with --eval-also advts",
+        )
+
+
 def row_predictions(row: dict[str, Any], part: str) -> tuple[list[int], list[list[int]]]:
     """The targets and per-seed predictions a results.json row kept for `part`."""
     name = f"{row.get('dataset')} {row.get('system')}"
     targets = row.get("targets", {}).get(part)
     preds = [s.get("predictions", {}).get(part) for s in row.get("seeds", [])]
     if not targets or not row.get("labels") or not preds or any(p is None for p in preds):
-        kept = sorted(row.get("targets", {}))
-        if kept and part not in kept:  # a part this run never scored: rerunning cannot help
-            raise DataError(
-                f"{name}: its results.json holds no {part!r} part (it has: {', '.join(kept)})",
-                "choose one of those with --part; an extra test set such as advts is scored "
-                "when the fine-tuning ran with --eval-also advts",
-            )
+        require_part(row, part)
         raise DataError(
             f"{name}: no item-level {part} predictions in its results.json",
             "run its fine-tuning command again with this version: finished seeds are "
@@ -195,6 +202,9 @@ def pool_rows(
         return kept if part is None else {part: kept.get(part)}
 
     first = rows[0]
+    if part is not None:
+        for row in rows:
+            require_part(row, part)
     for i, row in enumerate(rows):  # one run twice would weigh its seeds double in the mean
         if row in rows[:i]:
             raise DataError(
