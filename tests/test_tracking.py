@@ -204,3 +204,21 @@ def test_ctrl_c_inside_the_store_call_stops_the_run_not_a_buffered_outage(
     assert calls == ["log_batch"]  # nothing after the interrupt reached the store
     assert len(tr.buffer) == 3
     assert not interrupted(MlflowException("database is locked"))  # a plain lock: an outage
+
+
+def test_the_cli_says_a_store_is_unreachable_once() -> None:
+    """The log line and the TrackingOutageWarning both printed, the second with a source
+    line of tracker.py; the CLI keeps the log line only."""
+    import warnings
+
+    from tibnlp.cli.main import one_outage_line
+    from tibnlp.tracking import TrackingOutageWarning
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        one_outage_line()
+        warnings.warn(
+            "tracking store http://x is unreachable (boom)", TrackingOutageWarning, stacklevel=1
+        )
+        warnings.warn("another warning", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["another warning"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 
@@ -31,7 +32,14 @@ app.command("ui")(ui.ui)
 app.add_typer(export.app, name="export")
 
 
+def one_outage_line() -> None:
+    """The tracker says a store is unreachable twice: a log line (what a CLI user reads) and a
+    TrackingOutageWarning (for library callers and tests). The CLI shows the line only."""
+    warnings.filterwarnings("ignore", message=r"tracking store .* is unreachable")
+
+
 def main() -> None:
+    one_outage_line()
     try:
         app(standalone_mode=True)
     except TibnlpError as exc:
