@@ -34,3 +34,18 @@ def test_an_output_that_is_not_a_new_folder_is_refused(
     assert re.search(message, str(result.exception)), result.exception
     assert (tmp_path / "afile").read_text() == "keep"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "full"]
+
+
+def test_an_electra_model_is_named_as_such() -> None:
+    """An ELECTRA pretraining output was refused as 'an encoder-only or classifier directory'
+    with the advice to export OUTPUT/model, the folder given."""
+    import torch
+
+    from tibnlp.config.model import ModelConfig
+    from tibnlp.errors import DataError
+    from tibnlp.export.hf_model import albert_state
+
+    state = {"encoder.embeddings.word.weight": torch.zeros(2, 2), "rtd_out.weight": torch.zeros(1)}
+    with pytest.raises(DataError, match="is an ELECTRA model") as err:
+        albert_state(ModelConfig(), state, Path("out/model"))
+    assert "pretrain.objective=mlm" in str(err.value.hint)

@@ -111,6 +111,13 @@ def albert_state(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path) -
     """Hugging Face tensors from a pretraining state dict (`encoder.*` + MLM head, and the SOP
     head where pretraining had one; the same-document contrast's projection is left behind)."""
     need = ("mlm_bias", "mlm_dense.weight")
+    if "rtd_out.weight" in state or any(k.startswith("generator.") for k in state):
+        raise DataError(
+            f"{path} is an ELECTRA model (pretrain.objective=electra): its discriminator has no "
+            "MLM head, and transformers' ALBERT classes need one",
+            "export a model pretrained with pretrain.objective=mlm; an ELECTRA encoder is "
+            "used by `tibnlp finetune --model` directly",
+        )
     if any(k not in state for k in need):
         raise DataError(
             f"{path} holds no MLM/SOP heads (an encoder-only or classifier directory)",
