@@ -30,6 +30,7 @@ import torch
 
 from tibnlp.data.datadir import derive
 from tibnlp.data.tasks import model_text
+from tibnlp.errors import run_script
 from tibnlp.models.memory_report import load_mlm
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.special import CLS_ID, MASK_ID, SEP_ID
@@ -127,4 +128,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

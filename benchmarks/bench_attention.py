@@ -24,6 +24,7 @@ from typing import Literal
 import torch
 
 from tibnlp.config.model import PAPER_WINDOWS, HeadsConfig, ModelConfig, ScalesConfig
+from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.attention import AttentionContext, choose_large
 from tibnlp.models.encoder import SharedLayer
@@ -147,4 +148,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -41,6 +41,7 @@ import torch
 
 from tibnlp.data.masking import MaskingIds, MlmCollator
 from tibnlp.data.pretraining import length_bucketed_batches, load_pretraining_dataset
+from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import hardware_name
@@ -172,4 +173,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

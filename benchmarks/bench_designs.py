@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from tibnlp.config.model import FusionConfig, HeadsConfig, ModelConfig, RecurrenceConfig
+from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models import AlbertForPretraining
 
@@ -168,4 +169,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -30,6 +30,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from tibnlp.errors import run_script
+
 SHAPE_FROM = Path("pipelines/vectors_proxy.yaml")  # the GPU curve's start model
 VOCAB = 14245  # its vocabulary (16k asked, 14,245 built from the quickstart's corpus)
 VARIANTS = {
@@ -223,4 +225,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tibnlp.config import CorpusConfig
 from tibnlp.data.datadir import require
+from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.text.prepare import prepare_corpus
 
@@ -150,4 +151,4 @@ def _write(path: Path, files: list[Path], runs: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,4 +182,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from tibnlp.config.model import HeadsConfig, ModelConfig
 from tibnlp.data.masking import IGNORE_INDEX as IGNORE
+from tibnlp.errors import run_script
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.models.summary import training_flops_per_token
 from tibnlp.training.engine import hardware_name
@@ -126,4 +127,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

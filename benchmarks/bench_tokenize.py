@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.text.syllables import count_syllables
 from tibnlp.text.vocab import Vocabulary, normalize
@@ -99,4 +100,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 
 SWITCHES = ("whole_units", "punctuation_pieces")
@@ -86,4 +87,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

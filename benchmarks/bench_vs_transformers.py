@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.gpu.speed import SpeedSettings, build_model, random_batch
+from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 
 VARIANTS = [
@@ -227,4 +228,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

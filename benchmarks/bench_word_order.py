@@ -18,6 +18,7 @@ import torch
 
 from tibnlp.data.masking import MlmCollator
 from tibnlp.data.pretraining import load_pretraining_dataset
+from tibnlp.errors import run_script
 from tibnlp.evaluation.word_order import order_accuracies
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.io import load_pretrained
@@ -66,4 +67,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

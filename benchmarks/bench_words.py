@@ -37,6 +37,7 @@ from tibnlp.config import CorpusConfig
 from tibnlp.data.datadir import require
 from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
 from tibnlp.data.pretraining import build_pretraining_dataset, load_pretraining_dataset
+from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.text.corpus_words import segment_corpus
 from tibnlp.text.normalize import normalize
@@ -285,4 +286,4 @@ def _per_source(report: dict, rows: list[dict]) -> list[str]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

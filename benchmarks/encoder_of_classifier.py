@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tibnlp.errors import run_script
 from tibnlp.models.classifier_io import load_classifier
 from tibnlp.models.io import WEIGHTS, read_extra, save_pretrained
 from tibnlp.models.long_documents.reading import inner_encoder
@@ -42,4 +43,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

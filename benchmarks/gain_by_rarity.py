@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from tibnlp.data.tasks import load_tncc
-from tibnlp.errors import TibnlpError
+from tibnlp.errors import run_script
 from tibnlp.evaluation.report import load_one_result
 from tibnlp.evaluation.significance import paired_bootstrap, pool_rows, row_predictions
 from tibnlp.text.vocab import Vocabulary
@@ -161,7 +161,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except TibnlpError as exc:  # a folder of several systems, results without predictions
-        raise SystemExit(f"error: {exc}") from exc
+    run_script(main)  # a folder of several systems, results without predictions: error, hint

@@ -16,6 +16,7 @@ import argparse
 from pathlib import Path
 
 from tibnlp.data.tasks import load_tncc
+from tibnlp.errors import run_script
 from tibnlp.evaluation.predict import mean_proba
 from tibnlp.evaluation.significance import paired_bootstrap
 
@@ -54,4 +55,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from tibnlp.data.datadir import data_dir, derive
+from tibnlp.errors import run_script
 from tibnlp.evaluation.predict import mean_proba
 from tibnlp.text.sentences import SHADS
 from tibnlp.text.syllables import syllables
@@ -164,4 +165,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

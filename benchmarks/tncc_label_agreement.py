@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from tibnlp.data.tasks import load_tncc, model_text
+from tibnlp.errors import run_script
 from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.predict import Predictor
 from tibnlp.fsutil import atomic_write_text
@@ -92,4 +93,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

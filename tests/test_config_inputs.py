@@ -219,3 +219,26 @@ def test_runs_sync_drops_an_artifact_gone_since_and_finishes(
     said = " ".join(result.output.split())
     assert "dropped, the store refused it" in said and "a.txt no longer exists" in said
     assert "0 buffer files left" in said and not list(buf.glob("*.jsonl"))
+
+
+def test_a_benchmark_script_given_a_wrong_path_says_so_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """bench_tokenize, bench_collate, self_train and others printed a DataError traceback;
+    every script's entry is now `run_script(main)`: error, hint, the error's exit code."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_collate", "--data", str(tmp_path / "nope")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "error:" in done.stderr and "nope" in done.stderr and "Traceback" not in done.stderr
+    scripts = sorted((root / "benchmarks").glob("*.py"))
+    mains = [p for p in scripts if 'if __name__ == "__main__":' in p.read_text("utf-8")]
+    assert mains and all("run_script(main)" in p.read_text("utf-8") for p in mains)

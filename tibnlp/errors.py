@@ -7,6 +7,9 @@ Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class TibnlpError(Exception):
     """An error caused by input, configuration or environment, with a hint on what to do."""
@@ -28,3 +31,15 @@ class ConfigError(TibnlpError):
 
 class DataError(TibnlpError):
     """An input file or dataset is missing or malformed; the message names the file (and line)."""
+
+
+def run_script(main: Callable[[], object]) -> None:
+    """A script's entry (`benchmarks/*.py`): a TibnlpError, a user's mistake, prints its
+    message and hint without a traceback and exits with its code, as the CLI does."""
+    try:
+        main()
+    except TibnlpError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
