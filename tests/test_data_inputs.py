@@ -112,3 +112,27 @@ def test_data_link_into_a_file_names_it_and_the_variable(tmp_path: Path, monkeyp
         assert f"{afile} is a file" in str(res.exception)
         assert "$TIBNLP_DATA" in str(res.exception.hint)
     assert afile.read_text() == ""
+
+
+def test_data_list_fails_on_a_damaged_dataset_and_a_file_as_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`data list` (the README's check) exited 0 with 'checksum mismatch' in its table, and
+    with every dataset 'missing' when $TIBNLP_DATA named a file."""
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+    from tibnlp.data.manifests import all_manifests
+
+    m = next(m for m in all_manifests().values() if m.files)
+    monkeypatch.setenv("TIBNLP_DATA", str(tmp_path / "data"))
+    for rel in m.files:
+        (m.path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (m.path / rel).write_text("not the published bytes\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["data", "list"])
+    assert result.exit_code == 1, result.output
+    assert "checksum mismatch" in " ".join(result.output.split())
+    monkeypatch.setenv("TIBNLP_DATA", str(tmp_path / "a_file"))
+    (tmp_path / "a_file").write_text("x", encoding="utf-8")
+    result = CliRunner().invoke(app, ["data", "list"])
+    assert "is a file, not a folder" in str(result.exception)

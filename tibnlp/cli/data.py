@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from tibnlp.cli.common import console
-from tibnlp.data.datadir import data_dir, link_into
+from tibnlp.data.datadir import ENV_VAR, data_dir, link_into
 from tibnlp.data.manifests import all_manifests
+from tibnlp.errors import DataError
 
 app = typer.Typer(
     help="Datasets and corpora in the data directory ($TIBNLP_DATA).", no_args_is_help=True
@@ -21,15 +22,32 @@ app = typer.Typer(
 def list_datasets(
     verify: Annotated[bool, typer.Option(help="Check sha256 of every file.")] = True,
 ) -> None:
-    """Known datasets and corpora, and whether each is present with matching checksums."""
-    table = Table(title=f"data directory: {data_dir()}")
+    """Known datasets and corpora, and whether each is present with matching checksums; exits
+    1 when one is damaged (partial, or a checksum mismatch). A dataset absent is not an error:
+    each command names the one it needs."""
+    root = data_dir()
+    if root.exists() and not root.is_dir():
+        raise DataError(
+            f"the data directory {root} is a file, not a folder",
+            f"point ${ENV_VAR} at a folder, or run `tibnlp data link SOURCE_DIR`",
+        )
+    table = Table(title=f"data directory: {root}")
     for col in ("name", "kind", "folder", "status", "license"):
         table.add_column(col, overflow="fold")
+    damaged = []
     for m in all_manifests().values():
         status = m.status() if verify else ("present" if m.path.exists() else "missing")
         style = "green" if status == "present" else "red" if status != "missing" else "yellow"
         table.add_row(m.name, m.kind, m.root, f"[{style}]{status}[/]", m.license)
+        if status not in ("present", "missing"):
+            damaged.append(f"{m.name} ({status})")
     console.print(table)
+    if damaged:
+        console.print(
+            f"[red]damaged:[/] {'; '.join(damaged)}: copy or link these folders again",
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
 
 
 @app.command("link")
