@@ -37,7 +37,7 @@ from tibnlp.config import CorpusConfig
 from tibnlp.data.datadir import require
 from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
 from tibnlp.data.pretraining import build_pretraining_dataset, load_pretraining_dataset
-from tibnlp.errors import run_script
+from tibnlp.errors import DataError, run_script
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.text.corpus_words import segment_corpus
 from tibnlp.text.normalize import normalize
@@ -165,6 +165,14 @@ def main() -> None:
     parser.add_argument("--full-syllables", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
+    # the inputs read last, checked before the minutes of segmentation that come first
+    meta = args.words_corpus / "words" / "meta.json"
+    if not meta.is_file():
+        raise DataError(
+            f"{meta} does not exist: --words-corpus is not a corpus prepared with words",
+            "prepare one with `tibnlp corpus prepare ... --set corpus.words=true`",
+        )
+    Vocabulary.load(args.vocab)
 
     report: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
@@ -177,7 +185,7 @@ def main() -> None:
         if full is not None:
             report = json.loads((full / "report.json").read_text())
             rows = sample_cost(full, args.sample_chars)
-    measured = json.loads((args.words_corpus / "words" / "meta.json").read_text())
+    measured = json.loads(meta.read_text())
     masks = mask_stats(args.words_corpus, args.vocab, args.mask_docs, args.seq_len)
     _write(args, report, rows, measured, masks)
 
