@@ -221,12 +221,11 @@ def torchrun(out: Path, overrides: dict[str, Any], nproc: int = 2) -> Any:
     """`main(out, overrides)` in `nproc` CPU processes under torchrun (gloo); the finished
     process, its output captured."""
     import os
-    import socket
     import subprocess
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    from tibnlp.tracking.server import free_port
+
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([root, *sys.path])

@@ -23,7 +23,7 @@ from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.grid import Node, expand
 from tibnlp.pipeline.launch import launch_stage
 from tibnlp.pipeline.registry import stage_def
-from tibnlp.pipeline.spec import PARAMS, PipelineSpec, substitute
+from tibnlp.pipeline.spec import PARAMS, PipelineSpec, get_dotted, has_dotted, substitute
 from tibnlp.tracking import Tracker, path_hash, provenance_tags
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_STAGE, TAG_VARIANT, config_hash
 
@@ -64,20 +64,6 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"{where}: '{key}' sets inside a value, not a section")
     node[parts[-1]] = copy.deepcopy(value)
-
-
-def _has_dotted(data: Any, key: str) -> bool:
-    for part in key.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return False
-        data = data[part]
-    return True
-
-
-def _get_dotted(data: Any, key: str) -> Any:
-    for part in key.split("."):
-        data = data[part]
-    return data
 
 
 def _filled(fills: Iterable[tuple[str, str]], inputs: Any) -> list[str]:
@@ -211,26 +197,29 @@ class Planner:
         """Where the key a validation error names was set: a stage's config, a variant, the
         shared `config:` section (through a `${vars.X}` or not), or `--set`. The shared
         section is merged into every stage, so the first stage checked is not the place."""
+        return f"{self.spec.source}: {self._place(node, message)}"
+
+    def _place(self, node: Node, message: str) -> str:
         stage = f"stages.{node.stage.name}"
         found = re.search(r"config key '([^']+)'", message)
         key = found.group(1) if found else ""
-        if key and key in node.overrides:
-            return f"{self.spec.source}: {stage} [{node.variant}]"
-        if key and _has_dotted(node.stage.config, key):
+        if not key:
+            return stage + (f" [{node.variant}]" if node.variant else "")
+        if key in node.overrides:
+            return f"{stage} [{node.variant}]"
+        if has_dotted(node.stage.config, key):
             setter = f"{stage}.config.{key}"
-            via = " (--set)" if setter in self.spec.set_keys else ""
-            return f"{self.spec.source}: {setter}{via}"
-        if key and _has_dotted(self.spec.config, key):
-            template = self.spec.config_template
-            raw = _get_dotted(template, key) if _has_dotted(template, key) else ""
-            refs = sorted(set(re.findall(r"\$\{(vars\.[^}]+)\}", str(raw))))
-            if f"config.{key}" in self.spec.set_keys:
-                return f"{self.spec.source}: --set {key}"
-            if refs:
-                given = [f"--set {r}" if r in self.spec.set_keys else r for r in refs]
-                return f"{self.spec.source}: config.{key} = {raw} ({', '.join(given)})"
-            return f"{self.spec.source}: config.{key}"
-        return f"{self.spec.source}: {stage}" + (f" [{node.variant}]" if node.variant else "")
+            return setter + (" (--set)" if setter in self.spec.set_keys else "")
+        if f"config.{key}" in self.spec.set_keys:
+            return f"--set {key}"
+        raw = get_dotted(self.spec.config_template, key, "")
+        refs = sorted(set(re.findall(r"\$\{(vars\.[^}]+)\}", str(raw))))
+        if refs:
+            given = [f"--set {r}" if r in self.spec.set_keys else r for r in refs]
+            return f"config.{key} = {raw} ({', '.join(given)})"
+        if has_dotted(self.spec.config, key):
+            return f"config.{key}"
+        return stage + (f" [{node.variant}]" if node.variant else "")
 
     def needed(self, nodes: list[Node], until: Iterable[str]) -> set[int] | None:
         """The nodes of the stages in `until` and every node they read, transitively

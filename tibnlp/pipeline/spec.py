@@ -298,9 +298,9 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
     spec = parse_pipeline(data, Path(path))
-    shared = [t.split("=", 1)[0].strip()[len("config.") :] for t in fixed]
-    spec.notes = shadowed(spec, [k for k in shared if k])
     spec.set_keys = [t.split("=", 1)[0].strip() for t in fixed]
+    shared = [k.removeprefix("config.") for k in spec.set_keys if k.startswith("config.")]
+    spec.notes = shadowed(spec, [k for k in shared if k])
     return spec
 
 
@@ -384,7 +384,7 @@ def shadowed(spec: PipelineSpec, keys: Iterable[str]) -> list[str]:
     notes = []
     for key in keys:
         for stage in spec.stages:
-            own = _has_dotted(stage.config, key.split("."))
+            own = has_dotted(stage.config, key)
             varied = [v.name for v in stage.variants if key in v.overrides]
             if varied:  # a variant's value wins over every config
                 notes.append(
@@ -399,9 +399,17 @@ def shadowed(spec: PipelineSpec, keys: Iterable[str]) -> list[str]:
     return notes
 
 
-def _has_dotted(data: Any, parts: list[str]) -> bool:
-    for part in parts:
+_ABSENT = object()
+
+
+def get_dotted(data: Any, key: str, default: Any = None) -> Any:
+    """The value at a dotted key (`pretrain.max_steps`) of nested mappings, else `default`."""
+    for part in key.split("."):
         if not isinstance(data, dict) or part not in data:
-            return False
+            return default
         data = data[part]
-    return True
+    return data
+
+
+def has_dotted(data: Any, key: str) -> bool:
+    return get_dotted(data, key, _ABSENT) is not _ABSENT

@@ -19,7 +19,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,6 @@ class Applier:
         self.ids = ids
         self._experiments: dict[str, str] = {}
         self.replaying = False
-        self.stopped_by: BaseException | None = None  # the error a replay stopped at
 
     def experiment_id(self, name: str) -> str:
         if name not in self._experiments:
@@ -278,43 +278,49 @@ def buffer_uri(path: Path) -> str | None:
     return None
 
 
-def replay(path: Path, applier: Applier, on_applied: Callable[[int], None] | None = None) -> int:
+@dataclass
+class Replayed:
+    """What one `replay` did: records sent, records the store refused (dropped, with why) and
+    the outage the rest waits on (None when nothing is left)."""
+
+    sent: int = 0
+    refused: list[str] = field(default_factory=list)
+    waiting: BaseException | None = None
+
+
+def replay(path: Path, applier: Applier) -> Replayed:
     """Apply a buffer's records in order; keep (atomically rewrite) what could not be sent.
 
-    Stops at the first outage so order is preserved. Returns the number of records applied;
-    removes the file when nothing is left. Raises non-outage errors after saving progress.
+    A record the store refuses is dropped (it would block the file forever) and reported; the
+    first outage stops the replay, so order is preserved. The file goes when nothing is left.
     """
     records = read_records(path)
     header = [r for r in records if r.get("op") == "header"]
     todo = [r for r in records if r.get("op") != "header"]
-    done = 0
-    error: BaseException | None = None
+    out = Replayed()
+    pos = 0  # the first record not handled yet: kept from here on, whatever stops the loop
     applier.replaying = True
     try:
-        for rec in todo:
+        while pos < len(todo):
             try:
-                applier.apply(rec)
+                applier.apply(todo[pos])
             except Exception as exc:
-                if not is_outage(exc):
-                    error = exc
-                applier.stopped_by = exc  # why the rest waits (sync_buffers reports it)
-                break
-            done += 1
-            if on_applied:
-                on_applied(done)
+                if is_outage(exc):
+                    out.waiting = exc
+                    break
+                out.refused.append(f"{todo[pos].get('op')}: {exc}")
+            else:
+                out.sent += 1
+            pos += 1
     finally:
         applier.replaying = False
-        rest = todo[done:]
-        if error is not None:
-            rest = rest[1:]  # a record the store rejects would block the file forever
+        rest = todo[pos:]
         if rest:
             text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in header + rest)
             atomic_write_text(path, text)
         else:
             Path(path).unlink(missing_ok=True)
-    if error is not None:
-        raise error
-    return done
+    return out
 
 
 def is_buffer(path: Path) -> bool:

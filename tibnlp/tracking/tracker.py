@@ -225,10 +225,8 @@ class Tracker:
         """Replay the buffer; True when it is empty afterwards."""
         if not self.buffer.path.exists():
             return True
-        try:
-            replay(self.buffer.path, self._applier)
-        except Exception as exc:  # rejected by the store: dropped from the buffer, reported
-            log.warning("tracking: the store rejected a buffered record: %s", exc)
+        for why in replay(self.buffer.path, self._applier).refused:  # dropped, reported
+            log.warning("tracking: the store rejected a buffered record: %s", why)
         self._refresh_run_id()
         return not self.buffer.pending()
 
@@ -467,25 +465,17 @@ def sync_buffers(target: Path | None = None, uri: str = "") -> SyncResult:
         _short_http_retries(store)
         if store not in appliers:
             appliers[store] = Applier(MlflowClient(store), ids)
-        applier = appliers[store]
-        while path.exists():
-            applier.stopped_by = None
-            try:
-                result.sent += replay(path, applier)
-            except Exception as exc:  # refused by the store: replay dropped it; go on
-                result.dropped.append(f"{path.name}: {exc}")
-                continue
-            break
-        if path.exists():
+        done = replay(path, appliers[store])
+        result.sent += done.sent
+        result.dropped += [f"{path.name}: {why}" for why in done.refused]
+        why = done.waiting
+        if why is not None:
             result.left += 1
-            why = applier.stopped_by
             result.waiting.append(
-                f"{path.name}: "
-                + (
-                    f"its parent run ({why}) is in a buffer not replayed yet"
-                    if isinstance(why, PendingParent)
-                    else f"the store did not answer ({type(why).__name__}: {str(why)[:120]})"
-                )
+                f"{path.name}: its parent run ({why}) is in a buffer not replayed yet"
+                if isinstance(why, PendingParent)
+                else f"{path.name}: the store did not answer ({type(why).__name__}: "
+                f"{str(why)[:120]})"
             )
     return result
 

@@ -24,7 +24,7 @@ import torch
 
 from tibnlp.errors import TibnlpError
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.training.engine import all_gather_objects, barrier, this_rank
+from tibnlp.training.engine import all_gather_objects, barrier
 
 MARKER = "latest"
 _TAG = re.compile(r"^step(\d{8})$")
@@ -152,8 +152,9 @@ def no_checkpoint(directory: Path) -> TibnlpError:
     )
 
 
-def load(engine: Any, directory: Path) -> tuple[str, dict[str, Any]] | None:
+def load(engine: Any, directory: Path, is_main: bool) -> tuple[str, dict[str, Any]] | None:
     """Collective: load the newest complete checkpoint; returns (tag, client_state) or None.
+    `is_main`: this rank says what the ranks decided (once, not once per rank).
 
     One that cannot be read (files cut short or deleted since) is passed over, with a
     warning, for the next older one, as `--resume` promises; one refused as unsafe is not.
@@ -191,7 +192,7 @@ def load(engine: Any, directory: Path) -> tuple[str, dict[str, Any]] | None:
                 f"no checkpoint in {directory} can be read: the oldest, {tag}, fails{where}: {why}",
                 "run without --resume to start again, or restore the checkpoint files",
             )
-        if this_rank() == 0:
+        if is_main:
             _warn(
                 f"checkpoint {directory / tag} cannot be read{where} ({why}); resuming from "
                 f"the older {tags[n + 1]}"

@@ -335,11 +335,6 @@ def barrier() -> None:
         dist.barrier()
 
 
-def this_rank() -> int:
-    """This process's rank in the group (0 without one)."""
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
 def all_gather_objects(obj: Any) -> list[Any]:
     """`obj` of every rank, in rank order (collective; a list of one without a group)."""
     if not (dist.is_initialized() and dist.get_world_size() > 1):

@@ -276,7 +276,7 @@ class TrainLoop:
 
     def restore(self) -> bool:
         """Load the newest complete checkpoint (collective). False when there is none."""
-        loaded = checkpoint.load(self.engine, self.settings.checkpoint_dir)
+        loaded = checkpoint.load(self.engine, self.settings.checkpoint_dir, self.world.is_main)
         if loaded is None:
             return False
         _, state = loaded

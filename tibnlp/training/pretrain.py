@@ -41,7 +41,7 @@ from tibnlp.data.pretraining import (
     load_pretraining_dataset,
     require_documents,
 )
-from tibnlp.errors import ConfigError, DataError
+from tibnlp.errors import ConfigError, DataError, TibnlpError
 from tibnlp.evaluation.word_order import order_accuracies
 from tibnlp.folder_lock import hold_folder
 from tibnlp.fsutil import atomic_write_text
@@ -127,30 +127,32 @@ def export_name(tokens: float) -> str:
 MODEL_SHAPING = ("objective", "sop", "contrastive", "generator_ratio", "sparse_last_layer")
 
 
+def _model_settings(cfg: Config) -> dict[str, Any]:
+    """The settings that decide which weights a pretraining run's model has, flattened."""
+    from tibnlp.config.core import flatten
+
+    shaping = {f"pretrain.{k}": getattr(cfg.pretrain, k) for k in MODEL_SHAPING}
+    return flatten({"model": to_dict(cfg.model)}) | shaping
+
+
 def require_same_model(output: Path, cfg: Config) -> None:
     """`--resume` with the model the checkpoints hold: a shape setting changed since would
     fail deep in DeepSpeed's state-dict load, after config.yaml had been rewritten to the new
     shape. A saved config this version cannot read is left to the load itself."""
     from tibnlp.config import load_config
-    from tibnlp.config.core import flatten
 
     saved_path = output / "config.yaml"
     try:
-        saved = load_config(saved_path)
-    except Exception:  # absent or from another version: nothing to compare against
+        was = _model_settings(load_config(saved_path))
+    except TibnlpError:  # absent or from another version: nothing to compare against
         return
-    was = flatten({"model": to_dict(saved.model)}) | {
-        f"pretrain.{k}": getattr(saved.pretrain, k) for k in MODEL_SHAPING
-    }
-    now = flatten({"model": to_dict(cfg.model)}) | {
-        f"pretrain.{k}": getattr(cfg.pretrain, k) for k in MODEL_SHAPING
-    }
-    changed = [f"{k} {now.get(k)!r} (saved: {was.get(k)!r})" for k in was if was[k] != now.get(k)]
+    now = _model_settings(cfg)
+    changed = [f"{k} {now.get(k)!r} (saved: {v!r})" for k, v in was.items() if v != now.get(k)]
     if changed:
+        more = f"; and {len(changed) - 5} more" if len(changed) > 5 else ""
         raise ConfigError(
             f"--resume: the checkpoints in {output} hold another model than this config asks "
-            f"for: {'; '.join(changed[:5])}"
-            + (f"; and {len(changed) - 5} more" if len(changed) > 5 else ""),
+            f"for: {'; '.join(changed[:5])}{more}",
             f"resume with the settings in {saved_path}, or set pretrain.output to a new folder",
         )
 
