@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from unittest import mock
 
@@ -13,8 +14,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.ft_fixtures import TINY_MODEL, make_data_dir, make_model_dir, make_vocab
+from tests.ft_fixtures import (
+    LABELS,
+    TINY_MODEL,
+    make_data_dir,
+    make_model_dir,
+    make_title,
+    make_vocab,
+)
 from tibnlp.config import load_config
+from tibnlp.data.collate import SampledSegmentation
 from tibnlp.data.masking import IGNORE_INDEX
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.io import save_pretrained
@@ -231,13 +240,14 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
         return spy.call_args.args[0]["finetune"]
 
     new = {"layer_decay", "mlm_weight", "mlm_prob", "static_vectors", "class_balance"}
-    new |= {"adversarial"}
+    new |= {"adversarial", "subword_alpha", "subword_nbest"}
     assert not new & set(hashed()) and "optimizer" in hashed()
     assert not new & set(hashed("finetune.layer_decay=1", "finetune.mlm_prob=0.15"))
     assert hashed("finetune.mlm_weight=0.5")["mlm_weight"] == 0.5
     assert hashed("finetune.layer_decay=0.8")["layer_decay"] == 0.8
     assert hashed("finetune.class_balance=0.5")["class_balance"] == 0.5
     assert hashed("finetune.adversarial=0.1")["adversarial"] == 0.1
+    assert hashed("finetune.subword_alpha=0.3")["subword_alpha"] == 0.3
 
 
 def test_static_size_enters_the_seed_key_only_when_there_is_a_channel(env) -> None:
@@ -258,3 +268,53 @@ def test_finetune_runs_with_adversarial_batches_and_names_the_system(env, built)
     wrapper = built[-1][0]
     assert isinstance(wrapper, ClassifierLoss) and wrapper.adversarial == 0.05
     assert result.seeds[0].metrics["test"].count == 30
+
+
+def test_sampled_segmentations_spell_the_same_text_and_repeat_by_seed(env) -> None:
+    """Subword regularization re-splits a text, never changes it; a seed fixes the draw."""
+    _, vocab_dir = env
+    vocab = Vocabulary.load(vocab_dir)
+    texts = [make_title(i % len(LABELS), random.Random(i)) for i in range(40)]
+    best = [vocab.encode(t) for t in texts]
+    drawn = vocab.sample(texts, alpha=0.1, nbest=-1, seed=7)
+    assert drawn == vocab.sample(texts, alpha=0.1, nbest=-1, seed=7)
+    assert drawn != vocab.sample(texts, alpha=0.1, nbest=-1, seed=8)
+    assert drawn != best  # at this smoothing some text is split otherwise
+    assert [vocab.decode(d) for d in drawn] == [vocab.decode(b) for b in best]
+    rows = SampledSegmentation(vocab, texts, 6, 0.1, -1, seed=1)([0, 3], key=5)
+    assert rows == SampledSegmentation(vocab, texts, 6, 0.1, -1, seed=1)([0, 3], key=5)
+    assert all(len(r) <= 6 and r[0] == vocab.cls_id and r[-1] == vocab.sep_id for r in rows)
+
+
+def test_finetune_reads_training_batches_resegmented_but_scores_the_best(env) -> None:
+    calls: list[int] = []
+    real = SampledSegmentation.__call__
+
+    def spy(self, indices, key):
+        calls.append(len(indices))
+        return real(self, indices, key)
+
+    extra = ["finetune.subword_alpha=0.2", "finetune.subword_nbest=8", "finetune.probe_epochs=1"]
+    with mock.patch.object(SampledSegmentation, "__call__", spy):
+        result = run_finetune(_cfg(env, *TINY_MODEL, *extra), "tncc")
+    assert "+sw0.2" in result.system
+    # one epoch of 16-text batches after a probe that reads the best segmentation
+    per_epoch = len(ft_mod.load_task_data("tncc", "title").splits["train"]) // 16
+    assert calls == [16] * per_epoch
+    assert result.seeds[0].metrics["test"].count == 30
+
+
+def test_subword_settings_are_checked_at_load(env) -> None:
+    with pytest.raises(ConfigError, match=r"finetune.subword_alpha"):
+        load_config(None, ["finetune.subword_alpha=-0.1"])
+    with pytest.raises(ConfigError, match=r"finetune.subword_nbest"):
+        load_config(None, ["finetune.subword_nbest=1"])
+    with pytest.raises(ConfigError, match=r"long_document 'truncate'"):
+        load_config(
+            None,
+            [
+                "finetune.subword_alpha=0.2",
+                "finetune.task=document",
+                "finetune.long_document=segments",
+            ],
+        )

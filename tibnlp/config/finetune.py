@@ -112,6 +112,12 @@ class FinetuneConfig:
     # moved this share of their norm along its loss gradient. A step takes about twice as
     # long (finetune_levers.md); the LP-FT probe runs without it
     adversarial: float = 0.0
+    # > 0: subword regularization (Kudo 2018): every training batch reads its texts in a
+    # segmentation drawn from the unigram vocabulary, P ~ P_LM^subword_alpha over the
+    # subword_nbest best (-1: all), so the classifier meets the pieces a rare syllable falls
+    # into; validation, test and `predict` keep the best segmentation. 0: off
+    subword_alpha: float = 0.0
+    subword_nbest: int = -1
     # class weights (N / (K n_c))^class_balance in the training loss, n_c the training
     # examples of class c among K: 0 off, 1 inverse frequency (each class weighs as much as
     # macro-F1 counts it), 0.5 between. TNCC's rarest classes are where pretraining pays most
@@ -189,6 +195,23 @@ class FinetuneConfig:
                 f"{prefix}.adversarial",
                 "adversarial training perturbs one read of each text: it needs long_document "
                 "'truncate'; set finetune.adversarial=0",
+            )
+        check(
+            self.subword_alpha >= 0.0,
+            f"{prefix}.subword_alpha",
+            "must be >= 0 (0: off; 0.1-1: the smoothing of Kudo 2018, lower samples wider)",
+        )
+        check(
+            self.subword_nbest == -1 or self.subword_nbest >= 2,
+            f"{prefix}.subword_nbest",
+            "must be -1 (every segmentation) or >= 2 (the n best)",
+        )
+        if self.subword_alpha:
+            check(
+                self.long_document == "truncate",
+                f"{prefix}.subword_alpha",
+                "subword sampling re-segments each text as one read: it needs long_document "
+                "'truncate'; set finetune.subword_alpha=0",
             )
         check(0.0 <= self.warmup_ratio < 1.0, f"{prefix}.warmup_ratio", "must be in [0, 1)")
         check(

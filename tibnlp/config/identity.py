@@ -53,6 +53,8 @@ ADDED_WHEN_SET = frozenset(
         "finetune.class_balance",
         "finetune.soup",
         "finetune.adversarial",
+        "finetune.subword_alpha",
+        "finetune.subword_nbest",
         "vocab.punctuation_pieces",
         "vocab.whole_units",
     }

@@ -37,6 +37,43 @@ def encode_counting_cuts(
     return ids, dropped
 
 
+class SamplingTokenizer(TokenizerLike, Protocol):
+    def sample(
+        self, texts: Sequence[str], alpha: float, nbest: int, seed: int
+    ) -> list[list[int]]: ...
+
+
+SEGMENT_SALT = 2_000_003  # the draw of batch key k under seed s is seeded with s * SALT + k
+
+
+class SampledSegmentation:
+    """Training texts re-segmented batch by batch (`finetune.subword_alpha`): the rows of a
+    batch, framed and cut as `encode_texts` frames them. The draw depends on the seed and the
+    batch's key alone, so a resumed run and a second process read the same pieces."""
+
+    def __init__(
+        self,
+        vocab: SamplingTokenizer,
+        texts: Sequence[str],
+        max_len: int,
+        alpha: float,
+        nbest: int,
+        seed: int,
+    ) -> None:
+        self.vocab, self.texts, self.body = vocab, texts, max_len - 2
+        self.alpha, self.nbest, self.seed = alpha, nbest, seed
+
+    def __call__(self, indices: Sequence[int], key: int) -> list[list[int]]:
+        drawn = self.vocab.sample(
+            [self.texts[i] for i in indices],
+            self.alpha,
+            self.nbest,
+            self.seed * SEGMENT_SALT + key,
+        )
+        v = self.vocab
+        return [[v.cls_id, *pieces[: self.body], v.sep_id] for pieces in drawn]
+
+
 def pad_batch(ids: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask), both [B, longest in batch]."""
     longest = max(len(x) for x in ids)

@@ -148,6 +148,17 @@ class Vocabulary:
     def encode(self, text: str) -> list[int]:
         return list(self.sp.encode(normalize(text)))
 
+    def sample(self, texts: Sequence[str], alpha: float, nbest: int, seed: int) -> list[list[int]]:
+        """One segmentation of each text drawn from the unigram model (subword regularization,
+        Kudo 2018): P(segmentation) ~ P_LM^alpha over the `nbest` best (-1: all of them).
+        SentencePiece draws from one process-wide generator; seeding it here makes the draw a
+        function of `seed` alone, so a resumed or repeated run reads the same pieces."""
+        spm.set_random_generator_seed(seed % 2**32)
+        return [
+            list(self.sp.encode(normalize(t), enable_sampling=True, alpha=alpha, nbest_size=nbest))
+            for t in texts
+        ]
+
     def encode_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
         """Many texts at once: SentencePiece's C++ batch encoder on `num_threads` threads
         (-1: all cores), which avoids a Python round trip per text."""

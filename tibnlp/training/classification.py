@@ -20,7 +20,7 @@ from torch import nn
 
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.train import EngineConfig
-from tibnlp.data.collate import pad_batch
+from tibnlp.data.collate import SampledSegmentation, pad_batch
 from tibnlp.data.masking import IGNORE_INDEX
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.metrics import Metrics, compute_metrics
@@ -143,12 +143,14 @@ def epoch_batches(
     training: Training,
     on_epoch: Callable[[int], None] | None = None,
     masker: TokenMasker | None = None,
+    resegment: SampledSegmentation | None = None,
 ) -> ShardedBatches:
     """Every example once per epoch in a seed- and epoch-determined order. Only full batches
     are served (as in pretraining): the few examples of the last partial batch fall to another
     place in the next epoch's order, so none is left out for long. `on_epoch(epoch)` runs as
     each epoch starts (e.g. GEMFormer refreshing its memory with the current weights). With a
-    `masker`, each batch also carries its masked copy for the MLM beside (`aux_mlm`)."""
+    `masker`, each batch also carries its masked copy for the MLM beside (`aux_mlm`); with
+    `resegment`, its texts are read in freshly drawn segmentations instead of `ids`."""
 
     def plan(epoch: int) -> list[list[int]]:
         if on_epoch is not None:
@@ -158,7 +160,8 @@ def epoch_batches(
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
     def collate(indices: Sequence[int], key: int) -> dict[str, torch.Tensor]:
-        input_ids, mask = pad_batch([ids[i] for i in indices])
+        rows = resegment(indices, key) if resegment else [ids[i] for i in indices]
+        input_ids, mask = pad_batch(rows)
         labels = torch.tensor([y[i] for i in indices], dtype=torch.long)
         batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
         if masker is not None:
@@ -172,7 +175,7 @@ def probe_recipe(ft: FinetuneConfig) -> FinetuneConfig:
     """The first phase of LP-FT (`finetune.probe_epochs`): the head alone, at `probe_lr` (else
     the head's rate), for exactly `probe_epochs` (no early stop; the best validation epoch's
     head is kept), without the MLM or the adversarial batches beside (the encoder they would
-    train is frozen)."""
+    train is frozen), in the best segmentation."""
     lr = ft.probe_lr or ft.head_lr or ft.optimizer.lr
     return dataclasses.replace(
         ft,
@@ -184,6 +187,7 @@ def probe_recipe(ft: FinetuneConfig) -> FinetuneConfig:
         layer_decay=1.0,
         mlm_weight=0.0,
         adversarial=0.0,
+        subword_alpha=0.0,
         optimizer=dataclasses.replace(ft.optimizer, lr=lr),
     )
 
@@ -249,6 +253,7 @@ def train_one_seed(
     labels: Sequence[str] = (),
     on_epoch: Callable[[int], None] | None = None,
     mlm: tuple[MlmHead, TokenMasker] | None = None,
+    resegment: SampledSegmentation | None = None,
 ) -> SeedTraining:
     """Train on the one loop until validation macro-F1 stops improving (`ft.patience`
     epochs) or `ft.epochs` end; the best epoch's weights are restored into `model`.
@@ -314,7 +319,9 @@ def train_one_seed(
         select="macro_f1",
         patience=ft.patience,
     )
-    batches = epoch_batches(x_train, y_train, ft.batch_size, seed, training, on_epoch, masker)
+    batches = epoch_batches(
+        x_train, y_train, ft.batch_size, seed, training, on_epoch, masker, resegment
+    )
     result = training.loop(batches, None, settings, evaluate).run(run)
     best_epoch = result.best_step // per_epoch
     return SeedTraining(best_epoch, math.ceil(result.step / per_epoch), scored[best_epoch - 1])

@@ -26,7 +26,7 @@ import torch
 from tibnlp.config import Config, to_dict
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.identity import output_settings
-from tibnlp.data.collate import encode_texts
+from tibnlp.data.collate import SampledSegmentation, encode_texts
 from tibnlp.data.tasks import LabelledSet, load_advts, model_text
 from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
@@ -104,6 +104,8 @@ def recipe(ft: FinetuneConfig, meta: ClassifierMeta | None = None) -> dict[str, 
         "mlm_prob": ft.mlm_prob,
         "class_balance": ft.class_balance,
         "adversarial": ft.adversarial,
+        "subword_alpha": ft.subword_alpha,
+        "subword_nbest": ft.subword_nbest,
     }
 
 
@@ -290,6 +292,7 @@ def _run_seed(
             labels,
             on_epoch,
             mlm,
+            _resegment(setup, ft, copy_seed),
         )
 
     if ft.soup == 1:
@@ -320,6 +323,16 @@ def _run_seed(
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
     return result
+
+
+def _resegment(setup: Setup, ft: FinetuneConfig, seed: int) -> SampledSegmentation | None:
+    """The training texts' sampled segmentations (`finetune.subword_alpha`); None when off."""
+    if not ft.subword_alpha:
+        return None
+    train = texts(setup.data, "train", ft.text_form)[: len(setup.ids["train"])]
+    return SampledSegmentation(
+        setup.vocab, train, read_length(setup.meta), ft.subword_alpha, ft.subword_nbest, seed
+    )
 
 
 def _aux_mlm(setup: Setup, ft: FinetuneConfig, seed: int) -> tuple[MlmHead, TokenMasker] | None:

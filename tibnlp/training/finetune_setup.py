@@ -260,6 +260,7 @@ def texts(data: LabelledSet, split: str, form: str) -> list[str]:
 def system_name(ft: FinetuneConfig) -> str:
     loss = f"+balance{ft.class_balance:g}" if ft.class_balance else ""  # the training loss's
     loss += f"+adv{ft.adversarial:g}" if ft.adversarial else ""  # levers, in the name
+    loss += f"+sw{ft.subword_alpha:g}" if ft.subword_alpha else ""
     if ft.encoder == "none":
         base = "textcnn-pieces(scratch)" if ft.random_init else "textcnn-pieces(pretrained)"
         return base + loss + (f"+soup{ft.soup}" if ft.soup > 1 else "")
