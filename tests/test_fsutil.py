@@ -92,3 +92,30 @@ def test_an_output_of_the_wrong_kind_is_a_clear_error(tmp_path: Path) -> None:
     assert file.read_text() == "keep" and not any(folder.iterdir())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "file", "folder"]
     assert check_file_path(tmp_path / "new" / "x.txt") == tmp_path / "new" / "x.txt"
+
+
+def test_weights_written_by_safetensors_get_a_plain_files_mode(tmp_path: Path) -> None:
+    """safetensors' save_file creates its file 0600; published weights are shared files."""
+    import torch
+    from safetensors.torch import save_file
+
+    old = os.umask(0o022)
+    try:
+        with atomic_file(tmp_path / "w.safetensors") as tmp:
+            save_file({"x": torch.zeros(2)}, str(tmp))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "w.safetensors").stat().st_mode) == 0o644
+
+
+def test_an_output_that_cannot_be_made_is_a_data_error_naming_it() -> None:
+    # /proc refuses new folders and files even to root, as a read-only disk would
+    target = Path("/proc/tibnlp-no-such/out")
+    with pytest.raises(DataError, match=r"cannot write /proc/tibnlp-no-such"):
+        make_dirs(target)
+    with pytest.raises(DataError, match=r"cannot write /proc/tibnlp-no-such"), staged_dir(target):
+        pass
+    with pytest.raises(DataError, match=r"cannot write /proc/tibnlp-no-such"):
+        atomic_write_text(target / "f.txt", "x")
+    with pytest.raises(DataError, match=r"cannot write /proc/f.txt"):  # the folder exists
+        atomic_write_text(Path("/proc/f.txt"), "x")

@@ -120,14 +120,16 @@ def test_fails_clearly_on_an_experiment_without_the_metric(
     assert "'curve-a'" in str(result.exception) and "'test_micro_f1'" in str(result.exception)
 
 
-def _drawn(runs: list, axis: str = "tokens") -> tuple[list[str], list]:
-    """The labels and the lines of one panel of the curve of `runs` (test part only)."""
+def _drawn(
+    runs: list, axis: str = "tokens", parts: tuple[str, ...] = ("test",)
+) -> tuple[list[str], list]:
+    """The labels and the lines of one panel of the curve of `runs`."""
     from tibnlp.evaluation.curve import _panel
     from tibnlp.evaluation.plots import plt
 
     fig, ax = plt.subplots()
     try:
-        _panel(ax, aggregate_curve(runs, "macro_f1", ["test"]), axis, labelled=False)
+        _panel(ax, aggregate_curve(runs, "macro_f1", list(parts)), axis, labelled=False)
         return ax.get_legend_handles_labels()[1], list(ax.get_lines())
     finally:
         plt.close(fig)
@@ -200,3 +202,14 @@ def test_textcnn_on_a_pretrained_embedding_is_not_the_from_scratch_reference(
     pretrained = {p.series: p.values["test"].mean for p in curve.of("pretrained")}
     assert len(pretrained) == 2 and sorted(pretrained.values()) == pytest.approx([0.51, 0.61])
     assert "TextCNN" in next(s for s, v in pretrained.items() if v > 0.6)
+
+
+def test_test_and_validation_points_differ_in_marker_not_only_in_line() -> None:
+    """A curve of one export is one point per part: a line style alone does not show, so
+    test and validation looked the same."""
+    from tibnlp.evaluation.curve import CurveRun
+
+    runs = [CurveRun("pretrained", 1000, 1.0, {"test": 0.5, "validation": 0.6})]
+    _, lines = _drawn(runs, parts=("test", "validation"))
+    styles = {(line.get_marker(), line.get_fillstyle()) for line in lines}
+    assert {("o", "full"), ("s", "none")} <= styles  # (error-bar caps draw "_" markers)

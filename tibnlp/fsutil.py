@@ -79,8 +79,29 @@ def check_new_folder(folder: Path) -> Path:
 
 def make_dirs(folder: Path) -> Path:
     """`mkdir -p`, with a DataError naming the file in the way instead of an OS error."""
-    check_folder_path(folder).mkdir(parents=True, exist_ok=True)
+    with _unwritable(folder):
+        check_folder_path(folder).mkdir(parents=True, exist_ok=True)
     return Path(folder)
+
+
+@contextmanager
+def _unwritable(target: Path) -> Iterator[None]:
+    """An OS error making `target`'s folder or temporary (no permission, a read-only or full
+    disk) as a DataError naming it: a user mistake, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise DataError(
+            f"cannot write {target}: {exc.strerror or exc}",
+            "choose an output path in a folder you can write to",
+        ) from exc
+
+
+def share(path: Path) -> Path:
+    """Give `path` the mode a plain open() would: some writers (safetensors' save_file)
+    create their file private (0600), and weights are meant to be shared like the rest."""
+    Path(path).chmod(0o666 & ~_umask())
+    return Path(path)
 
 
 @contextmanager
@@ -95,7 +116,8 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
     """
     final = check_folder_path(final)
     make_dirs(final.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    with _unwritable(final):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     tmp.chmod(0o777 & ~_umask())
     try:
         yield tmp
@@ -123,12 +145,14 @@ def atomic_file(final: Path, suffix: str = ".tmp") -> Iterator[Path]:
     `suffix` keeps the extension writers that choose the format by name look at (".png")."""
     final = check_file_path(final)
     make_dirs(final.parent)
-    fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
+    with _unwritable(final):
+        fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
     os.close(fd)
     tmp = Path(name)
-    tmp.chmod(0o666 & ~_umask())  # mkstemp makes it private: give it a plain open()'s mode
+    share(tmp)  # mkstemp makes it private
     try:
         yield tmp
+        share(tmp)  # again: a writer that replaces the file may have made it private anew
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)

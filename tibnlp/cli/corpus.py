@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
@@ -32,16 +33,16 @@ def prepare(
         ),
     ] = None,
     field: Annotated[
-        str | None, typer.Option(help="JSONL field with the text [corpus.field].")
+        str | None, typer.Option(help="JSONL field with the text (default: corpus.field).")
     ] = None,
     on_error: Annotated[
         str | None,
         typer.Option(
-            help="fail | skip: stop at a bad line, or count and skip it [corpus.on_error]."
+            help="fail | skip: stop at a bad line, or count and skip it (default: corpus.on_error)."
         ),
     ] = None,
     num_proc: Annotated[
-        int | None, typer.Option(help="Worker processes (0 = all cores) [corpus.num_proc].")
+        int | None, typer.Option(help="Worker processes, 0 = all cores (default: corpus.num_proc).")
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace OUTPUT if it is a previous prepared corpus.")
@@ -63,7 +64,7 @@ def prepare(
     cfg = resolve_config(config, set_, *extra).corpus
     report = prepare_corpus(inputs, output, cfg, progress=progress, force=force)
     console.print(report_table(report))
-    console.print(f"prepared corpus written to {output} ({report['seconds']} s)")
+    console.print(f"prepared corpus written to {escape(str(output))} ({report['seconds']} s)")
 
 
 def report_table(report: dict[str, Any]) -> Group:
@@ -88,7 +89,7 @@ def report_table(report: dict[str, Any]) -> Group:
 def words(
     corpus: Annotated[Path, typer.Argument(help="Prepared corpus directory.")],
     num_proc: Annotated[
-        int | None, typer.Option(help="Worker processes (0 = all cores) [corpus.num_proc].")
+        int | None, typer.Option(help="Worker processes, 0 = all cores (default: corpus.num_proc).")
     ] = None,
     pack: Annotated[
         Path | None,
@@ -105,7 +106,8 @@ def words(
     meta = segment_corpus(corpus, cfg.num_proc, pack=pack)
     rate = meta["syllables"] / meta["wall_seconds"] if meta["wall_seconds"] else 0.0
     console.print(
-        f"{meta['words']:,} words over {meta['syllables']:,} syllables in {corpus / 'words'} "
+        f"{meta['words']:,} words over {meta['syllables']:,} syllables in "
+        f"{escape(str(corpus / 'words'))} "
         f"(segmented in {meta['wall_seconds']:.0f} s, {rate:,.0f} syllables/s, "
         f"{meta['num_proc']} process(es); botok {meta['botok']})"
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from tibnlp.cli.common import console
 
@@ -23,4 +24,6 @@ def hf(
     from tibnlp.export.hf_model import export_hf
 
     out = export_hf(model, output)
-    console.print(f"wrote {out}: load it with transformers.AutoModelForMaskedLM.from_pretrained")
+    console.print(
+        f"wrote {escape(str(out))}: load it with transformers.AutoModelForMaskedLM.from_pretrained"
+    )

@@ -6,6 +6,7 @@ import sys
 import warnings
 
 import typer
+from rich.markup import escape
 
 from tibnlp.cli import corpus, data, export, finetune, pipeline, predict, pretrain, runs, ui, vocab
 from tibnlp.cli import model as model_cli
@@ -43,9 +44,11 @@ def main() -> None:
     try:
         app(standalone_mode=True)
     except TibnlpError as exc:
-        console.print(f"[bold red]error:[/] {exc.message}")
+        # the message and hint are text (paths, keys, pieces), never markup: a `[x]` in a
+        # path would otherwise vanish from the one line that names it
+        console.print(f"[bold red]error:[/] {escape(exc.message)}")
         if exc.hint:
-            console.print(f"[yellow]hint:[/] {exc.hint}")
+            console.print(f"[yellow]hint:[/] {escape(exc.hint)}")
         sys.exit(exc.exit_code)
 
 

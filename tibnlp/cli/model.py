@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tibnlp.cli.common import ConfigOption, SetOption, resolve_config
+from tibnlp.models.io import load_config_file
 from tibnlp.models.memory_report import inspect_memory
 from tibnlp.models.summary import describe as summarise
 
@@ -51,18 +53,35 @@ def describe(config: ConfigOption = None, set_: SetOption = None) -> None:
 @app.command()
 def memory(
     model: Annotated[Path, typer.Option("--model", help="Pretraining model directory.")],
-    text: Annotated[Path, typer.Option("--text", help="UTF-8 text file: one document.")],
+    text: Annotated[
+        Path, typer.Option("--text", dir_okay=False, help="UTF-8 text file: one document.")
+    ],
     threshold: Annotated[
-        float | None, typer.Option(help="Entropy bound in nats (finetune.global_memory.threshold).")
+        float | None,
+        typer.Option(help="Entropy bound in nats, > 0 (finetune.global_memory.threshold)."),
     ] = None,
     budget: Annotated[
-        int | None, typer.Option(help="Most tokens kept (finetune.global_memory.budget).")
+        int | None, typer.Option(min=1, help="Most tokens kept (finetune.global_memory.budget).")
     ] = None,
     segment_len: Annotated[
-        int | None, typer.Option(help="Tokens per segment of the first pass (model.max_len).")
+        int | None,
+        typer.Option(
+            min=2, help="Tokens per segment of the first pass, 2 to model.max_len (the default)."
+        ),
     ] = None,
 ) -> None:
     """GEMFormer's global memory of one document: the tokens whose MLM entropy is low."""
+    # checked here, not deep in the encoder: a bad value would otherwise keep nothing and
+    # exit 0 (a threshold <= 0) or end in a ValueError traceback (a segment over max_len)
+    if threshold is not None and not threshold > 0:
+        raise typer.BadParameter(f"{threshold} is not > 0 nats", param_hint="--threshold")
+    if segment_len is not None:
+        max_len = load_config_file(model).max_len
+        if segment_len > max_len:
+            raise typer.BadParameter(
+                f"{segment_len} is more than the model's max_len {max_len} ({model}/model.yaml)",
+                param_hint="--segment-len",
+            )
     r = inspect_memory(model, text, threshold, budget, segment_len)
     out = Console()
     out.print(
@@ -75,6 +94,6 @@ def memory(
     table.add_column("piece")
     table.add_column("entropy", justify="right")
     for k in r.kept:
-        table.add_row(str(k.position), k.piece, f"{k.entropy:.3f}")
+        table.add_row(str(k.position), escape(k.piece), f"{k.entropy:.3f}")
     out.print(table)
-    out.print(f"[bold]memory text[/] {r.memory_text}")
+    out.print(f"[bold]memory text[/] {escape(r.memory_text)}")  # the text, not markup

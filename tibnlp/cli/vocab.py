@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
@@ -29,7 +30,8 @@ def build(
     cfg = resolve_config(config, overrides, *extra)
     with console.status("training SentencePiece unigram model..."):
         report = build_vocabulary(corpus, output, cfg.vocab)
-    table = Table(title=f"vocabulary {output}")
+    # paths and pieces are text, not rich markup: a `[x]` in them would vanish
+    table = Table(title=f"vocabulary {escape(str(output))}")
     table.add_column("figure")
     table.add_column("value", overflow="fold")
     for key in (
@@ -49,13 +51,14 @@ def build(
     ):
         value = report[key]
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-    table.add_row("20 longest pieces", " ".join(report["longest_pieces"]))
+    table.add_row("20 longest pieces", escape(" ".join(report["longest_pieces"])))
     console.print(table)
     if not report["heldout_sentences"]:
         console.print(
-            f"[yellow]warning:[/] {corpus} has no held-out documents, so the held-out figures "
-            "above are 0 and say nothing of the vocabulary (prepare the corpus with "
-            "corpus.heldout_fraction > 0 and blank lines between .txt documents to measure it)"
+            f"[yellow]warning:[/] {escape(str(corpus))} has no held-out documents, so the "
+            "held-out figures above are 0 and say nothing of the vocabulary (prepare the "
+            "corpus with corpus.heldout_fraction > 0 and blank lines between .txt documents "
+            "to measure it)"
         )
     if report["vocab_size"] < report["requested_vocab_size"]:
         console.print(

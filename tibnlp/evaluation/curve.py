@@ -23,6 +23,9 @@ from tibnlp.evaluation.spread import mean_std
 
 Kind = Literal["pretrained", "random", "textcnn"]
 PART_STYLE = {"test": "-", "validation": "--"}
+# a line style does not show on one point (a curve of one export): the marker tells them apart
+PART_MARKER = {"test": "o", "validation": "s"}
+PART_FILL = {"test": "full", "validation": "none"}
 REFERENCE_COLOR = {"random": "tab:red", "textcnn": "tab:green"}
 REFERENCE_LABEL = {"random": "random-init twin (0 tokens)", "textcnn": "TextCNN"}
 
@@ -155,8 +158,9 @@ def _panel(ax: Axes, curve: Curve, axis: Literal["tokens", "hours"], labelled: b
             y = [100 * k[1].values[part].mean for k in keep]
             err = [100 * k[1].values[part].std for k in keep]
             ax.errorbar(
-                x, y, yerr=err, color=f"C{i}", ls=PART_STYLE.get(part, ":"), marker="o",
-                ms=4, capsize=3, label=_label(name, part),
+                x, y, yerr=err, color=f"C{i}", ls=PART_STYLE.get(part, ":"),
+                marker=PART_MARKER.get(part, "^"), fillstyle=PART_FILL.get(part, "full"),
+                ms=5, capsize=3, label=_label(name, part),
             )  # fmt: skip
             for xv, point in keep:  # seeds stuck at the majority class: not a result
                 if point.warnings:

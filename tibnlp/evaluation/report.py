@@ -302,6 +302,7 @@ def load_results(paths: Sequence[Path]) -> list[dict[str, Any]]:
     """results.json files, or folders searched for them (e.g. the whole `runs/finetune`, or a
     pipeline's work directory, whose stage-level results.json files are skipped)."""
     rows = []
+    seen: set[Path] = set()  # a file named twice (itself and its folder) is one row, not two
     for path in paths:
         path = Path(path)
         searched = path.is_dir()
@@ -312,17 +313,48 @@ def load_results(paths: Sequence[Path]) -> list[dict[str, Any]]:
                 continue
             try:
                 data = json.loads(f.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{f}: not valid JSON ({exc.msg})") from exc
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                why = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+                raise DataError(f"{f}: not valid JSON ({why})") from exc
             if not (isinstance(data, dict) and {"system", "aggregate", "seeds"} <= data.keys()):
                 if searched:
                     continue
                 raise DataError(f"{f}: not a fine-tuning result", "give a `tibnlp finetune` output")
-            rows.append(data)
             found += 1
+            if f.resolve() not in seen:
+                seen.add(f.resolve())
+                rows.append(_checked(data, f))
         if not found:
             raise DataError(f"no {RESULTS_JSON} under {path}", "give a `tibnlp finetune` output")
     return rows
+
+
+def _checked(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`data` when the tables can read it: a result edited by hand or cut short is named with
+    its bad key here, not met as a KeyError or TypeError deep in a table."""
+    hint = "write it again with `tibnlp finetune`, or leave it out"
+    for key in ("system", "dataset"):
+        if not isinstance(data.get(key), str):
+            raise DataError(f"{path}: key {key!r} is missing or not a string", hint)
+    if not isinstance(data["seeds"], list):
+        raise DataError(f"{path}: key 'seeds' is not a list", hint)
+    aggregate = data["aggregate"]
+    if not isinstance(aggregate, dict):
+        raise DataError(f"{path}: key 'aggregate' is not an object", hint)
+    for part, metrics in aggregate.items():
+        if not isinstance(metrics, dict):
+            raise DataError(f"{path}: aggregate.{part} is not an object", hint)
+        for name, value in metrics.items():
+            pair = [value.get("mean"), value.get("std")] if isinstance(value, dict) else value
+            if not (
+                isinstance(pair, list)
+                and len(pair) == 2
+                and all(isinstance(x, int | float) and not isinstance(x, bool) for x in pair)
+            ):
+                raise DataError(
+                    f"{path}: aggregate.{part}.{name} is not a mean and std ({value!r})", hint
+                )
+    return data
 
 
 def load_one_result(path: Path) -> dict[str, Any]:

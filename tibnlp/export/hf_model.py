@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save
 
 from tibnlp.config.model import ModelConfig
 from tibnlp.errors import ConfigError, DataError
@@ -166,7 +166,9 @@ def export_hf(model_dir: Path, output: Path) -> Path:
     tensors = albert_state(cfg, state, model_dir / WEIGHTS)
     tokenizer = build_tokenizer(vocab)
     with staged_dir(output) as tmp:
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        # written as bytes by a plain open, so the file gets the umask's mode like the others:
+        # safetensors' own save_file makes it private (0600), unreadable to the team it is for
+        (tmp / "model.safetensors").write_bytes(save(tensors, metadata={"format": "pt"}))
         _write_json(
             tmp / "config.json", albert_config(cfg, vocab, "sop_classifier.weight" in state)
         )

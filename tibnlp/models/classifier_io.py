@@ -23,7 +23,7 @@ from torch import nn
 from tibnlp.config.core import from_dict, read_yaml, to_dict
 from tibnlp.config.model import ModelConfig, drop_moved_keys
 from tibnlp.errors import ConfigError, DataError
-from tibnlp.fsutil import staged_dir
+from tibnlp.fsutil import share, staged_dir
 from tibnlp.models.classifier import Classifier, EmbeddingEncoder, HeadConfig
 from tibnlp.models.encoder import Encoder
 from tibnlp.models.long_documents.reading import Reading, build_reader
@@ -78,6 +78,7 @@ def save_classifier(
     with staged_dir(directory, replace=True) as tmp:
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS_FILE))
+        share(tmp / WEIGHTS_FILE)
         text = yaml.safe_dump(to_dict(meta), sort_keys=False, allow_unicode=True)
         (tmp / META_FILE).write_text(text, encoding="utf-8")
         copy_vocabulary(vocab_dir, tmp)

@@ -67,6 +67,12 @@ def load_config_file(model_dir: Path) -> ModelConfig:
         )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):  # empty or cut short: not a model of default shape
+            what = "empty" if data is None else type(data).__name__
+            raise DataError(
+                f"{path} holds no model settings ({what})",
+                "the directory is damaged: use the run's saved copy or train it again",
+            )
         return from_dict(ModelConfig, drop_moved_keys(data), "model")
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise DataError(f"{path} is not a readable model config ({exc})") from exc

@@ -198,6 +198,7 @@ def prepare_corpus(
             work.mkdir()
             timings = {"setup": time.perf_counter() - started}
             infos = _read_inputs(files, work / "raw.arrow", cfg, progress)
+            _check_documents(infos)
             timings["read"] = time.perf_counter() - started - sum(timings.values())
             processed = _process(work, cfg, num_proc)
             timings["process"] = time.perf_counter() - started - sum(timings.values())
@@ -231,12 +232,25 @@ def prepare_corpus(
     return report
 
 
+def _check_documents(infos: list[InputInfo]) -> None:
+    """Refuse inputs that gave no document, saying why: lines skipped by `--on-error skip`
+    (a whole file of them is a format mistake, not "empty files") or empty files."""
+    if any(i.documents for i in infos):
+        return
+    skipped: Counter[str] = Counter()
+    for info in infos:
+        skipped.update(info.skipped)
+    if skipped:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(skipped.items()))
+        raise DataError(
+            f"the inputs hold no documents: every line was skipped ({reasons})",
+            "run again without --on-error skip to see the first bad line and why",
+        )
+    raise DataError("the inputs hold no documents (all files empty?)", "check the --input files")
+
+
 def _process(work: Path, cfg: CorpusConfig, num_proc: int) -> datasets.Dataset:
     raw = datasets.Dataset.from_file(str(work / "raw.arrow"))
-    if len(raw) == 0:
-        raise DataError(
-            "the inputs hold no documents (all files empty?)", "check the --input files"
-        )
     # Shuffled so that each process gets a similar share of text (documents are very unequal
     # and sorted by source); the order is restored (by doc_id) before dedup.
     shuffled = raw.shuffle(seed=cfg.seed, keep_in_memory=True)

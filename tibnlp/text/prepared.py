@@ -25,6 +25,11 @@ def load_prepared(path: Path) -> datasets.DatasetDict:
     """The `train`/`heldout` DatasetDict of a prepared corpus directory."""
     path = Path(path)
     marker = path / MARKER
+    if not path.exists():
+        raise DataError(
+            f"corpus {path} does not exist",
+            "run `tibnlp corpus prepare --input FILE... --output DIR` and pass DIR",
+        )
     if not marker.is_file():
         raise DataError(
             f"{path} is not a prepared corpus (no {MARKER} in it)",

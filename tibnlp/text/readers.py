@@ -100,6 +100,12 @@ def expand_inputs(paths: list[Path]) -> list[Path]:
             files += found
         elif path.is_file():
             files.append(path)
+        elif path.exists():  # a device, socket or pipe: "does not exist" would send the user astray
+            raise DataError(
+                f"input {path} is not a regular file", "give a text or JSONL file, or a folder"
+            )
+        elif path.is_symlink():
+            raise DataError(f"input {path} is a broken link", "check where it points")
         else:
             raise DataError(f"input {path} does not exist", "check the --input path")
     return files
@@ -266,22 +272,30 @@ def _jsonl_docs(
         if not text.strip():
             continue
         problem, reason, value = "", "", None
+        hint = "pass --field NAME for the text field, or --on-error skip to drop such records"
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
             problem, reason = f"invalid JSON ({exc.msg})", "invalid_json"
         else:
             value = record.get(field_name) if isinstance(record, dict) else None
-            if not isinstance(value, str):
+            if not isinstance(record, dict):
+                kind = type(record).__name__.replace("list", "array").replace("dict", "object")
+                problem, reason = f"a JSON {kind}, not a record (an object)", "missing_field"
+            elif not isinstance(value, str):
                 problem, reason = f"no string field {field_name!r}", "missing_field"
+        if text.lstrip().startswith("[") and not isinstance(value, str):
+            # a .json file holding one array (of records) is the usual mistake: say so, rather
+            # than send the user after --field or a JSON syntax error on its first line
+            hint = (
+                "the file looks like one JSON array; JSON Lines has one object per line "
+                "(convert it, e.g. jq -c '.[]' FILE.json > FILE.jsonl)"
+            )
         if problem or not isinstance(value, str):
             if on_error == "skip":
                 info.skipped[reason] += 1
                 continue
-            raise DataError(
-                f"{path}:{lineno}: {problem}",
-                "pass --field NAME for the text field, or --on-error skip to drop such records",
-            )
+            raise DataError(f"{path}:{lineno}: {problem}", hint)
         doc_lines = [s for s in value.splitlines() if s.strip()]
         if doc_lines:
             _note_tibetan(info, value)

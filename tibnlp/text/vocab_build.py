@@ -49,6 +49,7 @@ SYLLABLE_RULES = {
 HEAD_MARKS = "".join(chr(c) for c in range(0x0F04, 0x0F0B))  # ༄ ༅ and their kin
 PUNCTUATION = tuple(HEAD_MARKS + SHADS)
 _TOO_BIG_RE = re.compile(r"<=\s*(\d+)")
+_TOO_SMALL_RE = re.compile(r"smaller than required_chars\. \d+ vs (\d+)")
 
 
 def load_corpus(path: Path) -> Any:
@@ -167,6 +168,14 @@ def _train(
         )
     except RuntimeError as exc:
         text = str(exc)
+        if small := _TOO_SMALL_RE.search(text):  # not "too high": the advice is the opposite
+            raise DataError(
+                f"vocabulary size {config.vocab_size} is below the {small.group(1)} characters "
+                "and special pieces the corpus needs "
+                f"(vocab.character_coverage={config.character_coverage})",
+                f"raise --vocab-size to at least {small.group(1)}, or lower "
+                "vocab.character_coverage to leave rare characters out as [UNK]",
+            ) from exc
         if "Vocabulary size" in text or "vocab_size" in text:
             found = _TOO_BIG_RE.search(text)
             most = f"~{found.group(1)}" if found else "fewer"
@@ -250,28 +259,29 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
     first = next(_sentences(train), None)
     if first is None:
         raise DataError(f"{corpus_dir}: the train split has no sentences; nothing to learn from")
-    with tempfile.TemporaryDirectory() as workdir:
+    # staged before training, not after: an output folder that cannot be made fails in
+    # seconds, not after the minutes of training (a failure still leaves nothing behind)
+    with staged_dir(output_dir) as tmp, tempfile.TemporaryDirectory() as workdir:
         seeds = None
         if config.whole_units:
             seeds = Path(workdir) / "seeds.tsv"
             _unit_seeds(config, _sentences(train), seeds)
         proto = _train(config, _sentences(train), Path(workdir), seeds)
-    vocab = Vocabulary(proto)
-    heldout = list(_sentences(corpus["heldout"]))
-    report: dict[str, Any] = {
-        "vocab_size": vocab.size,
-        "requested_vocab_size": config.vocab_size,
-        "split_on_tsheg": config.split_on_tsheg,
-        "punctuation_pieces": config.punctuation_pieces,
-        "whole_units": config.whole_units,
-        "cross_syllables": config.cross_syllables,
-        "sha256": vocab.sha256,
-        "sentencepiece": spm.__version__,
-        "num_threads": _threads(config),
-        "corpus": str(corpus_dir.resolve()),
-        **evaluate(vocab, heldout),
-    }
-    with staged_dir(output_dir) as tmp:
+        vocab = Vocabulary(proto)
+        heldout = list(_sentences(corpus["heldout"]))
+        report: dict[str, Any] = {
+            "vocab_size": vocab.size,
+            "requested_vocab_size": config.vocab_size,
+            "split_on_tsheg": config.split_on_tsheg,
+            "punctuation_pieces": config.punctuation_pieces,
+            "whole_units": config.whole_units,
+            "cross_syllables": config.cross_syllables,
+            "sha256": vocab.sha256,
+            "sentencepiece": spm.__version__,
+            "num_threads": _threads(config),
+            "corpus": str(corpus_dir.resolve()),
+            **evaluate(vocab, heldout),
+        }
         (tmp / MODEL_FILE).write_bytes(proto)
         (tmp / "spm.vocab").write_text(
             "".join(
