@@ -271,6 +271,34 @@ def test_zero0_clipping_is_deepspeeds_to_the_bit(tmp_path, monkeypatch) -> None:
     assert _max_rel(w["fused-0.05"], w["fused-100.0"]) > 1e-3  # clipping was active
 
 
+def test_one_process_skips_the_allreduce_with_the_same_weights(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """At ZeRO 0 in a world of one the gradient all-reduce is left out: it averaged over one
+    process, so the weights are those of the engine that runs it, to the bit."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    from tibnlp.training import engine
+
+    reduced: list[int] = []
+    real = DeepSpeedEngine.allreduce_gradients
+
+    def counted(self, *a, **k):  # type: ignore[no-untyped-def]
+        reduced.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(DeepSpeedEngine, "allreduce_gradients", counted)
+    base = {"max_steps": 4, "precision": "fp32", "lr": 3e-2, "grad_clip": 0.05}
+    h.main(tmp_path / "skipped", base)
+    assert reduced == []
+    with monkeypatch.context() as m:
+        m.setattr(engine, "skip_lone_allreduce", lambda ds_engine: None)
+        h.main(tmp_path / "reduced", base)
+    assert len(reduced) == 4
+    a, b = (
+        torch.load(tmp_path / n / "weights.pt", weights_only=True) for n in ("skipped", "reduced")
+    )
+    assert all(torch.equal(a[k], b[k]) for k in b)
+
+
 def test_a_local_world_is_left_at_exit() -> None:
     """The local world of one stays up for a process's later stages and is destroyed at exit
     (NCCL warns of a leak otherwise); a child process shows both."""

@@ -10,13 +10,15 @@ next batch, the torch profiler's top operators by self CPU and self device time,
 Python functions with the most own time (cProfile). GPU busy share from NVML over the window.
 
     python -m benchmarks.gpu.loopprof CONFIG.yaml OUT_DIR [--steps 80] [--window 30]
-        [--threads N] [--no-prefetch] [--deepspeed-clip]
+        [--threads N] [--no-prefetch] [--deepspeed-clip] [--deepspeed-allreduce]
 
 Two suspects get a switch each, so one lease compares them side by side: `--threads` (the
 default gives a lone process every core as torch intra-op threads, whose OpenMP workers may
 spin against the main thread while the prefetch thread masks on the CPU) and `--no-prefetch`
 (the background collation and pinning, LoopSettings.prefetch). `--deepspeed-clip` leaves
-DeepSpeed's per-parameter clipping loop in place of ZeRO 0's `engine.fused_clip`.
+DeepSpeed's per-parameter clipping loop in place of ZeRO 0's `engine.fused_clip`;
+`--deepspeed-allreduce` keeps the gradient all-reduce a lone process at ZeRO 0 now skips
+(`engine.skip_lone_allreduce`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def profile_pretraining(
     threads: int = 0,
     prefetch: bool = True,
     deepspeed_clip: bool = False,
+    deepspeed_allreduce: bool = False,
 ) -> dict[str, Any]:
     """Train `steps` steps of CONFIG; profile steps [steps - window, steps)."""
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -120,11 +123,14 @@ def profile_pretraining(
         return out
 
     prefetched, use_fused_clip = loop_mod.Prefetched, engine_mod.use_fused_clip
+    skip_allreduce = engine_mod.skip_lone_allreduce
     loop_mod.TrainLoop.train_step = train_step  # type: ignore[method-assign]
     if not prefetch:
         loop_mod.Prefetched = lambda source, pin: source  # type: ignore[assignment,misc]
     if deepspeed_clip:  # the engine keeps DeepSpeed's own clip_fp32_gradients
         engine_mod.use_fused_clip = lambda ds_engine, world_size: None
+    if deepspeed_allreduce:  # the engine all-reduces over its world of one, as DeepSpeed does
+        engine_mod.skip_lone_allreduce = lambda ds_engine: None
     try:
         with prof:
             run_pretraining(cfg)
@@ -132,6 +138,7 @@ def profile_pretraining(
         loop_mod.TrainLoop.train_step = original  # type: ignore[method-assign]
         loop_mod.Prefetched = prefetched  # type: ignore[misc]
         engine_mod.use_fused_clip = use_fused_clip
+        engine_mod.skip_lone_allreduce = skip_allreduce
         close_window()
     window_steps, window_wait = step_s[start:], wait_s[start:]
     tokens = cfg.pretrain.batch_size * cfg.pretrain.seq_len
@@ -141,6 +148,7 @@ def profile_pretraining(
         "threads": torch.get_num_threads(),
         "prefetch": prefetch,
         "deepspeed_clip": deepspeed_clip,
+        "deepspeed_allreduce": deepspeed_allreduce,
         "batch_size": cfg.pretrain.batch_size,
         "seq_len": cfg.pretrain.seq_len,
         "compile": cfg.engine.compile,
@@ -192,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="engine.threads (0: the config's)")
     ap.add_argument("--no-prefetch", action="store_true")
     ap.add_argument("--deepspeed-clip", action="store_true", help="DeepSpeed's clipping loop")
+    ap.add_argument(
+        "--deepspeed-allreduce", action="store_true", help="all-reduce in a world of one"
+    )
     args = ap.parse_args(argv)
     if not 2 <= args.window < args.steps:
         raise SystemExit("loopprof: need 2 <= --window < --steps")
@@ -202,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         args.threads,
         not args.no_prefetch,
         args.deepspeed_clip,
+        args.deepspeed_allreduce,
     )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "loop.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -632,6 +632,9 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
         "ZeRO 1": ([], {"engine": {"zero_stage": 1}}),
         # what ZeRO 0 clipped with before fused_clip: two kernels per parameter tensor a step
         "DeepSpeed's clipping": (["--deepspeed-clip"], {}),
+        # what a lone process did before skip_lone_allreduce: flatten, reduce over a world
+        # of one and copy back every gradient a step (73 copies in collate.md's CPU profile)
+        "DeepSpeed's all-reduce": (["--deepspeed-allreduce"], {}),
     }
     rows = ["| variant | step ms | of which batch wait ms | tokens/s at full rows | GPU busy |"]
     rows.append("|---|---:|---:|---:|---:|")

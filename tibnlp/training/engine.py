@@ -265,7 +265,18 @@ def initialize(
     ds_engine.checkpoint_engine.load = _weights_only_load
     if engine_cfg.zero_stage == 0:  # ZeRO 1 and 2 clip inside their own optimizer
         use_fused_clip(ds_engine, world.size)
+        if world.size == 1:
+            skip_lone_allreduce(ds_engine)
     return ds_engine
+
+
+def skip_lone_allreduce(ds_engine: Any) -> None:
+    """One process at ZeRO 0: the engine's gradient all-reduce averages over a world of one,
+    which changes nothing, yet it flattens, reduces and copies every gradient back each step
+    (73 copies a step in the loop profile, collate.md), host work on a host-bound GPU loop.
+    DeepSpeed's own switch for it (`enable_backward_allreduce`, off when there is no backend)
+    leaves it out; the gradients are the same to the bit (tests/test_engine.py)."""
+    ds_engine.enable_backward_allreduce = False
 
 
 def use_fused_clip(ds_engine: Any, world_size: int) -> None:
