@@ -213,3 +213,31 @@ def test_test_and_validation_points_differ_in_marker_not_only_in_line() -> None:
     _, lines = _drawn(runs, parts=("test", "validation"))
     styles = {(line.get_marker(), line.get_fillstyle()) for line in lines}
     assert {("o", "full"), ("s", "none")} <= styles  # (error-bar caps draw "_" markers)
+
+
+def test_long_legend_labels_stay_inside_the_figure(tmp_path: Path, monkeypatch) -> None:
+    """Four columns of long series names ran off both sides of the PNG."""
+    from tibnlp.evaluation import curve as curve_mod
+    from tibnlp.evaluation.curve import CurveRun, draw_curve
+
+    figures: list = []
+    monkeypatch.setattr(curve_mod, "save_png", lambda fig, path: figures.append(fig) or path)
+    long = "a-pipeline-stage-with-a-rather-long-series-name-and-its-settings"
+    runs = [
+        CurveRun("pretrained", t, 0.1 * t / 1000, {"test": f}, series=f"{long}-{i}")
+        for i in range(4)
+        for t, f in ((1000, 0.5), (2000, 0.55))
+    ]
+    runs.append(CurveRun("random", 0, None, {"test": 0.45}))
+    draw_curve(aggregate_curve(runs, "macro_f1", ["test"]), tmp_path / "c.png")
+    fig = figures[0]
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    box, frame = legend.get_window_extent(), fig.bbox
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (box, frame)
+    assert frame.y0 <= box.y0 and box.y1 <= frame.y1, (box, frame)
+    axes_bottom = min(ax.get_window_extent().y0 for ax in fig.axes)
+    assert box.y1 < axes_bottom  # below the panels, not over them
+    from tibnlp.evaluation.plots import plt
+
+    plt.close(fig)

@@ -7,6 +7,7 @@ reference lines. Pure data and drawing; `tibnlp.tracking.curve` reads the runs f
 from __future__ import annotations
 
 import math
+import textwrap
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from tibnlp.evaluation.spread import mean_std
 
 Kind = Literal["pretrained", "random", "textcnn"]
 PART_STYLE = {"test": "-", "validation": "--"}
+LEGEND_WIDTH = 44  # characters a legend label's line holds: four columns span the figure
 # a line style does not show on one point (a curve of one export): the marker tells them apart
 PART_MARKER = {"test": "o", "validation": "s"}
 PART_FILL = {"test": "full", "validation": "none"}
@@ -185,10 +187,17 @@ def draw_curve(curve: Curve, path: Path, title: str = "") -> Path:
     handles, labels = axes[0].get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: isinstance(handles[i], Line2D))  # curves first
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]
+    # long labels (a pipeline's series names, a NOT LEARNING note) wrapped, so four columns
+    # fit the figure's width instead of running off both sides of it
+    labels = [textwrap.fill(label, LEGEND_WIDTH) for label in labels]
+    rows = math.ceil(len(labels) / 4) if handles else 0
+    lines = max((label.count("\n") + 1 for label in labels), default=1)
+    # the figure grows by the legend's height (8-point lines), so the panels keep theirs
+    legend_in = 0.17 * rows * lines + 0.25 if handles else 0.1
+    fig.set_size_inches(13, 5 + legend_in)
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8,
-                   bbox_to_anchor=(0.5, -0.02))  # fmt: skip
-    rows = math.ceil(len(labels) / 4) if handles else 0
+                   bbox_to_anchor=(0.5, 0.0))  # fmt: skip
     fig.suptitle(title or f"learning curve: {name}")
-    fig.tight_layout(rect=(0, 0.04 * rows + 0.02, 0.86, 1))
+    fig.tight_layout(rect=(0, legend_in / (5 + legend_in), 0.86, 1))
     return save_png(fig, path)
