@@ -259,3 +259,16 @@ def test_a_missing_corpus_is_called_missing(tmp_path: Path) -> None:
 
     with pytest.raises(DataError, match=r"corpus .*nowhere does not exist"):
         load_prepared(tmp_path / "nowhere")
+
+
+def test_a_classifier_folder_given_as_model_names_what_it_is(tmp_path: Path) -> None:
+    """`finetune --model SEED_FOLDER` said only "not a saved model directory"."""
+    from tibnlp.models.io import load_config_file
+
+    seed = tmp_path / "seed-1"
+    seed.mkdir()
+    (seed / "classifier.yaml").write_text("source_model: runs/x/model\n", encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        load_config_file(seed)
+    assert "fine-tuned classifier" in str(err.value.hint)
+    assert "fine-tuned from runs/x/model" in str(err.value.hint)

@@ -516,6 +516,19 @@ def test_cli_flags_become_config_overrides() -> None:
     assert cfg.finetune.seeds == [1, 2, 3] and cfg.finetune.eval_also == ["advts"]
 
 
+def test_empty_seeds_are_refused_and_empty_eval_also_clears() -> None:
+    """`--seeds ""` ran the config's seeds as if the flag were absent; `--eval-also ""` could
+    not turn off a config file's eval_also."""
+    from tibnlp.cli.finetune import _flags
+
+    with pytest.raises(ConfigError, match=r"'finetune.seeds': needs at least one seed"):
+        load_config(None, _flags(None, None, None, None, "", None))
+    cfg = load_config(
+        None, ["finetune.eval_also=[advts]", *_flags(None, None, None, None, None, "")]
+    )
+    assert cfg.finetune.eval_also == []
+
+
 def test_cli_document_task_error(env) -> None:
     from typer.testing import CliRunner
 

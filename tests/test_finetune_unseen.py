@@ -6,7 +6,10 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.test_finetune import _cfg, env  # noqa: F401  (fixture)
+from tibnlp.errors import ConfigError
 from tibnlp.training.finetune import run_finetune
 
 
@@ -43,3 +46,22 @@ def test_unseen_compares_texts_in_the_models_input_form(env) -> None:  # noqa: F
     _rewrite_test(lambda train, test: _copy(test, 1, train[1], train[1]["text"] + "\u0f0d"))
     result = run_finetune(_cfg(env, "finetune.epochs=1", "finetune.seeds=[1]"), "tncc")
     assert result.seeds[0].metrics["test_unseen"].count == 28
+
+
+def test_limit_train_on_a_file_sorted_by_label_is_refused(env) -> None:  # noqa: F811
+    """The first N of a training file sorted by label (TUSA's) hold one class: a classifier
+    trained on them reported a score without any warning."""
+    path = Path(os.environ["TIBNLP_DATA"]) / "tncc" / "tncc_title_train.jsonl"
+    train = [json.loads(x) for x in path.read_text("utf-8").splitlines()]
+    train.sort(key=lambda r: r["label"])  # stable: each class's titles stay in order
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in train), "utf-8")
+    labels = [r["label"] for r in train]
+    last_first = max(labels.index(label) for label in set(labels)) + 1
+    with pytest.raises(ConfigError, match=r"limit_train=10: the first 10 .* hold 1 of its 3") as e:
+        run_finetune(_cfg(env, "finetune.limit_train=10", "finetune.seeds=[1]"), "tncc")
+    assert f"at least {last_first}" in str(e.value.hint)
+    result = run_finetune(
+        _cfg(env, "finetune.epochs=1", f"finetune.limit_train={last_first}", "finetune.seeds=[1]"),
+        "tncc",
+    )
+    assert result.notes["sizes"]["train"] == last_first

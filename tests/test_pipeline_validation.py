@@ -66,6 +66,15 @@ def test_set_of_an_unknown_stage_names_the_stages(tmp_path: Path) -> None:
     assert "prepare, vocab" in str(err.hint)
 
 
+@pytest.mark.parametrize("text", ["nope", "=3", " =3"])
+def test_a_set_without_key_or_value_quotes_what_was_typed(tmp_path: Path, text: str) -> None:
+    """`--set nope` was refused as "override 'config.nope' must look like ...": a key the
+    user never typed."""
+    err = _refused(_write(tmp_path, CHAIN), text)
+    assert f"--set {text!r} must look like section.key=value" in err.message
+    assert "config." not in err.message
+
+
 @pytest.mark.parametrize(
     ("stage", "where"),
     [
@@ -190,3 +199,27 @@ def test_a_bad_config_value_is_named_where_it_was_set(
     assert err.value.message.startswith(f"{path}: "), err.value.message
     assert re.search(said, err.value.message), err.value.message
     assert "stages.a:" not in err.value.message
+
+
+def test_a_param_value_that_is_no_number_fails_the_dry_run(tmp_path: Path) -> None:
+    """`--set vars.docs=abc` planned as "run"; the slice stage then died on int('abc') with a
+    ValueError traceback, a partial folder left. The same for a grid's `export_tokens`."""
+    text = tmp_path / "toy.txt"
+    text.write_text("ཀ་ཁ།\n\nག་ང།\n\nཅ་ཆ།\n", encoding="utf-8")
+    stages = {"slice": {"inputs": [str(text)], "params": {"max_docs": "${vars.docs}"}}}
+    path = _write(tmp_path, stages, vars={"docs": 2})
+    for value, said in (("abc", "'abc' is not a whole number >= 1"), ("0", "0 is not a whole")):
+        with pytest.raises(ConfigError) as err:
+            run_pipeline(load_pipeline(path, [f"vars.docs={value}"]), dry_run=True, echo=print)
+        assert f"{path}: stages.slice: params.max_docs: {said}" in err.value.message
+    assert not (tmp_path / "work").exists()
+    result = run_pipeline(load_pipeline(path, ["vars.docs=2.0"]), echo=lambda _: None)
+    sliced = result.outputs["slice"].read_text(encoding="utf-8")
+    assert sliced == "ཀ་ཁ།\n\nག་ང།\n\n"
+    model = tmp_path / "model"
+    model.mkdir()
+    tuned = {
+        "finetune": {"inputs": {"model": str(model)}, "grid": {"params.export_tokens": [1e6, "2M"]}}
+    }
+    with pytest.raises(ConfigError, match=r"stages.finetune\[export_tokens=2M\]: params.export_"):
+        run_pipeline(load_pipeline(_write(tmp_path, tuned)), dry_run=True, echo=lambda _: None)

@@ -196,3 +196,35 @@ def test_a_folder_given_for_an_input_or_output_file_is_a_clear_error(
         "folder",
         "in.txt",
     ]
+
+
+def test_undecodable_stdin_and_lone_surrogates_are_clear_errors(classifier_dir, tmp_path) -> None:
+    """Cut UTF-8 on stdin (`head -c`) became lone surrogates under a C locale, and so did a
+    JSONL `\\ud800` escape: SentencePiece's "Unable to cast Python instance" traceback."""
+    args = ["predict", "--model", str(classifier_dir), "--input", "-"]
+    result = CliRunner().invoke(app, args, input="ཀ\n".encode() + b"\xe0\xbd\n")
+    assert isinstance(result.exception, DataError), result.exception
+    assert "<stdin>:2: invalid UTF-8" in str(result.exception)
+    src = tmp_path / "escaped.jsonl"
+    src.write_text('{"text": "ཀ"}\n{"text": "ཀ\\ud800"}\n', "utf-8")
+    with pytest.raises(DataError, match=r"escaped.jsonl:2: the 'text' field holds an unpaired"):
+        read_inputs(str(src))
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path) -> None:
+    """A JSONL file saved with a BOM was refused ("Unexpected UTF-8 BOM"), and a plain-text
+    one kept U+FEFF in its first text."""
+    src = tmp_path / "bom.jsonl"
+    src.write_bytes(b"\xef\xbb\xbf" + '{"id": "a", "text": "ཀ"}\n'.encode())
+    assert read_inputs(str(src)) == [{"id": "a", "text": "ཀ"}]
+    plain = tmp_path / "bom.txt"
+    plain.write_bytes(b"\xef\xbb\xbf" + "ཀ ཁ\n".encode())
+    assert read_inputs(str(plain)) == [{"text": "ཀ ཁ", "line": 1}]
+
+
+def test_a_result_folder_names_its_seed_classifiers(classifier_dir) -> None:
+    """The folder `tibnlp finetune` prints ("results and classifiers: ...") was refused as
+    "not a fine-tuned classifier directory ... give a directory written by tibnlp finetune"."""
+    with pytest.raises(DataError, match=r"holds the classifiers of 1 seed\(s\) \(seed-1\)") as err:
+        Predictor(classifier_dir.parent)
+    assert str(classifier_dir) in str(err.value.hint)

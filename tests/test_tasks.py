@@ -105,6 +105,10 @@ def test_document_task_from_the_fudan_zip(data_dir) -> None:
     data = load_tncc("document")
     assert [len(data.splits[s]) for s in ("train", "validation", "test")] == [16, 2, 2]
     assert data.name == "tncc-document" and data.splits["train"][1].label == 1
+    # `finetune classify --dataset tncc_document` (a name its error hints list) read only
+    # JSONL files and labels.json: "labels.json is missing", with a hint to put the zip there
+    by_name = load_dataset("tncc_document")
+    assert by_name.name == data.name and by_name.splits == data.splits
 
 
 def test_unknown_task_and_dataset(data_dir) -> None:

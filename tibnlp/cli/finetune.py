@@ -53,9 +53,11 @@ def _flags(
     for key, value in (("head", head), ("encoder", encoder), ("vocab", vocab)):
         if value is not None:
             flags.append(f"finetune.{key}={value}")
-    if seeds:
+    # `is not None`: an empty --seeds "" must be refused, not run the config's seeds, and an
+    # empty --eval-also "" turns off what a config file asks for
+    if seeds is not None:
         flags.append(f"finetune.seeds=[{seeds}]")
-    if eval_also:
+    if eval_also is not None:
         flags.append(f"finetune.eval_also=[{eval_also}]")
     return flags
 

@@ -113,6 +113,10 @@ def load_tncc(task: str) -> LabelledSet:
 
 def load_dataset(name: str) -> LabelledSet:
     """A classification set with train/validation/test files, as named in `corpora/NAME.yaml`."""
+    if name == TNCC_TASKS["document"]:
+        # the document task's own loader: it also reads the FudanNLP zip the hint asks for,
+        # and names the set as `finetune tncc --task document` does (one output folder)
+        return _load_tncc_document()
     manifest = get_manifest(name, kind="classification")
     labels = manifest.labels()
     join = joins_spaced_syllables(manifest.text_form)

@@ -58,6 +58,16 @@ class Predictor:
         directory = Path(directory)
         if not directory.is_dir():
             raise DataError(f"model directory {directory} does not exist")
+        seeds = sorted(
+            p.name for p in directory.glob("seed-*") if (p / "classifier.yaml").is_file()
+        )
+        if seeds and not (directory / "classifier.yaml").exists():
+            # a `tibnlp finetune` result folder: one classifier per seed, not one to load
+            raise DataError(
+                f"{directory} holds the classifiers of {len(seeds)} seed(s) "
+                f"({', '.join(seeds)}), not one classifier",
+                f"give one of them, e.g. --model {directory / seeds[0]}",
+            )
         self.model, self.meta = load_classifier(directory)
         self.vocab = Vocabulary.load(directory)
         check_vocab(self.vocab, self.meta, directory)
@@ -122,8 +132,15 @@ def read_inputs(source: str) -> list[dict[str, Any]]:
     be matched to the input although it has fewer lines.
     """
     if source == "-":
-        lines = sys.stdin.read().splitlines()
+        stdin = sys.stdin
+        # bytes, not the text layer: under a C locale it turns invalid bytes into lone
+        # surrogates, which SentencePiece cannot encode (a traceback, not an error)
+        buffer = getattr(stdin, "buffer", None)
+        raw = (
+            buffer.read() if buffer is not None else stdin.read().encode("utf-8", "surrogateescape")
+        )
         name = "<stdin>"
+        lines = _utf8_lines(raw, name)
     else:
         path = Path(source)
         if path.is_dir():
@@ -134,13 +151,7 @@ def read_inputs(source: str) -> list[dict[str, Any]]:
         if not path.is_file():
             raise DataError(f"input file {path} does not exist")
         name = str(path)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except UnicodeDecodeError as exc:
-            line = path.read_bytes()[: exc.start].count(b"\n") + 1
-            raise DataError(
-                f"{path}:{line}: invalid UTF-8 ({exc.reason})", "save it as UTF-8"
-            ) from exc
+        lines = _utf8_lines(path.read_bytes(), name)
     first = next((ln for ln in lines if ln.strip()), "")
     jsonl = name.endswith(".jsonl") or first.lstrip().startswith("{")
     records = []
@@ -156,8 +167,26 @@ def read_inputs(source: str) -> list[dict[str, Any]]:
             raise DataError(f"{name}:{lineno}: not valid JSON ({exc.msg})") from exc
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
             raise DataError(f"{name}:{lineno}: expected a JSON object with a string 'text' field")
+        try:
+            record["text"].encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone \ud800-\udfff escape: no character
+            raise DataError(
+                f"{name}:{lineno}: the 'text' field holds an unpaired surrogate escape "
+                f"({exc.object[exc.start : exc.end]!a}), not a character",
+                "write the character itself, or its escape as a surrogate pair",
+            ) from exc
         records.append(record)
     return records
+
+
+def _utf8_lines(raw: bytes, name: str) -> list[str]:
+    """The lines of UTF-8 input; a byte-order mark (Windows editors write one) is dropped, so
+    it neither hides a JSONL file's first '{' nor joins the first text."""
+    try:
+        return raw.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataError(f"{name}:{line}: invalid UTF-8 ({exc.reason})", "save it as UTF-8") from exc
 
 
 def predict_file(

@@ -58,13 +58,19 @@ def load_config_file(model_dir: Path) -> ModelConfig:
     path = Path(model_dir) / CONFIG
     if not path.is_file():
         inside = Path(model_dir) / "model" / CONFIG  # a pretraining run's folder, not its model
-        raise DataError(
-            f"{path} does not exist: {model_dir} is not a saved model directory",
+        hint = (
             f"use {inside.parent}, the model that run saved"
             if inside.is_file()
             else "name a saved model directory (a pretraining run's OUTPUT/model, or an export "
-            "under OUTPUT/exports/)",
+            "under OUTPUT/exports/)"
         )
+        classifier = Path(model_dir) / "classifier.yaml"  # a fine-tuned seed's folder
+        if classifier.is_file():
+            source = _source_model(classifier)
+            hint = "it is a fine-tuned classifier (for `tibnlp predict --model`); " + (
+                f"it was fine-tuned from {source}" if source else "it was trained without one"
+            )
+        raise DataError(f"{path} does not exist: {model_dir} is not a saved model directory", hint)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict):  # empty or cut short: not a model of default shape
@@ -78,6 +84,15 @@ def load_config_file(model_dir: Path) -> ModelConfig:
         raise DataError(f"{path} is not a readable model config ({exc})") from exc
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
+
+
+def _source_model(classifier_yaml: Path) -> str:
+    """The pretrained model a classifier was fine-tuned from ("" when none, or unreadable)."""
+    try:
+        meta = yaml.safe_load(classifier_yaml.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return ""
+    return str(meta.get("source_model") or "") if isinstance(meta, dict) else ""
 
 
 def load_pretrained(model_dir: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:

@@ -36,6 +36,9 @@ class Accepts:
     may: tuple[str, ...] = ()  # input names it may have
     files: bool = False  # reads a non-empty list of files instead (a mapping: any names)
     params: tuple[str, ...] = ()  # the `params` keys it reads
+    # checks the resolved params' values (raising ConfigError), when the plan is made: a
+    # `--set vars.docs=abc` fails `--dry-run`, not the stage's int() after the stages above it
+    check: Callable[[dict[str, Any]], None] | None = None
 
     def inputs_text(self) -> str:
         """The inputs, as the user writes them in a hint."""
@@ -50,11 +53,13 @@ def accepts(
     may: tuple[str, ...] = (),
     files: bool = False,
     params: tuple[str, ...] = (),
+    check: Callable[[dict[str, Any]], None] | None = None,
 ) -> Callable[[F], F]:
     """Declare, on the stage function itself, what it reads (`register_stage` takes it up)."""
 
     def mark(function: F) -> F:
-        setattr(function, ACCEPTS_ATTR, Accepts(tuple(needs), tuple(may), files, tuple(params)))
+        reads = Accepts(tuple(needs), tuple(may), files, tuple(params), check)
+        setattr(function, ACCEPTS_ATTR, reads)
         return function
 
     return mark

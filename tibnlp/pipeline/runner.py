@@ -269,6 +269,13 @@ class Planner:
             inputs = self._inputs(node, real=False)
             sections = output_settings(config, sdef.sections, _filled(sdef.fills, inputs))
             params = self.params(node, real=False)
+            reads = sdef.accepts
+            if reads is not None and reads.check is not None:
+                try:
+                    reads.check(params)
+                except ConfigError as exc:
+                    where = f"{self.spec.source}: stages.{node.name}"
+                    raise ConfigError(f"{where}: {exc.message}", exc.hint) from exc
             key = node_key(node.stage.kind, sections, params, inputs)
             described = {**sections, "params": params} if params else sections
             self.keys[id(node)] = key

@@ -289,6 +289,12 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     data = read_yaml(Path(path))
     fixed = []
     for text in overrides:
+        if not text.split("=", 1)[0].strip() or "=" not in text:
+            # before the `config.` prefix below, which the error would otherwise quote
+            raise ConfigError(
+                f"{path}: --set {text!r} must look like section.key=value",
+                "e.g. --set pretrain.max_steps=10, --set vars.NAME=VALUE",
+            )
         head = text.split("=", 1)[0].split(".", 1)[0].strip()
         fixed.append(text if head in TOP_KEYS else f"config.{text}")
     for text in fixed:

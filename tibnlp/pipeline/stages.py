@@ -78,14 +78,41 @@ def _documents(path: Path) -> Iterator[str]:
         yield "\n".join(lines)
 
 
-@accepts(files=True, params=("max_docs", "max_chars"))
+def whole_param(params: dict[str, Any], name: str, default: int, minimum: int) -> int:
+    """A whole-number param (`400`, `"400"` from a quoted `${vars.docs}`, `1e6`), or a
+    ConfigError naming it."""
+    value = params.get(name, default)
+    try:
+        number = float(value) if not isinstance(value, bool) else float("nan")
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not (number.is_integer() and number >= minimum):  # nan and inf fail is_integer()
+        raise ConfigError(
+            f"params.{name}: {value!r} is not a whole number >= {minimum}",
+            f"give params.{name} (or the variable it reads) a number",
+        )
+    return int(number)
+
+
+def _slice_params(params: dict[str, Any]) -> None:
+    whole_param(params, "max_docs", 1000, 1)
+    whole_param(params, "max_chars", 0, 0)
+
+
+def _finetune_params(params: dict[str, Any]) -> None:
+    if "export_tokens" in params:
+        whole_param(params, "export_tokens", 0, 1)
+
+
+@accepts(files=True, params=("max_docs", "max_chars"), check=_slice_params)
 def slice_corpus(ctx: StageContext) -> Path:
-    """The first `max_docs` documents (at most `max_chars` characters) of each input file.
+    """The first `max_docs` documents (at most `max_chars` characters; 0: no cap) of each
+    input file.
 
     For smoke tests and quick starts on a reproducible slice of a real corpus.
     """
-    max_docs = int(ctx.params.get("max_docs", 1000))
-    max_chars = int(ctx.params.get("max_chars", 0))
+    max_docs = whole_param(ctx.params, "max_docs", 1000, 1)
+    max_chars = whole_param(ctx.params, "max_chars", 0, 0)
     files = list(ctx.inputs.values()) if isinstance(ctx.inputs, dict) else list(ctx.inputs)
     if not files:
         raise ConfigError(f"stage {ctx.name}: give the corpus files to slice as inputs")
@@ -181,7 +208,7 @@ def _export(model: Path, tokens: Any, stage: str) -> Path:
     return path
 
 
-@accepts(may=("model", "vocab", "static"), params=("export_tokens",))
+@accepts(may=("model", "vocab", "static"), params=("export_tokens",), check=_finetune_params)
 def finetune(ctx: StageContext) -> dict[str, Any]:
     cfg = ctx.config
     model = _optional(ctx, "model")

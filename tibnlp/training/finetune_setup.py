@@ -29,7 +29,7 @@ from tibnlp.data.tasks import (
     load_tncc,
     model_text,
 )
-from tibnlp.errors import DataError
+from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.classifier import head_config
 from tibnlp.models.classifier_io import ClassifierMeta
 from tibnlp.models.io import load_config_file, load_encoder
@@ -207,12 +207,36 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     ids = {split: x for split, (x, _) in encoded.items()}
     dropped = {split: d for split, (_, d) in encoded.items()}
     if ft.limit_train:
+        _require_every_class(data, ft.limit_train)
         ids["train"] = ids["train"][: ft.limit_train]
         dropped["train"] = dropped["train"][: ft.limit_train]
     cut = {
         s: {"texts": sum(n > 0 for n in d), "tokens_dropped": sum(d)} for s, d in dropped.items()
     }
     return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), cut, static)
+
+
+def _require_every_class(data: LabelledSet, limit: int) -> None:
+    """`finetune.limit_train` keeps the first N training examples: right for TNCC, whose file
+    is in shuffled order, but a file sorted by label (TUSA) would train on one class and
+    report its score as if it were a result. Refused, naming the N that holds every class."""
+    targets = data.targets("train")
+    wanted = set(targets)
+    kept = set(targets[:limit])
+    if kept == wanted:
+        return
+    seen: set[int] = set()
+    enough = 0  # the first N that holds every class
+    while seen != wanted:
+        seen.add(targets[enough])
+        enough += 1
+    missing = ", ".join(data.labels[i] for i in sorted(wanted - kept))
+    raise ConfigError(
+        f"finetune.limit_train={limit}: the first {limit} training examples of {data.name} "
+        f"hold {len(kept)} of its {len(wanted)} classes (missing: {missing}); its training "
+        "file is not in shuffled order",
+        f"set finetune.limit_train to at least {enough} (every class), or 0 for all",
+    )
 
 
 def load_static_vectors(path: Path, vocab_size: int) -> torch.Tensor:
