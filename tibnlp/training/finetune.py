@@ -49,7 +49,14 @@ from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, TAG_SEED_RECORD, pretr
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.classification import probe_recipe, set_seed, train_one_seed
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
-from tibnlp.training.finetune_setup import Setup, ids_sha256, load_task_data, prepare, texts
+from tibnlp.training.finetune_setup import (
+    Setup,
+    classes_left_out,
+    ids_sha256,
+    load_task_data,
+    prepare,
+    texts,
+)
 from tibnlp.training.long_documents import prepare_reader
 from tibnlp.training.soup_run import cook_soup, fine_tune_copies
 
@@ -152,6 +159,9 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     majority = majority_macro_f1(data.targets("validation"), len(data.labels))
     notes["validation_majority_macro_f1"] = majority
     notes["cut_at_read_length"] = {"read_length": read_length(setup.meta), **setup.cut}
+    if left_out := classes_left_out(data, ft.limit_train):
+        notes["limit_train"] = left_out
+        print(f"warning: {left_out}", file=sys.stderr, flush=True)
     for split, c in setup.cut.items():
         if c["texts"]:  # a document cap (or the window) drops text: say how much, once
             print(

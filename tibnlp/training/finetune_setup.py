@@ -29,7 +29,7 @@ from tibnlp.data.tasks import (
     load_tncc,
     model_text,
 )
-from tibnlp.errors import ConfigError, DataError
+from tibnlp.errors import DataError
 from tibnlp.models.classifier import head_config
 from tibnlp.models.classifier_io import ClassifierMeta
 from tibnlp.models.io import load_config_file, load_encoder
@@ -207,7 +207,6 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     ids = {split: x for split, (x, _) in encoded.items()}
     dropped = {split: d for split, (_, d) in encoded.items()}
     if ft.limit_train:
-        _require_every_class(data, ft.limit_train)
         ids["train"] = ids["train"][: ft.limit_train]
         dropped["train"] = dropped["train"][: ft.limit_train]
     cut = {
@@ -216,26 +215,26 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), cut, static)
 
 
-def _require_every_class(data: LabelledSet, limit: int) -> None:
-    """`finetune.limit_train` keeps the first N training examples: right for TNCC, whose file
-    is in shuffled order, but a file sorted by label (TUSA) would train on one class and
-    report its score as if it were a result. Refused, naming the N that holds every class."""
+def classes_left_out(data: LabelledSet, limit: int) -> str:
+    """What `finetune.limit_train` leaves out, or "". It keeps the first N training examples:
+    right for TNCC, whose file is in shuffled order, but a file sorted by label (TUSA) trains
+    on one class, and its score would read as a result. Not refused: a smoke run may want
+    64 examples of an 8-class set; said loudly, with the N that holds every class."""
     targets = data.targets("train")
-    wanted = set(targets)
-    kept = set(targets[:limit])
-    if kept == wanted:
-        return
+    wanted, kept = set(targets), set(targets[:limit])
+    if not limit or kept == wanted:
+        return ""
     seen: set[int] = set()
     enough = 0  # the first N that holds every class
     while seen != wanted:
         seen.add(targets[enough])
         enough += 1
     missing = ", ".join(data.labels[i] for i in sorted(wanted - kept))
-    raise ConfigError(
+    return (
         f"finetune.limit_train={limit}: the first {limit} training examples of {data.name} "
-        f"hold {len(kept)} of its {len(wanted)} classes (missing: {missing}); its training "
-        "file is not in shuffled order",
-        f"set finetune.limit_train to at least {enough} (every class), or 0 for all",
+        f"hold {len(kept)} of its {len(wanted)} classes (never trained on: {missing}); its "
+        f"training file is not in shuffled order. Every class is in the first {enough}: set "
+        "finetune.limit_train to that or more (0: all) for a result"
     )
 
 
