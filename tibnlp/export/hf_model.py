@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save
+from safetensors.torch import save_file
 
 from tibnlp.config.model import ModelConfig
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.export.hf_tokenizer import SPECIAL_TOKENS, build_tokenizer, tokenizer_config
-from tibnlp.fsutil import check_new_folder, staged_dir
+from tibnlp.fsutil import check_new_folder, share, staged_dir
 from tibnlp.models.io import WEIGHTS, load_pretrained
 from tibnlp.text.vocab import Vocabulary
 
@@ -166,9 +166,8 @@ def export_hf(model_dir: Path, output: Path) -> Path:
     tensors = albert_state(cfg, state, model_dir / WEIGHTS)
     tokenizer = build_tokenizer(vocab)
     with staged_dir(output) as tmp:
-        # written as bytes by a plain open, so the file gets the umask's mode like the others:
-        # safetensors' own save_file makes it private (0600), unreadable to the team it is for
-        (tmp / "model.safetensors").write_bytes(save(tensors, metadata={"format": "pt"}))
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        share(tmp / "model.safetensors")  # save_file makes it private (0600)
         _write_json(
             tmp / "config.json", albert_config(cfg, vocab, "sop_classifier.weight" in state)
         )

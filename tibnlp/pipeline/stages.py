@@ -188,13 +188,13 @@ def pretrain(ctx: StageContext) -> Path:
     return Path(run_pretraining(cfg, resume=resume))
 
 
-def _export(model: Path, tokens: Any, stage: str) -> Path:
+def _export(model: Path, tokens: int, stage: str) -> Path:
     """The export of pretraining output `model` (OUTPUT/model) at `tokens` (param
     `export_tokens`: a point of a learning curve)."""
     from tibnlp.models.io import read_extra
     from tibnlp.training.pretrain import export_name
 
-    name = export_name(float(tokens))
+    name = export_name(tokens)
     path = model.parent / "exports" / name
     if not path.is_dir():
         exports = sorted((model.parent / "exports").glob("tokens-*"))
@@ -213,7 +213,7 @@ def finetune(ctx: StageContext) -> dict[str, Any]:
     cfg = ctx.config
     model = _optional(ctx, "model")
     if model is not None and "export_tokens" in ctx.params:
-        model = _export(model, ctx.params["export_tokens"], ctx.name)
+        model = _export(model, whole_param(ctx.params, "export_tokens", 0, 1), ctx.name)
     if model is not None:
         cfg.finetune.model = str(model)
     vocab = _optional(ctx, "vocab")  # e.g. a vocab stage's output (TextCNN)

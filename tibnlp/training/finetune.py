@@ -137,9 +137,7 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     data = load_task_data(dataset, task)
     setup = prepare(cfg, data)
     output = Path(ft.output) / data.name / setup.system.replace("/", "_")
-    # the training examples actually used (limit_train), as the model reads them (text_form)
-    train_keys = texts(data, "train", ft.text_form)[: len(setup.ids["train"])]
-    unseen = unseen_indices(train_keys, texts(data, "test", ft.text_form))
+    unseen = unseen_indices(setup.train_texts, texts(data, "test", ft.text_form))
     advts = _advts(setup, ft.eval_also)
     spaces = "syllables joined with U+0F0B" if data.join_spaced_syllables else "words removed"
     notes = {
@@ -339,9 +337,13 @@ def _resegment(setup: Setup, ft: FinetuneConfig, seed: int) -> SampledSegmentati
     """The training texts' sampled segmentations (`finetune.subword_alpha`); None when off."""
     if not ft.subword_alpha:
         return None
-    train = texts(setup.data, "train", ft.text_form)[: len(setup.ids["train"])]
     return SampledSegmentation(
-        setup.vocab, train, read_length(setup.meta), ft.subword_alpha, ft.subword_nbest, seed
+        setup.vocab,
+        setup.train_texts,
+        read_length(setup.meta),
+        ft.subword_alpha,
+        ft.subword_nbest,
+        seed,
     )
 
 

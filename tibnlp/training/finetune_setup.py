@@ -58,6 +58,12 @@ class Setup:
     static: torch.Tensor | None = None
 
     @functools.cached_property
+    def train_texts(self) -> list[str]:
+        """The training texts actually used (`finetune.limit_train`), in the model's input
+        form: what the classifier trains on, and what a test text is unseen against."""
+        return texts(self.data, "train", self.meta.text_form)[: len(self.ids["train"])]
+
+    @functools.cached_property
     def pretrained_sha256(self) -> str:
         """The pretrained weights every seed starts from ("" for none), hashed once: a model
         folder is rewritten in place (pretraining resumed for more steps) under the same name,
@@ -282,8 +288,8 @@ def texts(data: LabelledSet, split: str, form: str) -> list[str]:
 
 def system_name(ft: FinetuneConfig) -> str:
     loss = f"+balance{ft.class_balance:g}" if ft.class_balance else ""  # the training loss's
-    loss += f"+adv{ft.adversarial:g}" if ft.adversarial else ""  # levers, in the name
-    loss += f"+sw{ft.subword_alpha:g}" if ft.subword_alpha else ""
+    loss += f"+adv{ft.adversarial:g}" if ft.adversarial else ""  # levers, in the name,
+    loss += f"+sw{ft.subword_alpha:g}" if ft.subword_alpha else ""  # and the inputs' one
     if ft.encoder == "none":
         base = "textcnn-pieces(scratch)" if ft.random_init else "textcnn-pieces(pretrained)"
         return base + loss + (f"+soup{ft.soup}" if ft.soup > 1 else "")
