@@ -52,7 +52,8 @@ def test_jsonl_keeps_records_and_plain_text_works(classifier_dir, tmp_path) -> N
         "utf-8",
     )
     out = tmp_path / "out" / "pred.jsonl"
-    count, meta = predict_file(classifier_dir, str(src), out)
+    done = predict_file(classifier_dir, str(src), out)
+    count, meta = done.count, done.meta
     rows = [json.loads(line) for line in out.read_text("utf-8").splitlines()]
     assert count == 2 and [r["id"] for r in rows] == ["a", "b"]
     assert (
@@ -106,7 +107,7 @@ def test_a_gold_label_in_the_input_is_kept(classifier_dir, tmp_path) -> None:
     record = {"text": "རྒྱལ ཁབ སྲིད", "label": "gold-class", "probabilities": {"stale": 1.0}}
     src.write_text(json.dumps(record, ensure_ascii=False) + "\n", "utf-8")
     out = tmp_path / "pred.jsonl"
-    _, meta = predict_file(classifier_dir, str(src), out)
+    meta = predict_file(classifier_dir, str(src), out).meta
     row = json.loads(out.read_text("utf-8"))
     assert row["label"] == "gold-class" and row["prediction"] in meta.labels
     assert set(row["probabilities"]) == set(meta.labels)  # a stale field is replaced
@@ -228,3 +229,27 @@ def test_a_result_folder_names_its_seed_classifiers(classifier_dir) -> None:
     with pytest.raises(DataError, match=r"holds the classifiers of 1 seed\(s\) \(seed-1\)") as err:
         Predictor(classifier_dir.parent)
     assert str(classifier_dir) in str(err.value.hint)
+
+
+def test_nothing_to_predict_and_blank_jsonl_texts_are_warned(classifier_dir, tmp_path) -> None:
+    """An empty input and a JSONL record whose text is blank still run (the output keeps one
+    line per record), but the user is told: neither is a prediction of a text."""
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", "utf-8")
+    result = CliRunner().invoke(
+        app,
+        ["predict", "--model", str(classifier_dir), "-i", str(empty), "-o", str(tmp_path / "o")],
+    )
+    assert result.exit_code == 0, result.output
+    assert "empty.txt holds no text" in " ".join(result.output.split())
+    src = tmp_path / "in.jsonl"
+    rows = [{"id": "a", "text": "ཀ"}, {"id": "b", "text": " "}, {"id": "c", "text": ""}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(
+        app, ["predict", "--model", str(classifier_dir), "-i", str(src), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "2 record(s) of" in said and "(line 2, 3)" in said, said
+    assert [json.loads(x)["id"] for x in out.read_text("utf-8").splitlines()] == ["a", "b", "c"]

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from tibnlp.cli.common import console
 from tibnlp.evaluation.predict import predict_file
@@ -20,8 +21,23 @@ def predict(
     batch_size: Annotated[int, typer.Option(min=1, help="Texts per forward pass.")] = 128,
 ) -> None:
     """One JSON line per input: the input record plus `prediction` and `probabilities`."""
-    count, meta = predict_file(model, input, output, batch_size)
+    done = predict_file(model, input, output, batch_size)
+    meta = done.meta
     console.print(
-        f"predicted {count} text(s) with {model} ({meta.dataset}; input form {meta.text_form})"
-        + (f" -> {output}" if output else "")
+        escape(
+            f"predicted {done.count} text(s) with {model} ({meta.dataset}; input form "
+            f"{meta.text_form})" + (f" -> {output}" if output else "")
+        )
     )
+    if not done.count:
+        console.print(
+            f"[yellow]warning:[/] {escape(done.source)} holds no text (blank lines are skipped), "
+            "so nothing was predicted"
+        )
+    if done.blank_lines:
+        shown = ", ".join(map(str, done.blank_lines[:10]))
+        more = f" and {len(done.blank_lines) - 10} more" if len(done.blank_lines) > 10 else ""
+        console.print(
+            f"[yellow]warning:[/] {len(done.blank_lines)} record(s) of {escape(done.source)} "
+            f"have a blank 'text' (line {shown}{more}): their predictions read no text"
+        )

@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -125,7 +126,13 @@ def check_vocab(vocab: Any, meta: ClassifierMeta, directory: Path) -> None:
 
 
 def read_inputs(source: str) -> list[dict[str, Any]]:
-    """JSONL records with `text` (kept whole, e.g. ids), or plain text one per line; '-': stdin.
+    """The records of `source` (see `numbered_inputs`), without their line numbers."""
+    return [record for _, record in numbered_inputs(source)[1]]
+
+
+def numbered_inputs(source: str) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
+    """The input's name and its records, each with its line number: JSONL records with `text`
+    (kept whole, e.g. ids), or plain text one per line; '-': stdin.
 
     JSONL is recognised by a `.jsonl` suffix or a first non-empty line starting with '{'.
     Blank lines are skipped; a plain-text record keeps its `line` number, so the output can
@@ -159,7 +166,7 @@ def read_inputs(source: str) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         if not jsonl:
-            records.append({"text": line, "line": lineno})
+            records.append((lineno, {"text": line, "line": lineno}))
             continue
         try:
             record = json.loads(line)
@@ -175,8 +182,8 @@ def read_inputs(source: str) -> list[dict[str, Any]]:
                 f"({exc.object[exc.start : exc.end]!a}), not a character",
                 "write the character itself, or its escape as a surrogate pair",
             ) from exc
-        records.append(record)
-    return records
+        records.append((lineno, record))
+    return name, records
 
 
 def _utf8_lines(raw: bytes, name: str) -> list[str]:
@@ -189,9 +196,20 @@ def _utf8_lines(raw: bytes, name: str) -> list[str]:
         raise DataError(f"{name}:{line}: invalid UTF-8 ({exc.reason})", "save it as UTF-8") from exc
 
 
+@dataclass
+class Predicted:
+    """What `predict_file` did: `count` records predicted from `source` (its name), and the
+    lines of JSONL records whose text is blank (predicted from no text at all)."""
+
+    count: int
+    meta: ClassifierMeta
+    source: str
+    blank_lines: list[int]
+
+
 def predict_file(
     model_dir: Path, source: str, output: Path | None = None, batch_size: int = 128
-) -> tuple[int, ClassifierMeta]:
+) -> Predicted:
     """Predict every input; write JSON lines to `output` (atomically) or stdout: each input
     record as it was (a gold `label` stays the gold label) plus `prediction` and
     `probabilities` (replaced where the record already had them). A bad `output` path is
@@ -199,7 +217,9 @@ def predict_file(
     if output is not None:
         check_file_path(output)
     predictor = Predictor(model_dir)
-    records = read_inputs(source)
+    name, numbered = numbered_inputs(source)
+    records = [record for _, record in numbered]
+    blank = [line for line, record in numbered if not record["text"].strip()]
     preds = predictor.predict([r["text"] for r in records], batch_size)
     pairs = zip(records, preds, strict=True)
     lines = (json.dumps({**r, **p}, ensure_ascii=False) for r, p in pairs)
@@ -208,4 +228,4 @@ def predict_file(
             sys.stdout.write(line + "\n")
     else:
         atomic_write_text(Path(output), (line + "\n" for line in lines))
-    return len(records), predictor.meta
+    return Predicted(len(records), predictor.meta, name, blank)
