@@ -16,8 +16,10 @@ went) for keys that left it, so an old config gets a pointer instead of "unknown
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -39,6 +41,11 @@ def check(condition: bool, key: str, message: str) -> None:
     """Raise a ConfigError naming `key` unless `condition` holds (for `validate` methods)."""
     if not condition:
         raise ConfigError(f"config key '{key}': {message}")
+
+
+def check_seed(seed: int, key: str) -> None:
+    """numpy takes seeds in [0, 2**32) only: another fails as the run starts, not at load."""
+    check(0 <= seed < 2**32, key, f"{seed} is not a seed; give a whole number in [0, 2**32)")
 
 
 def _join(prefix: str, name: str) -> str:
@@ -108,6 +115,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
+        if isinstance(value, str) and value.lower() in YES_NO:
+            return YES_NO[value.lower()]
         raise ConfigError(f"config key '{key}': expected true or false, got {value!r}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -116,14 +125,16 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
             return int(value)
         raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
+        number = None
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            # a string: YAML 1.1 reads "3e-4" as one; OverflowError: an int of 400 digits
+            with contextlib.suppress(ValueError, OverflowError):
+                number = float(value)
+        if number is not None and math.isfinite(number):
+            return number
+        # nan passes every range check (all comparisons are false) and inf most of them
+        what = "a finite number" if number is not None else "a number"
+        raise ConfigError(f"config key '{key}': expected {what}, got {value!r}")
     if tp is str:
         if isinstance(value, str):
             return value
@@ -177,7 +188,7 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     assert dataclasses.is_dataclass(cls)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)  # keys may mix types (1, "a")
     moved: Mapping[str, str] = getattr(cls, "MOVED", {})
     for name in unknown:
         if name in moved:
@@ -270,17 +281,28 @@ def apply_overrides(
     """Set dotted keys in a nested dict (creating sections as needed); returns `data`.
 
     With the config dataclass `cls`, a key declared `str` gets the text as typed where YAML
-    would make it a number or bool ("2024.10" not 2024.1, "0755" not 755, "yes" not True).
+    would read something else ("2024.10" not 2024.1, "0755" not 755, "run #3" not "run",
+    "a: b" not a mapping); a quoted value keeps YAML's reading, null stays null.
+    A mapping given for a section sets those keys in it (`model={num_layers: 2}` keeps the
+    file's other model keys); `section=null` resets the section to its defaults.
     """
     for text in overrides:
-        parts, value = parse_override(text)
+        try:
+            parts, value = parse_override(text)
+        except ConfigError:  # not YAML ("@x", "'a"): still the text as typed, for a str key
+            parts = text.split("=", 1)[0].strip().split(".")
+            if cls is None or "=" not in text or _field_type(cls, parts) not in (str, Path):
+                raise
+            value = text.split("=", 1)[1].strip()
+        raw = text.split("=", 1)[1].strip()
+        quoted = isinstance(value, str) and raw[:1] in ("'", '"')
         if (
             cls is not None
             and value is not None
-            and not isinstance(value, (str, list, dict))
+            and not quoted
             and _field_type(cls, parts) in (str, Path)
         ):
-            value = text.split("=", 1)[1].strip()
+            value = raw
         node = data
         for i, part in enumerate(parts[:-1]):
             child = node.get(part)
@@ -290,20 +312,26 @@ def apply_overrides(
                 section = ".".join(parts[: i + 1])
                 raise ConfigError(f"override {text!r}: '{section}' is a value, not a section")
             node = child
+        if isinstance(value, Mapping) and isinstance(node.get(parts[-1]), Mapping):
+            value = deep_merge(node[parts[-1]], value)  # the section's other keys stay
         node[parts[-1]] = value
     return data
 
 
 _INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-_DROPPED = (_INT, _FLOAT, "tag:yaml.org,2002:timestamp")
+_BOOL = "tag:yaml.org,2002:bool"
+_DROPPED = (_INT, _FLOAT, _BOOL, "tag:yaml.org,2002:timestamp")
+# YAML 1.1's other booleans: still true/false where a key is declared bool, but text elsewhere
+# (`engine.compile: off` is the value 'off', a tag `country: NO` stays "NO")
+YES_NO = {"yes": True, "on": True, "no": False, "off": False}
 
 
 class _ConfigLoader(yaml.SafeLoader):
     """The loader of config and pipeline files and of --set values: SafeLoader that refuses a
     key given twice in one mapping (YAML requires unique keys; PyYAML silently keeps the last,
-    dropping a whole section written twice), with YAML 1.2's numbers: PyYAML follows YAML 1.1,
-    where `1:30` is the base-60 int 90 (a time budget of 90 seconds), `0755` is octal and
-    `2024-01-01` a date, while `1e-3` is a string."""
+    dropping a whole section written twice), with YAML 1.2's numbers and booleans: PyYAML
+    follows YAML 1.1, where `1:30` is the base-60 int 90 (a time budget of 90 seconds), `0755`
+    is octal, `2024-01-01` a date and `off` false, while `1e-3` is a string."""
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = str(self.construct_scalar(node))
@@ -348,6 +376,9 @@ _ConfigLoader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
+_ConfigLoader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 _ConfigLoader.add_constructor(_INT, _ConfigLoader.construct_yaml_int)
 
 
@@ -362,7 +393,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
             f"config file {path} is a directory",
             "give a YAML file" + (f", e.g. {', '.join(found)}" if found else ""),
         )
-    if not path.is_file():
+    if not path.exists():  # a pipe (`-c <(...)`, /dev/stdin) exists without being a file
         raise DataError(f"config file {path} does not exist", "check the path")
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_ConfigLoader)

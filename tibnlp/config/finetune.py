@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tibnlp.config.core import check
+from tibnlp.config.core import check, check_seed
 from tibnlp.config.train import OptimizerConfig
 
 
@@ -221,6 +221,8 @@ class FinetuneConfig:
         )
         check(len(self.seeds) >= 1, f"{prefix}.seeds", "needs at least one seed")
         check(len(set(self.seeds)) == len(self.seeds), f"{prefix}.seeds", "must be distinct")
+        for i, seed in enumerate(self.seeds):
+            check_seed(seed, f"{prefix}.seeds[{i}]")
         check(len(self.cnn_kernels) >= 1, f"{prefix}.cnn_kernels", "needs at least one width")
         check(all(k >= 1 for k in self.cnn_kernels), f"{prefix}.cnn_kernels", "widths must be >= 1")
         check(self.cnn_channels >= 1, f"{prefix}.cnn_channels", "must be >= 1")

@@ -134,6 +134,8 @@ class ModelConfig:
                 f"{prefix}.heads",
                 f"hidden_size {self.hidden_size} is not divisible by {h} heads",
             )
+        check(self.layer_norm_eps > 0, f"{prefix}.layer_norm_eps", "must be > 0")
+        check(self.initializer_range >= 0, f"{prefix}.initializer_range", "must be >= 0 (a std)")
         for key in ("dropout", "attention_dropout"):
             check(0.0 <= getattr(self, key) < 1.0, f"{prefix}.{key}", "must be in [0, 1)")
         self._validate_designs(prefix)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tibnlp.config.core import check
+from tibnlp.config.core import check, check_seed
 from tibnlp.text.special import SPECIAL_PIECES
 
 
@@ -40,6 +40,7 @@ class CorpusConfig:
         check(bool(self.field), f"{prefix}.field", "must name the JSONL text field")
         check(0.0 <= self.heldout_fraction < 1.0, f"{prefix}.heldout_fraction", "must be in [0, 1)")
         check(self.num_proc >= 0, f"{prefix}.num_proc", "must be >= 0 (0 = all cores)")
+        check_seed(self.seed, f"{prefix}.seed")
 
 
 @dataclass
@@ -107,6 +108,7 @@ class VocabConfig:
             )
         check(self.input_sentence_size > 0, f"{prefix}.input_sentence_size", "must be > 0")
         check(self.num_threads >= 0, f"{prefix}.num_threads", "must be >= 0 (0: one per core)")
+        check_seed(self.seed, f"{prefix}.seed")
         check(
             tuple(self.special_tokens[:5]) == SPECIAL_PIECES,
             f"{prefix}.special_tokens",

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tibnlp.config.core import check
+from tibnlp.config.core import check, check_seed
 from tibnlp.errors import ConfigError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([hms])")
@@ -37,8 +37,8 @@ def parse_duration(text: str) -> float | None:
                 f"time budget {text!r} is not a duration",
                 'write it like "2h", "30m", "90s" or "1h30m"',
             ) from None
-    if not seconds > 0:  # also nan, which compares false either way
-        raise ConfigError(f"time budget {text!r} must be positive")
+    if not 0 < seconds < float("inf"):  # also nan, which compares false either way
+        raise ConfigError(f"time budget {text!r} must be positive and finite")
     return seconds
 
 
@@ -62,6 +62,7 @@ class OptimizerConfig:
         check(self.weight_decay >= 0, f"{prefix}.weight_decay", "must be >= 0")
         check(self.warmup_steps >= 0, f"{prefix}.warmup_steps", "must be >= 0")
         check(0.0 <= self.min_lr_ratio <= 1.0, f"{prefix}.min_lr_ratio", "must be in [0, 1]")
+        check(self.grad_clip >= 0, f"{prefix}.grad_clip", "must be >= 0 (0: no clipping)")
 
 
 @dataclass
@@ -238,6 +239,7 @@ class PretrainConfig:
         for key in ("eval_every", "log_every", "checkpoint_every", "keep_checkpoints"):
             check(getattr(self, key) >= 1, f"{prefix}.{key}", "must be >= 1")
         check(self.eval_batches >= 0, f"{prefix}.eval_batches", "must be >= 0")
+        check_seed(self.seed, f"{prefix}.seed")
         try:
             parse_duration(self.time_budget)
         except ConfigError as exc:

@@ -12,19 +12,19 @@ stages:
     inputs: [data:corpora/tibetan_tibettimes_news.txt.xz]   # data directory, by name
     config: {corpus: {min_syllables: 3}}
   vocab:
-    inputs: {corpus: ${stages.prepare.output}}
+    inputs: {corpus: '${stages.prepare.output}'}   # quoted: `{` inside {...} is YAML syntax
   pretrain:
-    inputs: {corpus: ${stages.prepare.output}, vocab: ${stages.vocab.output}}
-    config: {pretrain: {max_steps: ${vars.steps}}}
+    inputs: {corpus: '${stages.prepare.output}', vocab: '${stages.vocab.output}'}
+    config: {pretrain: {max_steps: '${vars.steps}'}}
     launch: torchrun --nproc_per_node 8 -m         # optional: a multi-process launcher
     grid: {model.heads.small: [6, 8]}                  # product of the listed values
     variants: [{name: fixed12, set: {model.heads.small: 12}}]   # or an explicit list
   finetune:
-    inputs: {model: ${stages.pretrain.output}}         # fans out over pretrain's variants
+    inputs: {model: '${stages.pretrain.output}'}       # fans out over pretrain's variants
     grid: {params.export_tokens: [1e6, 4e6]}           # grids may set params too
   plot:
     collect: true       # ONE node reading every variant above: ${stages.finetune.output} is
-    inputs: [${stages.finetune.output}]               # the list of all their outputs
+    inputs: ['${stages.finetune.output}']             # the list of all their outputs
 ```
 
 A stage may only reference stages above it, so the file order is a valid run order. Each
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tibnlp.config.core import apply_overrides, read_yaml
+from tibnlp.config.core import YES_NO, apply_overrides, read_yaml
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.context import Accepts
 from tibnlp.pipeline.registry import stage_def
@@ -162,6 +162,15 @@ def _distinct_labels(key: str, values: list[Any], where: str) -> None:
             )
 
 
+def _check_key(key: Any, where: str) -> None:
+    """A grid or variant key is a dotted key (`1:` or `null:` would fail as a traceback)."""
+    if not isinstance(key, str) or not all(part.strip() for part in key.split(".")):
+        raise ConfigError(
+            f"{where}: {key!r} is not a dotted key",
+            "write section.key (e.g. model.heads.small) or params.NAME",
+        )
+
+
 def expand_variants(stage: str, grid: Any, variants: Any, where: str) -> list[Variant]:
     """Explicit `variants` x the product of `grid` values; one unnamed variant when neither."""
     base = [Variant("", {})]
@@ -174,6 +183,10 @@ def expand_variants(stage: str, grid: Any, variants: Any, where: str) -> list[Va
                 raise ConfigError(f"{where}.variants[{i}]: expected {{name: ..., set: {{...}}}}")
             if not isinstance(v["set"], dict):
                 raise ConfigError(f"{where}.variants[{i}].set: expected a mapping of dotted keys")
+            if isinstance(v.get("name"), (dict, list)):
+                raise ConfigError(f"{where}.variants[{i}].name: expected a single value")
+            for key in v["set"]:
+                _check_key(key, f"{where}.variants[{i}].set")
             name = str(v.get("name") or ",".join(_variant_label(k, x) for k, x in v["set"].items()))
             base.append(Variant(name, dict(v["set"])))
         names = [v.name for v in base]
@@ -185,6 +198,7 @@ def expand_variants(stage: str, grid: Any, variants: Any, where: str) -> list[Va
         raise ConfigError(f"{where}.grid: expected a mapping of dotted key -> list of values")
     out = base
     for key, values in grid.items():
+        _check_key(key, f"{where}.grid")
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{where}.grid.{key}: expected a non-empty list of values")
         _distinct_labels(key, values, f"{where}.grid.{key}")
@@ -201,28 +215,41 @@ def expand_variants(stage: str, grid: Any, variants: Any, where: str) -> list[Va
 
 def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> PipelineSpec:
     where = str(source) if source else "pipeline"
-    unknown = sorted(set(data) - TOP_KEYS)
+    unknown = sorted(set(data) - TOP_KEYS, key=str)
     if unknown:
         raise ConfigError(
             f"{where}: unknown top-level key '{unknown[0]}'; allowed: {', '.join(sorted(TOP_KEYS))}"
         )
+    for key in ("name", "experiment", "workdir", "description"):
+        # str() of a list would name a run "['a']"; Path(5) is a TypeError
+        if isinstance(data.get(key), (dict, list, bool)):
+            raise ConfigError(f"{where}: '{key}' must be a single value, got {data[key]!r}")
     name = str(data.get("name") or (source.stem if source else "pipeline"))
     vars_ = data.get("vars") or {}
     if not isinstance(vars_, dict):
         raise ConfigError(f"{where}: 'vars' must be a mapping")
+    resolving: list[str] = []
 
     def var_lookup(ref: str, at: str) -> Any:
         parts = ref.split(".")
         if parts[0] == "vars":
             if len(parts) != 2 or parts[1] not in vars_:
                 raise ConfigError(f"{where}: {at}: unknown variable ${{{ref}}}")
-            return vars_[parts[1]]
+            if parts[1] in resolving:  # a variable may read another, not itself
+                cycle = " -> ".join([*resolving[resolving.index(parts[1]) :], parts[1]])
+                raise ConfigError(f"{where}: vars: the variables read each other ({cycle})")
+            resolving.append(parts[1])
+            value = substitute(vars_[parts[1]], var_lookup, f"vars.{parts[1]}")
+            resolving.pop()
+            return value
         if parts[0] == "name":
             return name
         return "${" + ref + "}"  # stage references are resolved when the stage runs
 
     template = data.get("config") or {}  # before substitution: which keys read a variable
     data = substitute(data, var_lookup, "")
+    vars_ = data.get("vars") or {}  # a variable reading another holds its value
+    _no_stage_refs(data.get("config"), where)
     stages_raw = data.get("stages")
     if not isinstance(stages_raw, dict) or not stages_raw:
         raise ConfigError(f"{where}: 'stages' must be a non-empty mapping of stage name -> spec")
@@ -232,7 +259,7 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
         body = body or {}
         if not isinstance(body, dict):
             raise ConfigError(f"{at}: expected a mapping")
-        bad = sorted(set(body) - STAGE_KEYS)
+        bad = sorted(set(body) - STAGE_KEYS, key=str)
         if bad:
             raise ConfigError(
                 f"{at}: unknown key '{bad[0]}'; allowed: {', '.join(sorted(STAGE_KEYS))}"
@@ -243,8 +270,13 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
         for key in ("config", "params"):
             if not isinstance(body.get(key) or {}, dict):
                 raise ConfigError(f"{at}.{key}: expected a mapping")
-        if not isinstance(body.get("collect", False), bool):
+        collect = body.get("collect", False)
+        collect = YES_NO.get(collect.lower(), collect) if isinstance(collect, str) else collect
+        if not isinstance(collect, bool):
             raise ConfigError(f"{at}.collect: expected true or false")
+        for key in ("launch", "description"):
+            if isinstance(body.get(key), (dict, list, bool)):
+                raise ConfigError(f"{at}.{key}: expected a single value, got {body[key]!r}")
         spec = StageSpec(
             name=str(sname),
             kind=str(body.get("kind") or sname),
@@ -252,7 +284,7 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
             config=dict(body.get("config") or {}),
             params=dict(body.get("params") or {}),
             launch=str(body.get("launch") or ""),
-            collect=bool(body.get("collect", False)),
+            collect=collect,
             description=str(body.get("description") or ""),
             variants=expand_variants(str(sname), body.get("grid"), body.get("variants"), at),
         )
@@ -271,7 +303,7 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
     return PipelineSpec(
         name=name,
         experiment=str(data.get("experiment") or f"pipeline-{name}"),
-        workdir=Path(data.get("workdir") or f"runs/pipelines/{name}"),
+        workdir=Path(str(data.get("workdir") or f"runs/pipelines/{name}")),
         config=config,
         stages=stages,
         source=source,
@@ -279,6 +311,20 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
         raw=data,
         config_template=template if isinstance(template, dict) else {},
     )
+
+
+def _no_stage_refs(config: Any, where: str) -> None:
+    """The shared `config:` goes to every stage, the first ones included: a stage's output is
+    no value there (it would reach the stages above that stage)."""
+    for key, value in (config or {}).items() if isinstance(config, dict) else ():
+        for text in _strings(value):
+            for ref in _REF.findall(text):
+                if ref.strip().startswith("stages."):
+                    raise ConfigError(
+                        f"{where}: config.{key}: ${{{ref.strip()}}} reads a stage's output, "
+                        "which the shared config cannot",
+                        "set it in the `config:` of the stages that read it",
+                    )
 
 
 def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
