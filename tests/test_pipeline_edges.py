@@ -311,3 +311,20 @@ def test_a_shared_set_that_a_stage_overrides_is_noted(tmp_path: Path) -> None:
     run_pipeline(spec, dry_run=True, echo=lines.append)
     assert sum("note: --set finetune.epochs does not reach" in line for line in lines) == 2
     assert load_pipeline(path, ["engine.threads=1"]).notes == []
+
+
+def test_a_variant_setting_a_section_keeps_the_stages_other_keys(tmp_path: Path) -> None:
+    """`set: {finetune: {patience: 1}}` sets one key of the section, as `--set` does; it used to
+    replace the section, silently dropping the stage's other finetune keys."""
+    path = _write(
+        tmp_path / "section.yaml",
+        {
+            "b": {
+                "kind": "r_read",
+                "config": {"finetune": {"epochs": 7}},
+                "variants": [{"name": "v", "set": {"finetune": {"patience": 1}}}],
+            }
+        },
+    )
+    config = Planner(load_pipeline(path)).plan()[0].config
+    assert config["finetune"]["patience"] == 1 and config["finetune"]["epochs"] == 7

@@ -57,13 +57,18 @@ class PipelineRun:
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """Set `key` in `data`; a mapping given for a section sets those keys in it, as `--set`
+    does (a variant's `set: {vocab: {seed: 1}}` keeps the stage's other vocab keys)."""
     node = data
     parts = key.split(".")
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"{where}: '{key}' sets inside a value, not a section")
-    node[parts[-1]] = copy.deepcopy(value)
+    if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
+        node[parts[-1]] = deep_merge(node[parts[-1]], value)
+    else:
+        node[parts[-1]] = copy.deepcopy(value)
 
 
 def _filled(fills: Iterable[tuple[str, str]], inputs: Any) -> list[str]:
