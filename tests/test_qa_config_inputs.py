@@ -200,3 +200,12 @@ def test_collect_still_takes_yes(tmp_path: Path) -> None:
     """YAML 1.2 reads `collect: yes` as text; a bool key of the pipeline file takes it."""
     spec = load_pipeline(_pipeline(tmp_path, "stages:\n" + A + B + ", collect: yes}\n"))
     assert spec.stages[1].collect is True
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", "a\\b"])
+def test_a_pipeline_name_is_a_plain_name(tmp_path: Path, name: str) -> None:
+    """The default workdir is runs/pipelines/<name>: '../x' put it outside that folder."""
+    path = _pipeline(tmp_path, "stages:\n" + A)
+    path.write_text(f"name: '{name}'\n" + path.read_text())
+    with pytest.raises(ConfigError, match="is not a plain name"):
+        load_pipeline(path)

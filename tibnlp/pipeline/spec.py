@@ -225,6 +225,12 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
         if isinstance(data.get(key), (dict, list, bool)):
             raise ConfigError(f"{where}: '{key}' must be a single value, got {data[key]!r}")
     name = str(data.get("name") or (source.stem if source else "pipeline"))
+    if name in (".", "..") or any(sep in name for sep in ("/", "\\")):
+        # the default workdir is runs/pipelines/<name>: '../x' would put it elsewhere
+        raise ConfigError(
+            f"{where}: 'name' {name!r} is not a plain name",
+            "give a name without / or \\ (set 'workdir' to choose where the runs go)",
+        )
     vars_ = data.get("vars") or {}
     if not isinstance(vars_, dict):
         raise ConfigError(f"{where}: 'vars' must be a mapping")
