@@ -209,3 +209,17 @@ def test_a_pipeline_name_is_a_plain_name(tmp_path: Path, name: str) -> None:
     path.write_text(f"name: '{name}'\n" + path.read_text())
     with pytest.raises(ConfigError, match="is not a plain name"):
         load_pipeline(path)
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("model.vocab_size=0", "model.vocab_size': must be >= 1"),
+        ("vocab.max_sentence_length=0", "vocab.max_sentence_length': must be > 0"),
+        ("vocab.special_tokens=['[PAD]','[UNK]','[CLS]','[SEP]','[MASK]','[PAD]']", "distinct"),
+        ("pretrain.output=' '", "pretrain.output': must name a folder"),
+        ("finetune.output=''", "finetune.output': must name a folder"),
+    ],
+)
+def test_values_that_fail_later_are_refused_at_load(override: str, says: str) -> None:
+    assert says in _refused([override])

@@ -159,6 +159,7 @@ class FinetuneConfig:
         return "" if self.model in ("", "none") else self.model
 
     def validate(self, prefix: str) -> None:
+        check(bool(self.output.strip()), f"{prefix}.output", "must name a folder")
         check(self.max_len >= 0, f"{prefix}.max_len", "must be >= 0 (0 = task default)")
         check(self.max_len == 0 or self.max_len >= 3, f"{prefix}.max_len", "must be >= 3")
         check(self.document_max_len >= 3, f"{prefix}.document_max_len", "must be >= 3")

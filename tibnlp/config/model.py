@@ -126,7 +126,14 @@ class ModelConfig:
     memory_tokens: int = 0  # learned [MEM] embeddings prepended to every input
 
     def validate(self, prefix: str) -> None:
-        for key in ("embedding_size", "hidden_size", "num_layers", "ffn_size", "max_len"):
+        for key in (
+            "vocab_size",
+            "embedding_size",
+            "hidden_size",
+            "num_layers",
+            "ffn_size",
+            "max_len",
+        ):
             check(getattr(self, key) >= 1, f"{prefix}.{key}", "must be >= 1")
         for h in {self.heads.small, self.heads.large}:
             check(

@@ -107,10 +107,16 @@ class VocabConfig:
                 "does not combine with whole_units (its seeds are single syllables); drop one",
             )
         check(self.input_sentence_size > 0, f"{prefix}.input_sentence_size", "must be > 0")
+        check(self.max_sentence_length > 0, f"{prefix}.max_sentence_length", "must be > 0")
         check(self.num_threads >= 0, f"{prefix}.num_threads", "must be >= 0 (0: one per core)")
         check_seed(self.seed, f"{prefix}.seed")
         check(
             tuple(self.special_tokens[:5]) == SPECIAL_PIECES,
             f"{prefix}.special_tokens",
             "must start with [PAD], [UNK], [CLS], [SEP], [MASK] (fixed ids 0-4)",
+        )
+        check(
+            len(set(self.special_tokens)) == len(self.special_tokens),
+            f"{prefix}.special_tokens",
+            "must be distinct (a piece given twice gets one id)",
         )

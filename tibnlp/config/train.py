@@ -225,6 +225,7 @@ class PretrainConfig:
             f"{prefix}.skipgram.epochs",
             "must be 0 with pretrain.init_from (the word embedding comes from that model)",
         )
+        check(bool(self.output.strip()), f"{prefix}.output", "must name a folder")
         check(self.recurrence_segments >= 1, f"{prefix}.recurrence_segments", "must be >= 1")
         check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", "must be >= 0")
         # the part of the batch split that needs no process count: refused as the config is
