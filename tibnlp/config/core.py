@@ -10,8 +10,7 @@ Supported field types: bool, int, float, str, `Literal[...]`, `X | None`, unions
 A dataclass may define `MOVED = {"old_key": "section.new_key"}` (a ClassVar): a config that
 still uses an old key gets an error naming the new one.
 A dataclass may define `validate(self, prefix: str) -> None` for range checks; it is called
-after its fields are converted (see `check`), and a class attribute `MOVED` (key -> where it
-went) for keys that left it, so an old config gets a pointer instead of "unknown key".
+after its fields are converted (see `check`).
 """
 
 from __future__ import annotations
