@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tibnlp.cli.common import console
@@ -37,14 +38,17 @@ def list_datasets(
     damaged = []
     for m in all_manifests().values():
         status = m.status() if verify else ("present" if m.path.exists() else "missing")
+        if m.path.is_symlink() and not m.path.exists():  # its copy moved: not just absent
+            status = f"broken link to {m.path.readlink()}"
         style = "green" if status == "present" else "red" if status != "missing" else "yellow"
-        table.add_row(m.name, m.kind, m.root, f"[{style}]{status}[/]", m.license)
+        table.add_row(m.name, m.kind, m.root, f"[{style}]{escape(status)}[/]", m.license)
         if status not in ("present", "missing"):
             damaged.append(f"{m.name} ({status})")
     console.print(table)
     if damaged:
         console.print(
-            f"[red]damaged:[/] {'; '.join(damaged)}: copy or link these folders again",
+            f"[red]damaged:[/] {escape('; '.join(damaged))}: copy or link these folders again "
+            "(`tibnlp data link SOURCE_DIR` replaces broken links)",
             soft_wrap=True,
         )
         raise typer.Exit(1)

@@ -2,17 +2,112 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
 from tibnlp.text.vocab_build import build_vocabulary
 
 app = typer.Typer(help="SentencePiece unigram vocabulary.", no_args_is_help=True)
+
+# build_vocabulary's stages: what the bar says, and the unit counted (None: no count)
+STAGES = {
+    "units": ("counting units", "sentences"),
+    "reading": ("reading sentences", "sentences"),
+    "seeding": ("finding seed pieces", None),
+    "training": ("training (EM)", "rounds"),
+    "evaluating": ("evaluating", None),
+}
+
+
+class _Count(ProgressColumn):
+    """done/total and the rate, in the stage's unit."""
+
+    def render(self, task: Task) -> Text:
+        unit = task.fields.get("unit")
+        if not unit:
+            return Text("")
+        total = f"/{task.total:,.0f}" if task.total is not None else ""
+        rate = f", {task.speed:,.0f}/s" if task.speed and task.speed >= 1 else ""
+        return Text(f"{task.completed:,.0f}{total} {unit}{rate}")
+
+
+class BuildProgress:
+    """One bar per stage of `build_vocabulary`, with rate and ETA; where stderr is no
+    terminal (a log), plain lines instead: a stage's start, every 30 s, and its end."""
+
+    def __init__(self) -> None:
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(bar_width=24),
+            _Count(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not console.is_terminal,
+        )
+        self.last_line = 0.0
+
+    def __enter__(self) -> BuildProgress:
+        self.bar.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self._end_stage()
+        self.bar.stop()
+
+    def __call__(self, stage: str, done: int, total: int | None) -> None:
+        what, unit = STAGES.get(stage, (stage, None))
+        new = not self.bar.tasks or self.bar.tasks[-1].fields["stage"] != stage
+        if new:
+            self._end_stage()
+            self.bar.add_task(what, total=total, unit=unit, stage=stage, ended=False)
+        self.bar.update(self.bar.tasks[-1].id, completed=done, total=total)
+        self._plain_line(force=new)
+
+    def _end_stage(self) -> None:
+        """The stage before the next (or the last one) is done: its bar shows full."""
+        if self.bar.tasks and not self.bar.tasks[-1].fields["ended"]:
+            task = self.bar.tasks[-1]
+            end = task.total if task.total is not None else max(task.completed, 1)
+            self.bar.update(task.id, total=end, completed=end, ended=True)
+            self._plain_line(force=True, ended=True)
+
+    def _plain_line(self, force: bool, ended: bool = False) -> None:
+        """Logs have no live bar: the stage, its count and rate, and the ETA or time taken."""
+        now = time.monotonic()
+        if console.is_terminal or (not force and now - self.last_line < 30.0):
+            return
+        self.last_line = now
+        task = self.bar.tasks[-1]
+        count = _Count().render(task).plain
+        if ended:
+            when = f" in {task.finished_time or task.elapsed or 0:.0f} s"
+        else:
+            eta = task.time_remaining if task.total is not None else None
+            when = f", ETA {eta / 60:.1f} min" if eta is not None and task.completed else ""
+        console.print(
+            f"vocab: {task.description}{' done' if ended else ''}"
+            f"{': ' + count if count and task.completed else ''}{when}",
+            soft_wrap=True,
+        )
 
 
 @app.command("build")
@@ -28,8 +123,8 @@ def build(
     """Train the vocabulary on the train split and report it on the held-out split."""
     extra = [f"vocab.vocab_size={vocab_size}"] if vocab_size is not None else []
     cfg = resolve_config(config, overrides, *extra)
-    with console.status("training SentencePiece unigram model..."):
-        report = build_vocabulary(corpus, output, cfg.vocab)
+    with BuildProgress() as progress:
+        report = build_vocabulary(corpus, output, cfg.vocab, progress=progress)
     # paths and pieces are text, not rich markup: a `[x]` in them would vanish
     table = Table(title=f"vocabulary {escape(str(output))}")
     table.add_column("figure")

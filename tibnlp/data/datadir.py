@@ -54,7 +54,8 @@ def link_into(
     `source` has the data directory's layout, or holds it under `data/` (datasets) and
     `corpora/`. Only folders in `names` (when given) are linked; existing entries are left
     alone, and returned with what they are ("already linked", "links to X", "not a link"), so
-    the caller can say why a folder was not linked (e.g. it points at an older copy).
+    the caller can say why a folder was not linked (e.g. it points at an older copy); a
+    broken link (its copy moved or deleted) is replaced.
     """
     source = Path(source).expanduser().resolve()
     target = target or data_dir()
@@ -76,12 +77,13 @@ def link_into(
     result = LinkResult([], {})
     for path in candidates:
         dest = target / path.name
+        if dest.is_symlink() and not dest.exists():
+            dest.unlink()  # a broken link holds nothing: the new copy takes its place
         if dest.is_symlink():
             if dest.resolve() == path.resolve():
                 result.kept[path.name] = "already linked"
             else:
-                missing = "" if dest.exists() else ", missing"
-                result.kept[path.name] = f"links to {dest.readlink()}{missing}"
+                result.kept[path.name] = f"links to {dest.readlink()}"
             continue
         if dest.exists():
             result.kept[path.name] = "not a link"

@@ -34,6 +34,7 @@ COMPRESSED: dict[str, Callable[[Any], IO[bytes]]] = {
     ".bz2": bz2.open,
 }
 _MAGIC = {b"\xfd7zXZ\x00": ".xz", b"\x1f\x8b": ".gz", b"BZh": ".bz2"}
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # UTF-32's little-endian mark starts like one
 _CORRUPT = (lzma.LZMAError, gzip.BadGzipFile, zlib.error, EOFError, OSError)
 
 
@@ -87,11 +88,19 @@ def expand_inputs(paths: list[Path]) -> list[Path]:
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            found = sorted(
-                p
-                for p in path.iterdir()
-                if p.is_file() and _base_suffix(p) in TEXT_SUFFIXES and not p.name.startswith(".")
-            )
+            try:
+                found = sorted(
+                    p
+                    for p in path.iterdir()
+                    if p.is_file()
+                    and _base_suffix(p) in TEXT_SUFFIXES
+                    and not p.name.startswith(".")
+                )
+            except OSError as exc:  # no permission to list it: not a traceback
+                raise DataError(
+                    f"cannot read input directory {path}: {exc.strerror or exc}",
+                    "check its permissions, or give the files themselves",
+                ) from exc
             if not found:
                 raise DataError(
                     f"input directory {path} holds no .txt/.jsonl files (plain or .xz/.gz/.bz2)",
@@ -170,7 +179,13 @@ def read_documents(
     is_jsonl = _base_suffix(path) in (".jsonl", ".json")
     info.format = "jsonl" if is_jsonl else "text"
     digest = hashlib.sha256()
-    with path.open("rb") as raw:
+    try:
+        opened = path.open("rb")
+    except OSError as exc:  # unreadable (permissions), or gone since it was listed
+        raise DataError(
+            f"cannot read input {path}: {exc.strerror or exc}", "check the file's permissions"
+        ) from exc
+    with opened as raw:
         info.compression = _compression(path, raw)
         stream = COMPRESSED[info.compression](raw) if info.compression else raw
         lines = _decoded_lines(path, stream, raw, info, on_error, advance)
@@ -213,6 +228,13 @@ def _decoded_lines(
             now = raw.tell()
             advance(now - position)
             position = now
+        if lineno == 1 and data[:2] in _UTF16_BOMS:
+            _refuse_not_utf8(path, lineno, data)
+        if b"\x00" in data:  # valid UTF-8, but no text holds it
+            if on_error == "skip":
+                info.skipped["invalid_utf8"] += 1
+                continue
+            _refuse_not_utf8(path, lineno, data)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -230,6 +252,20 @@ def _decoded_lines(
     info.lines = lineno
     if advance is not None:
         advance(raw.tell() - position)
+
+
+def _refuse_not_utf8(path: Path, lineno: int, data: bytes) -> None:
+    """A byte order mark (fatal even with on_error=skip: every line would be garbage) or NUL
+    bytes: UTF-16/32 text (Windows "Unicode") or a binary file, never UTF-8 text."""
+    if lineno == 1 and data[:2] in _UTF16_BOMS:
+        what = "the file is UTF-16 or UTF-32 (it starts with a byte order mark)"
+    else:
+        what = "NUL bytes (UTF-16 or UTF-32 text, or a binary file)"
+    raise DataError(
+        f"{path}:{lineno}: invalid UTF-8: {what}",
+        f"convert it to UTF-8 (iconv -f UTF-16 -t UTF-8 {path} > {Path(path).stem}.utf8.txt), "
+        "or leave the file out",
+    )
 
 
 def _note_tibetan(info: InputInfo, text: str) -> None:

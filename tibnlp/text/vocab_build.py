@@ -6,10 +6,15 @@ already run at corpus preparation, so SentencePiece's default NFKC (which would 
 Tibetan compatibility characters differently from `normalize`) is replaced by identity, plus
 the syllable rules below when `split_on_tsheg`. The output is
 written to a temporary sibling folder and renamed, so a failed build leaves nothing behind.
+
+Progress (`progress(stage, done, total)`) counts the sentences as SentencePiece reads them and
+then its EM rounds, read from its own log (`tibnlp.text.spm_log`). The log level changes no
+model byte.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -17,7 +22,7 @@ import os
 import re
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +30,11 @@ import sentencepiece as spm
 
 from tibnlp.config.core import dump_yaml, to_dict
 from tibnlp.config.text import VocabConfig
-from tibnlp.errors import DataError
+from tibnlp.errors import ConfigError, DataError
 from tibnlp.fsutil import check_new_folder, staged_dir
 from tibnlp.text.sentences import SHADS
 from tibnlp.text.special import PAD_ID, UNK_ID
+from tibnlp.text.spm_log import Progress, TrainLog, c_stderr
 from tibnlp.text.syllables import count_syllables, syllables
 from tibnlp.text.vocab import MARKER, MODEL_FILE, WORD_START, Vocabulary
 
@@ -50,6 +56,9 @@ HEAD_MARKS = "".join(chr(c) for c in range(0x0F04, 0x0F0B))  # ༄ ༅ and their
 PUNCTUATION = tuple(HEAD_MARKS + SHADS)
 _TOO_BIG_RE = re.compile(r"<=\s*(\d+)")
 _TOO_SMALL_RE = re.compile(r"smaller than required_chars\. \d+ vs (\d+)")
+_EVERY = 10_000  # sentences between two progress calls
+# Fields SentencePiece parses as 32-bit ints (its error for a larger one is a traceback)
+_INT32 = 2**31 - 1
 
 
 def load_corpus(path: Path) -> Any:
@@ -63,6 +72,44 @@ def _sentences(split: Any) -> Iterator[str]:
     for batch in split.iter(batch_size=1000):
         for sentences in batch["sentences"]:
             yield from (s for s in sentences if s.strip())
+
+
+def _count_sentences(split: Any) -> int | None:
+    """The split's sentences, from the Arrow list offsets (no pass over the text): the
+    "reading" total. None where the table does not say."""
+    import pyarrow.compute as pc
+
+    try:
+        return int(pc.sum(pc.list_value_length(split.data.column("sentences"))).as_py() or 0)
+    except Exception:  # an estimate for a progress bar is never worth a failed build
+        return None
+
+
+class _Feed:
+    """`sentences`, counted for `progress` every `_EVERY`. An exception raised while reading
+    them (Ctrl-C, a damaged Arrow file) is kept in `error`: SentencePiece's binding turns it
+    into a RuntimeError "INTERNAL: KeyboardInterrupt", and `_train` re-raises it as itself."""
+
+    def __init__(
+        self, sentences: Iterable[str], stage: str, total: int | None, progress: Progress | None
+    ) -> None:
+        self.sentences, self.stage, self.total, self.progress = sentences, stage, total, progress
+        self.error: BaseException | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        done = 0
+        try:
+            for done, sentence in enumerate(self.sentences, 1):
+                if self.progress is not None and done % _EVERY == 0:
+                    self.progress(self.stage, done, self.total)
+                yield sentence
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            self.error = exc
+            raise
+        if self.progress is not None:
+            self.progress(self.stage, done, self.total)
 
 
 def normalization_rules(config: VocabConfig) -> dict[str, str]:
@@ -83,7 +130,7 @@ def unit_breaks(config: VocabConfig) -> dict[int, str]:
     }
 
 
-def _unit_seeds(config: VocabConfig, sentences: Iterator[str], path: Path) -> int:
+def _unit_seeds(config: VocabConfig, sentences: Iterable[str], path: Path) -> int:
     """vocab.whole_units: the seed file SentencePiece starts from (`piece<TAB>frequency`):
     every whitespace unit of the normalised text (`▁` + the unit) seen at least twice, and
     every substring of those units of two characters or more (SentencePiece adds the single
@@ -127,11 +174,37 @@ def _threads(config: VocabConfig) -> int:
     return config.num_threads or os.cpu_count() or 1
 
 
+def check_limits(config: VocabConfig) -> None:
+    """SentencePiece's bounds on the settings it takes as 32-bit ints: a value past them
+    fails there with a traceback or its own message, naming no key."""
+    bounds = {
+        "vocab_size": (config.vocab_size, 16, _INT32 // 10),  # x 10: seed_sentencepiece_size
+        "max_sentence_length": (config.max_sentence_length, 10, 2**30),
+        "input_sentence_size": (config.input_sentence_size, 1, 2**63 - 1),
+        "num_threads": (_threads(config), 1, 1024),
+    }
+    for key, (value, low, high) in bounds.items():
+        if not low <= value <= high:
+            raise ConfigError(
+                f"config key 'vocab.{key}': {value} is outside what SentencePiece takes "
+                f"({low} to {high:,})"
+            )
+
+
 def _train(
-    config: VocabConfig, sentences: Iterator[str], workdir: Path, seeds: Path | None = None
+    config: VocabConfig,
+    sentences: Iterable[str],
+    workdir: Path,
+    seeds: Path | None = None,
+    progress: Progress | None = None,
+    total: int | None = None,
 ) -> bytes:
+    """The canonical model bytes; `progress` sees the sentences read (of `total`) and the EM
+    rounds (no round without fd 2 to read SentencePiece's log from)."""
+    check_limits(config)
     model = io.BytesIO()
-    specials = config.special_tokens
+    feed = _Feed(sentences, "reading", total, progress)
+    log = TrainLog(progress, config.vocab_size) if progress is not None else None
     rules: dict[str, Any] = {"normalization_rule_name": "identity"}
     if table := normalization_rules(config):
         tsv = workdir / "syllable_rules.tsv"
@@ -142,55 +215,76 @@ def _train(
     if seeds is not None:
         rules["seed_sentencepieces_file"] = str(seeds)
     spm.set_random_generator_seed(config.seed)  # sampling and shuffling are reproducible
-    try:
-        spm.SentencePieceTrainer.train(
-            **rules,
-            sentence_iterator=sentences,
-            model_writer=model,
-            model_type="unigram",
-            vocab_size=config.vocab_size,
-            character_coverage=config.character_coverage,
-            input_sentence_size=config.input_sentence_size,
-            shuffle_input_sentence=True,
-            max_sentence_length=config.max_sentence_length,
-            num_threads=_threads(config),
-            seed_sentencepiece_size=_seed_size(config),
-            pad_id=PAD_ID,
-            pad_piece=specials[0],
-            unk_id=UNK_ID,
-            unk_piece=specials[1],
-            bos_id=-1,
-            eos_id=-1,
-            control_symbols=specials[2:],
-            hard_vocab_limit=config.hard_limit,
-            split_by_whitespace=not config.cross_syllables,
-            minloglevel=2,
-        )
-    except RuntimeError as exc:
-        text = str(exc)
-        if small := _TOO_SMALL_RE.search(text):  # not "too high": the advice is the opposite
-            raise DataError(
-                f"vocabulary size {config.vocab_size} is below the {small.group(1)} characters "
-                "and special pieces the corpus needs "
-                f"(vocab.character_coverage={config.character_coverage})",
-                f"raise --vocab-size to at least {small.group(1)}, or lower "
-                "vocab.character_coverage to leave rare characters out as [UNK]",
-            ) from exc
-        if "Vocabulary size" in text or "vocab_size" in text:
-            found = _TOO_BIG_RE.search(text)
-            most = f"~{found.group(1)}" if found else "fewer"
-            hint = "lower --vocab-size (or use a larger corpus)"
-            if config.split_on_tsheg and not config.cross_syllables:
-                hint += (
-                    "; pieces stay inside syllables (vocab.split_on_tsheg), so the corpus's "
-                    "syllable inventory bounds the size (vocab.cross_syllables=true lifts it)"
-                )
-            raise DataError(
-                f"vocabulary size {config.vocab_size}: the corpus supports at most {most} pieces",
-                hint,
-            ) from exc
-        raise DataError(f"SentencePiece could not train: {text.strip()}") from exc
+    with c_stderr(log) if log is not None else contextlib.nullcontext(False) as logged:
+        try:
+            spm.SentencePieceTrainer.train(
+                **rules,
+                **_spec(config),
+                sentence_iterator=iter(feed),
+                model_writer=model,
+                minloglevel=0 if logged else 2,
+            )
+        except (RuntimeError, ValueError) as exc:
+            if feed.error is not None:  # raised by reading the corpus, not by SentencePiece
+                raise feed.error from None
+            raise _train_error(config, str(exc)) from exc
+        finally:
+            if logged:  # a global: later encoding stays quiet, as before
+                with contextlib.suppress(AttributeError):
+                    spm.set_min_log_level(2)
+    if log is not None:
+        log.finish()
     return _canonical(model.getvalue())
+
+
+def _spec(config: VocabConfig) -> dict[str, Any]:
+    """SentencePiece's settings other than the input, the rules and the log level."""
+    specials = config.special_tokens
+    return {
+        "model_type": "unigram",
+        "vocab_size": config.vocab_size,
+        "character_coverage": config.character_coverage,
+        "input_sentence_size": config.input_sentence_size,
+        "shuffle_input_sentence": True,
+        "max_sentence_length": config.max_sentence_length,
+        "num_threads": _threads(config),
+        "seed_sentencepiece_size": _seed_size(config),
+        "pad_id": PAD_ID,
+        "pad_piece": specials[0],
+        "unk_id": UNK_ID,
+        "unk_piece": specials[1],
+        "bos_id": -1,
+        "eos_id": -1,
+        "control_symbols": specials[2:],
+        "hard_vocab_limit": config.hard_limit,
+        "split_by_whitespace": not config.cross_syllables,
+    }
+
+
+def _train_error(config: VocabConfig, text: str) -> DataError:
+    """SentencePiece's failure as what to change."""
+    if small := _TOO_SMALL_RE.search(text):  # not "too high": the advice is the opposite
+        return DataError(
+            f"vocabulary size {config.vocab_size} is below the {small.group(1)} characters "
+            "and special pieces the corpus needs "
+            f"(vocab.character_coverage={config.character_coverage})",
+            f"raise --vocab-size to at least {small.group(1)}, or lower "
+            "vocab.character_coverage to leave rare characters out as [UNK]",
+        )
+    if "Vocabulary size" in text or "vocab_size" in text:
+        found = _TOO_BIG_RE.search(text)
+        most = f"~{found.group(1)}" if found else "fewer"
+        hint = "lower --vocab-size (or use a larger corpus)"
+        if config.split_on_tsheg and not config.cross_syllables:
+            hint += (
+                "; pieces stay inside syllables (vocab.split_on_tsheg), so the corpus's "
+                "syllable inventory bounds the size (vocab.cross_syllables=true lifts it)"
+            )
+        return DataError(
+            f"vocabulary size {config.vocab_size}: the corpus supports at most {most} pieces",
+            hint,
+        )
+    return DataError(f"SentencePiece could not train: {text.strip()}")
 
 
 def _canonical(proto: bytes) -> bytes:
@@ -249,8 +343,12 @@ def evaluate(vocab: Vocabulary, sentences: list[str]) -> dict[str, Any]:
     }
 
 
-def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) -> dict[str, Any]:
-    """Train, evaluate on the held-out split and write the vocabulary folder; returns the report."""
+def build_vocabulary(
+    corpus_dir: Path, output_dir: Path, config: VocabConfig, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Train, evaluate on the held-out split and write the vocabulary folder; returns the report.
+    `progress(stage, done, total)`: see `Progress`."""
+    check_limits(config)
     corpus_dir, output_dir = Path(corpus_dir), check_new_folder(Path(output_dir))
     corpus = load_corpus(corpus_dir)
     if "train" not in corpus or "heldout" not in corpus:
@@ -259,14 +357,17 @@ def build_vocabulary(corpus_dir: Path, output_dir: Path, config: VocabConfig) ->
     first = next(_sentences(train), None)
     if first is None:
         raise DataError(f"{corpus_dir}: the train split has no sentences; nothing to learn from")
+    total = _count_sentences(train)
     # staged before training, not after: an output folder that cannot be made fails in
     # seconds, not after the minutes of training (a failure still leaves nothing behind)
     with staged_dir(output_dir) as tmp, tempfile.TemporaryDirectory() as workdir:
         seeds = None
         if config.whole_units:
             seeds = Path(workdir) / "seeds.tsv"
-            _unit_seeds(config, _sentences(train), seeds)
-        proto = _train(config, _sentences(train), Path(workdir), seeds)
+            _unit_seeds(config, _Feed(_sentences(train), "units", total, progress), seeds)
+        proto = _train(config, _sentences(train), Path(workdir), seeds, progress, total)
+        if progress is not None:
+            progress("evaluating", 0, None)
         vocab = Vocabulary(proto)
         heldout = list(_sentences(corpus["heldout"]))
         report: dict[str, Any] = {
