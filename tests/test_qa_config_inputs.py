@@ -215,7 +215,7 @@ def test_a_pipeline_name_is_a_plain_name(tmp_path: Path, name: str) -> None:
     ("override", "says"),
     [
         ("model.vocab_size=0", "model.vocab_size': must be >= 1"),
-        ("vocab.max_sentence_length=0", "vocab.max_sentence_length': must be > 0"),
+        ("vocab.max_sentence_length=0", "vocab.max_sentence_length': 0 is outside"),
         ("vocab.special_tokens=['[PAD]','[UNK]','[CLS]','[SEP]','[MASK]','[PAD]']", "distinct"),
         ("pretrain.output=' '", "pretrain.output': must name a folder"),
         ("finetune.output=''", "finetune.output': must name a folder"),

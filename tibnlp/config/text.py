@@ -107,9 +107,22 @@ class VocabConfig:
                 "does not combine with whole_units (its seeds are single syllables); drop one",
             )
         check(self.input_sentence_size > 0, f"{prefix}.input_sentence_size", "must be > 0")
-        check(self.max_sentence_length > 0, f"{prefix}.max_sentence_length", "must be > 0")
         check(self.num_threads >= 0, f"{prefix}.num_threads", "must be >= 0 (0: one per core)")
         check_seed(self.seed, f"{prefix}.seed")
+        # SentencePiece parses these as 32-bit ints (a larger one: a traceback) or refuses them
+        # with its own check, naming no key
+        for key, low, high in (
+            ("vocab_size", 16, (2**31 - 1) // 10),  # x 10: its seed_sentencepiece_size
+            ("max_sentence_length", 10, 2**30),
+            ("input_sentence_size", 1, 2**63 - 1),
+            ("num_threads", 0, 1024),
+        ):
+            value = getattr(self, key)
+            check(
+                low <= value <= high,
+                f"{prefix}.{key}",
+                f"{value} is outside what SentencePiece takes ({low} to {high:,})",
+            )
         check(
             tuple(self.special_tokens[:5]) == SPECIAL_PIECES,
             f"{prefix}.special_tokens",

@@ -30,7 +30,7 @@ import sentencepiece as spm
 
 from tibnlp.config.core import dump_yaml, to_dict
 from tibnlp.config.text import VocabConfig
-from tibnlp.errors import ConfigError, DataError
+from tibnlp.errors import DataError
 from tibnlp.fsutil import check_new_folder, staged_dir
 from tibnlp.text.sentences import SHADS
 from tibnlp.text.special import PAD_ID, UNK_ID
@@ -57,8 +57,6 @@ PUNCTUATION = tuple(HEAD_MARKS + SHADS)
 _TOO_BIG_RE = re.compile(r"<=\s*(\d+)")
 _TOO_SMALL_RE = re.compile(r"smaller than required_chars\. \d+ vs (\d+)")
 _EVERY = 10_000  # sentences between two progress calls
-# Fields SentencePiece parses as 32-bit ints (its error for a larger one is a traceback)
-_INT32 = 2**31 - 1
 
 
 def load_corpus(path: Path) -> Any:
@@ -174,23 +172,6 @@ def _threads(config: VocabConfig) -> int:
     return config.num_threads or os.cpu_count() or 1
 
 
-def check_limits(config: VocabConfig) -> None:
-    """SentencePiece's bounds on the settings it takes as 32-bit ints: a value past them
-    fails there with a traceback or its own message, naming no key."""
-    bounds = {
-        "vocab_size": (config.vocab_size, 16, _INT32 // 10),  # x 10: seed_sentencepiece_size
-        "max_sentence_length": (config.max_sentence_length, 10, 2**30),
-        "input_sentence_size": (config.input_sentence_size, 1, 2**63 - 1),
-        "num_threads": (_threads(config), 1, 1024),
-    }
-    for key, (value, low, high) in bounds.items():
-        if not low <= value <= high:
-            raise ConfigError(
-                f"config key 'vocab.{key}': {value} is outside what SentencePiece takes "
-                f"({low} to {high:,})"
-            )
-
-
 def _train(
     config: VocabConfig,
     sentences: Iterable[str],
@@ -201,7 +182,7 @@ def _train(
 ) -> bytes:
     """The canonical model bytes; `progress` sees the sentences read (of `total`) and the EM
     rounds (no round without fd 2 to read SentencePiece's log from)."""
-    check_limits(config)
+    config.validate("vocab")  # a config built in code, not read: SentencePiece's bounds
     model = io.BytesIO()
     feed = _Feed(sentences, "reading", total, progress)
     log = TrainLog(progress, config.vocab_size) if progress is not None else None
@@ -348,7 +329,7 @@ def build_vocabulary(
 ) -> dict[str, Any]:
     """Train, evaluate on the held-out split and write the vocabulary folder; returns the report.
     `progress(stage, done, total)`: see `Progress`."""
-    check_limits(config)
+    config.validate("vocab")  # a config built in code, not read: SentencePiece's bounds
     corpus_dir, output_dir = Path(corpus_dir), check_new_folder(Path(output_dir))
     corpus = load_corpus(corpus_dir)
     if "train" not in corpus or "heldout" not in corpus:
