@@ -240,7 +240,7 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
         return spy.call_args.args[0]["finetune"]
 
     new = {"layer_decay", "mlm_weight", "mlm_prob", "static_vectors", "class_balance"}
-    new |= {"adversarial", "subword_alpha", "subword_nbest"}
+    new |= {"adversarial", "subword_alpha", "subword_nbest", "l2sp"}
     assert not new & set(hashed()) and "optimizer" in hashed()
     assert not new & set(hashed("finetune.layer_decay=1", "finetune.mlm_prob=0.15"))
     assert hashed("finetune.mlm_weight=0.5")["mlm_weight"] == 0.5
@@ -248,6 +248,7 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
     assert hashed("finetune.class_balance=0.5")["class_balance"] == 0.5
     assert hashed("finetune.adversarial=0.1")["adversarial"] == 0.1
     assert hashed("finetune.subword_alpha=0.3")["subword_alpha"] == 0.3
+    assert hashed("finetune.l2sp=0.01")["l2sp"] == 0.01
 
 
 def test_static_size_enters_the_seed_key_only_when_there_is_a_channel(env) -> None:
@@ -318,3 +319,58 @@ def test_subword_settings_are_checked_at_load(env) -> None:
                 "finetune.long_document=segments",
             ],
         )
+
+
+def test_l2sp_pulls_the_encoder_toward_its_start_and_leaves_the_head_free(env) -> None:
+    """L2-SP's penalty is l2sp/2 x the squared distance of the encoder's trainable weights
+    from the main phase's start: 0 there, its gradient l2sp x (w - w0), none on the head; the
+    anchors are never saved with the classifier."""
+    from tests.test_adversarial import _batch, _tiny_albert
+
+    model = _tiny_albert()
+    wrapper = ClassifierLoss(model, l2sp=0.5)
+    assert not any("_l2sp_" in k for k in wrapper.state_dict())
+    ids, mask, labels = _batch()
+    clean = ClassifierLoss(model)(ids, mask, labels)["loss"]
+    out = wrapper(ids, mask, labels)
+    torch.testing.assert_close(out["l2sp_loss"], torch.tensor(0.0))
+    torch.testing.assert_close(out["loss"], clean)
+    word = model.encoder.embeddings.word.weight
+    with torch.no_grad():
+        word[5] += 2.0  # a row moved by 2.0 in each of its components
+    model.zero_grad()
+    out = wrapper(ids, mask, labels)
+    dim = word.shape[1]
+    torch.testing.assert_close(out["l2sp_loss"], torch.tensor(0.5 * 0.5 * 4.0 * dim))
+    out["loss"].backward()
+    grad_with = word.grad[5].clone()
+    model.zero_grad()
+    ClassifierLoss(model)(ids, mask, labels)["loss"].backward()
+    torch.testing.assert_close(grad_with - word.grad[5], torch.full((dim,), 0.5 * 2.0))
+    wrapper.eval()
+    assert "l2sp_loss" not in wrapper(ids, mask, labels)  # evaluation: the plain loss
+
+
+def test_finetune_with_l2sp_stays_nearer_the_pretrained_weights(env, built) -> None:
+    """The same fine-tuning with a strong L2-SP ends with the encoder nearer its start, and
+    the system is named by it; the LP-FT probe (a frozen encoder) runs without it."""
+    start = _pretraining_dir(env)
+    base = [*DEEP, f"finetune.model={start}", "finetune.probe_epochs=1", "finetune.epochs=2"]
+
+    def drift(*extra: str) -> float:
+        built.clear()
+        result = run_finetune(_cfg(env, *base, *extra), "tncc")
+        wrappers = [w for w, *_ in built if isinstance(w, ClassifierLoss)]
+        assert [w.l2sp for w in wrappers] == [0.0, float(dict(
+            x.split("=") for x in extra).get("finetune.l2sp", 0))]  # fmt: skip
+        weights = load_file(str(result.seeds[0].directory / "model.safetensors"))
+        pretrained = load_file(str(start / "model.safetensors"))
+        shared = [k for k in pretrained if "encoder." + k in weights or k in weights]
+        assert shared, "no encoder weight found in both files"
+        return sum(
+            float(((weights.get("encoder." + k, weights.get(k)) - pretrained[k]) ** 2).sum())
+            for k in shared
+        )
+
+    free, anchored = drift(), drift("finetune.l2sp=100")
+    assert anchored < 0.5 * free

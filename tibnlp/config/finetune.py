@@ -118,6 +118,10 @@ class FinetuneConfig:
     # into; validation, test and `predict` keep the best segmentation. 0: off
     subword_alpha: float = 0.0
     subword_nbest: int = -1
+    # > 0: L2-SP (Li et al. 2018): the loss adds l2sp/2 x the squared distance of the encoder's
+    # weights from where the main phase starts (the pretrained ones), instead of letting 7,422
+    # titles pull them anywhere; the head is free. 0: off
+    l2sp: float = 0.0
     # class weights (N / (K n_c))^class_balance in the training loss, n_c the training
     # examples of class c among K: 0 off, 1 inverse frequency (each class weighs as much as
     # macro-F1 counts it), 0.5 between. TNCC's rarest classes are where pretraining pays most
@@ -202,6 +206,7 @@ class FinetuneConfig:
             f"{prefix}.subword_alpha",
             "must be >= 0 (0: off; 0.1-1: the smoothing of Kudo 2018, lower samples wider)",
         )
+        check(self.l2sp >= 0.0, f"{prefix}.l2sp", "must be >= 0 (0: off)")
         check(
             self.subword_nbest == -1 or self.subword_nbest >= 2,
             f"{prefix}.subword_nbest",

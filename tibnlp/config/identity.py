@@ -55,6 +55,7 @@ ADDED_WHEN_SET = frozenset(
         "finetune.adversarial",
         "finetune.subword_alpha",
         "finetune.subword_nbest",
+        "finetune.l2sp",
         "vocab.punctuation_pieces",
         "vocab.whole_units",
     }

@@ -50,9 +50,18 @@ class ClassifierLoss(nn.Module):
         mlm_weight: float = 0.0,
         class_weights: torch.Tensor | None = None,
         adversarial: float = 0.0,
+        l2sp: float = 0.0,
     ) -> None:
         super().__init__()
         self.model = model
+        # L2-SP's anchors: the encoder's trainable weights as they are now (the start of the
+        # main phase), as buffers that move with the model but are never saved
+        self.l2sp = l2sp
+        self._anchored: list[tuple[nn.Parameter, str]] = []
+        if l2sp:
+            for i, param in enumerate(p for p in model.encoder.parameters() if p.requires_grad):
+                self.register_buffer(f"_l2sp_{i}", param.detach().clone(), persistent=False)
+                self._anchored.append((param, f"_l2sp_{i}"))
         self.adversarial = adversarial  # > 0: FGM on the piece vectors (training.adversarial)
         if adversarial:
             piece_table(model.encoder)  # fails now, not at the first batch
@@ -94,6 +103,13 @@ class ClassifierLoss(nn.Module):
                 )
                 out["loss"] = loss + adversarial
                 out["adversarial_loss"] = adversarial.detach()
+        if self._anchored and self.training and torch.is_grad_enabled():
+            drift = sum(
+                ((p.float() - getattr(self, name).float()) ** 2).sum() for p, name in self._anchored
+            )
+            penalty = 0.5 * self.l2sp * torch.as_tensor(drift)
+            out["loss"] = out["loss"] + penalty
+            out["l2sp_loss"] = penalty.detach()
         if large is not None:
             out["route_large_fraction"] = large.detach().float()
         if self.mlm_head is not None and mlm_input_ids is not None and mlm_labels is not None:
@@ -188,6 +204,7 @@ def probe_recipe(ft: FinetuneConfig) -> FinetuneConfig:
         mlm_weight=0.0,
         adversarial=0.0,
         subword_alpha=0.0,
+        l2sp=0.0,
         optimizer=dataclasses.replace(ft.optimizer, lr=lr),
     )
 
@@ -290,6 +307,7 @@ def train_one_seed(
             ft.mlm_weight,
             class_weights(y_train, model.num_labels, ft.class_balance),
             ft.adversarial,
+            ft.l2sp,
         ),
         engine_cfg,
         optimizer,
