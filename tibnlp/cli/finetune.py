@@ -56,6 +56,11 @@ def _flags(
     # `is not None`: an empty --seeds "" must be refused, not run the config's seeds, and an
     # empty --eval-also "" turns off what a config file asks for
     if seeds is not None:
+        if seeds.strip() and not all(s.strip() for s in seeds.split(",")):  # "1,,2", "1,"
+            raise typer.BadParameter(
+                f"{seeds!r} has an empty item; give whole numbers separated by commas, e.g. 1,2,3",
+                param_hint="--seeds",
+            )
         flags.append(f"finetune.seeds=[{seeds}]")
     if eval_also is not None:
         flags.append(f"finetune.eval_also=[{eval_also}]")

@@ -151,9 +151,34 @@ def albert_state(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path) -
     return out
 
 
+def check_shapes(cfg: ModelConfig, state: dict[str, torch.Tensor], model_dir: Path) -> None:
+    """Refuse weights that do not fit model.yaml (an edited or swapped file): exported as
+    they are, they would give a folder transformers refuses to load, after a "wrote" line."""
+    from tibnlp.models.pretraining import AlbertForPretraining
+
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        want = AlbertForPretraining(cfg, sop="sop_classifier.weight" in state).state_dict()
+    bad = [
+        f"{k} {list(state[k].shape)} (model.yaml: {list(v.shape)})"
+        for k, v in want.items()
+        if k in state and state[k].shape != v.shape
+    ]
+    bad += [f"{k} missing" for k in want if k not in state]
+    if bad:
+        raise DataError(
+            f"{model_dir / WEIGHTS} does not match its model.yaml: {'; '.join(bad[:3])}",
+            "the directory mixes two models; export the directory `tibnlp pretrain` wrote",
+        )
+
+
 def export_hf(model_dir: Path, output: Path) -> Path:
     """Write `output` (config.json, model.safetensors, tokenizer files) whole or not at all."""
     model_dir, output = Path(model_dir), Path(output)
+    if output.resolve().is_relative_to(model_dir.resolve()):  # replaced with the model
+        raise DataError(
+            f"--output {output} is inside the model directory {model_dir}",
+            "choose a folder outside it: a pretraining run replaces its model folder whole",
+        )
     check_new_folder(output)  # before any work
     cfg, state = load_pretrained(model_dir)
     check_exportable(cfg, model_dir)
@@ -164,6 +189,7 @@ def export_hf(model_dir: Path, output: Path) -> Path:
             "the directory mixes two runs; export the directory `tibnlp pretrain` wrote",
         )
     tensors = albert_state(cfg, state, model_dir / WEIGHTS)
+    check_shapes(cfg, state, model_dir)
     tokenizer = build_tokenizer(vocab)
     with staged_dir(output) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})

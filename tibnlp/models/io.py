@@ -26,6 +26,7 @@ from tibnlp.models.encoder import Encoder
 WEIGHTS = "model.safetensors"
 CONFIG = "model.yaml"
 ENCODER_PREFIX = "encoder."
+MISMATCH = "the folder mixes two models: use the folder `tibnlp pretrain` wrote, unedited"
 
 
 def build_encoder(cfg: ModelConfig) -> Encoder:
@@ -64,6 +65,7 @@ def load_config_file(model_dir: Path) -> ModelConfig:
             else "name a saved model directory (a pretraining run's OUTPUT/model, or an export "
             "under OUTPUT/exports/)"
         )
+        hint = _other_folder(Path(model_dir)) or hint
         classifier = Path(model_dir) / "classifier.yaml"  # a fine-tuned seed's folder
         if classifier.is_file():
             source = _source_model(classifier)
@@ -84,6 +86,19 @@ def load_config_file(model_dir: Path) -> ModelConfig:
         raise DataError(f"{path} is not a readable model config ({exc})") from exc
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
+
+
+def _other_folder(folder: Path) -> str:
+    """A hint for a checkpoint or a Hugging Face export given where a model folder goes."""
+    for checkpoints in (folder, folder.parent):  # OUTPUT/checkpoints or one of its tags
+        if checkpoints.name == "checkpoints" and (checkpoints / "latest").is_file():
+            return (
+                f"it holds DeepSpeed checkpoints, read by `pretrain --resume`; the run's "
+                f"model is {checkpoints.parent / 'model'}"
+            )
+    if (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
+        return "it is a Hugging Face export (for transformers); give the folder it came from"
+    return ""
 
 
 def _source_model(classifier_yaml: Path) -> str:
@@ -119,6 +134,19 @@ def read_extra(model_dir: Path) -> dict[str, Any]:
     return result
 
 
+def encoder_mismatches(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> list[str]:
+    """Encoder tensors of `state` (keys with or without `encoder.`) whose shape is not the one
+    `cfg` builds: checked before a run writes anything, not by a load_state_dict traceback."""
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        want = build_encoder(cfg).state_dict()
+    prefix = ENCODER_PREFIX if any(k.startswith(ENCODER_PREFIX) for k in state) else ""
+    return [
+        f"{prefix}{k} {list(state[prefix + k].shape)} (model.yaml: {list(v.shape)})"
+        for k, v in want.items()
+        if prefix + k in state and state[prefix + k].shape != v.shape
+    ]
+
+
 def load_encoder(model_dir: Path) -> tuple[ModelConfig, Encoder]:
     """An `Encoder` with the saved weights, from a pretraining or an encoder-only directory."""
     cfg, state = load_pretrained(model_dir)
@@ -126,11 +154,13 @@ def load_encoder(model_dir: Path) -> tuple[ModelConfig, Encoder]:
         state = {
             k[len(ENCODER_PREFIX) :]: v for k, v in state.items() if k.startswith(ENCODER_PREFIX)
         }
+    where = f"{Path(model_dir) / WEIGHTS} does not match its {CONFIG}"
+    if bad := encoder_mismatches(cfg, state):  # (model.yaml edited, or another model's)
+        raise DataError(f"{where}: {'; '.join(bad[:3])}", MISMATCH)
     encoder = build_encoder(cfg)
     missing, unexpected = encoder.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise DataError(
-            f"{Path(model_dir) / WEIGHTS} does not match its {CONFIG}: "
-            f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+            f"{where}: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
         )
     return cfg, encoder

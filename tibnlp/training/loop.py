@@ -440,6 +440,13 @@ def fit(
     checkpoint.require_resumable(directory, resume)
     if resume and not loop.restore():  # every complete checkpoint unreadable
         raise checkpoint.no_checkpoint(directory)
+    if loop.step > loop.settings.max_steps:  # else: "12/4", exit 0, the 12-step model kept
+        raise TibnlpError(
+            f"--resume: the newest checkpoint in {directory} is at step {loop.step}, past "
+            f"max_steps {loop.settings.max_steps}: there is nothing to continue",
+            f"raise pretrain.max_steps above {loop.step} to train on; the model of that run "
+            "is its OUTPUT/model",
+        )
     tracker = open_tracker(loop.run_id) if loop.world.is_main else None
     if tracker is not None:
         loop.run_id = tracker.run_id

@@ -135,18 +135,20 @@ def _model_settings(cfg: Config) -> dict[str, Any]:
     return flatten({"model": to_dict(cfg.model)}) | shaping
 
 
-def require_same_model(output: Path, cfg: Config) -> None:
+def require_same_model(output: Path, cfg: Config, say: bool = True) -> None:
     """`--resume` with the model the checkpoints hold: a shape setting changed since would
     fail deep in DeepSpeed's state-dict load, after config.yaml had been rewritten to the new
-    shape. A saved config this version cannot read is left to the load itself."""
+    shape. A saved config this version cannot read is left to the load itself. The other
+    settings changed are listed once (`say`: on the main process)."""
     from tibnlp.config import load_config
+    from tibnlp.config.core import flatten
 
     saved_path = output / "config.yaml"
     try:
-        was = _model_settings(load_config(saved_path))
+        saved = load_config(saved_path)
     except TibnlpError:  # absent or from another version: nothing to compare against
         return
-    now = _model_settings(cfg)
+    was, now = _model_settings(saved), _model_settings(cfg)
     changed = [f"{k} {now.get(k)!r} (saved: {v!r})" for k, v in was.items() if v != now.get(k)]
     if changed:
         more = f"; and {len(changed) - 5} more" if len(changed) > 5 else ""
@@ -154,6 +156,18 @@ def require_same_model(output: Path, cfg: Config) -> None:
             f"--resume: the checkpoints in {output} hold another model than this config asks "
             f"for: {'; '.join(changed[:5])}{more}",
             f"resume with the settings in {saved_path}, or set pretrain.output to a new folder",
+        )
+    # the others may change (a longer max_steps, another lr), but not unannounced
+    old, new = flatten(to_dict(saved)), flatten(to_dict(cfg))
+    other = [
+        f"{k} {new[k]!r} (was {v!r})"
+        for k, v in old.items()
+        if k in new and v != new[k] and not k.startswith("tracking.")
+    ]
+    if other and say:
+        _note(
+            f"note: --resume continues with settings changed since {saved_path}: "
+            + "; ".join(other)
         )
 
 
@@ -200,6 +214,11 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
     output = Path(p.output)
     if not eval_only:  # (in the held folder: a run busy in it is named first)
         checkpoint.require_resumable(output / "checkpoints", resume)
+        if not resume and (output / "model").exists():  # its checkpoints deleted to save space
+            raise TibnlpError(
+                f"{output / 'model'} holds the model of an earlier run; a new run would replace it",
+                "set pretrain.output to a new folder, or move that model away first",
+            )
     vocab_dir = Path(p.vocab)
     vocab = Vocabulary.load(vocab_dir)
     init_state = None
@@ -207,7 +226,7 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
     if p.init_from:
         cfg.model, init_state, before = initial_weights(Path(p.init_from), vocab, vocab_dir)
     if resume:  # before config.yaml is written over: it must keep describing the checkpoints
-        require_same_model(output, cfg)
+        require_same_model(output, cfg, world.is_main)
     if p.seq_len > cfg.model.max_len:  # before anything is written: the encoder would refuse
         raise ConfigError(
             f"config key 'pretrain.seq_len': {p.seq_len} is above model.max_len "

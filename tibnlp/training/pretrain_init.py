@@ -12,7 +12,7 @@ from tibnlp.config import ModelConfig
 from tibnlp.config.train import PretrainConfig
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.electra import ElectraForPretraining
-from tibnlp.models.io import load_pretrained, read_extra
+from tibnlp.models.io import MISMATCH, WEIGHTS, encoder_mismatches, load_pretrained, read_extra
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training.engine import World, barrier
@@ -37,6 +37,12 @@ def initial_weights(
             f"pretrain.init_from: {model_dir} was trained with another vocabulary than "
             f"pretrain.vocab ({vocab_dir})",
             f"set pretrain.vocab={model_dir} (a model directory carries its vocabulary)",
+        )
+    if bad := encoder_mismatches(model_cfg, state):  # before the run writes anything
+        raise DataError(
+            f"pretrain.init_from: {model_dir / WEIGHTS} does not match its model.yaml: "
+            f"{'; '.join(bad[:3])}",
+            MISMATCH,
         )
     return model_cfg, state, read_extra(model_dir)
 
