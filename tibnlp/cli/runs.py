@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tibnlp.cli.common import console
@@ -156,8 +157,10 @@ def sync(
     done = sync_buffers(buffer, tracking_uri)
     console.print(f"replayed {done.sent} buffered tracking calls; {done.left} buffer files left")
     for line in done.dropped:
-        console.print(f"[yellow]dropped, the store refused it: {line}[/]", soft_wrap=True)
+        console.print(f"[yellow]dropped, the store refused it: {escape(line)}[/]", soft_wrap=True)
+    for line in done.damaged:
+        console.print(f"[yellow]dropped, damaged in the buffer: {escape(line)}[/]", soft_wrap=True)
     for line in done.waiting:
-        console.print(f"[yellow]kept: {line}; run this again later[/]", soft_wrap=True)
+        console.print(f"[yellow]kept: {escape(line)}; run this again later[/]", soft_wrap=True)
     if done.left:
         raise typer.Exit(1)

@@ -10,20 +10,24 @@ import typer
 
 from tibnlp.cli.common import console
 from tibnlp.tracking import default_tracking_uri
-from tibnlp.tracking.server import start_server, stop_server, wait_until_up
+from tibnlp.tracking.reading import require_existing_store, uri_origin
+from tibnlp.tracking.server import check_listen, start_server, stop_server, wait_until_up
 
 
 def ui(
     host: Annotated[str, typer.Option(help="Interface; 0.0.0.0 exposes it to the network.")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option(help="Port.")] = 5000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
     tracking_uri: Annotated[
         str, typer.Option("--tracking-uri", help="Store (default: as training uses).")
     ] = "",
 ) -> None:
     """Start the MLflow UI against the same store the stages log to; Ctrl-C stops it."""
     store = default_tracking_uri(tracking_uri)
+    # a UI on a store that is not there would create an empty one and show no runs
+    require_existing_store(store, uri_origin(tracking_uri))
+    check_listen(host, port)
     # `kill`, systemd and `docker stop` send SIGTERM, a closed terminal SIGHUP: leave through
     # the `finally` below like Ctrl-C does, so the server's whole process group is stopped.
     # SIGINT too is set explicitly: a shell starts background commands with it ignored.

@@ -116,7 +116,8 @@ def inspect_memory(
     entropy = token_entropy(model, input_ids, mask, segment_len)
     memory = keep_low_entropy(input_ids, entropy, threshold, budget)
     pos = memory.positions[0, memory.mask[0]].tolist()
-    kept = [KeptToken(p, sp.id_to_piece(ids[p]), float(entropy[0, p])) for p in pos]
+    # an entropy is >= 0; rounding leaves -1e-7 on a certain token, shown as "-0.000"
+    kept = [KeptToken(p, sp.id_to_piece(ids[p]), max(0.0, float(entropy[0, p]))) for p in pos]
     finite = entropy[torch.isfinite(entropy)]
     return MemoryReport(
         tokens=len(ids) - 1,
@@ -124,6 +125,18 @@ def inspect_memory(
         threshold=threshold,
         budget=budget,
         segment_len=segment_len,
-        mean_entropy=float(finite.mean()) if finite.numel() else float("nan"),
-        memory_text=str(sp.decode([ids[p] for p in pos])),
+        mean_entropy=max(0.0, float(finite.mean())) if finite.numel() else float("nan"),
+        memory_text=decode_kept(sp, [ids[p] for p in pos]),
     )
+
+
+def decode_kept(sp: spm.SentencePieceProcessor, ids: list[int]) -> str:
+    """The kept pieces as text, an unknown piece written as the table shows it ([UNK]):
+    SentencePiece decodes it as " ⁇ ", which reads like a character of the document, while
+    the model kept the unknown token, not the characters it replaced."""
+    unk = sp.unk_id()
+    pieces = [_UNK_MARK if i == unk else sp.id_to_piece(i) for i in ids]
+    return str(sp.decode_pieces(pieces)).replace(_UNK_MARK, sp.id_to_piece(unk))
+
+
+_UNK_MARK = "\U000f0000"  # a private-use character: no vocabulary has it as a piece

@@ -258,17 +258,33 @@ class Buffer:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
+    return parse_records(path)[0]
+
+
+def parse_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records of a buffer, and its damaged lines in words (line number, start of text):
+    a line that is no record of a known operation is reported, not silently lost when the
+    replayed file goes. A torn last line (a crash mid-write: no newline) is no record yet."""
     if not Path(path).is_file():
-        return []
-    records = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        return [], []
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    lines = text.splitlines()
+    records, damaged = [], []
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            rec = json.loads(line)
         except ValueError:
-            continue  # a torn last line from a crash mid-write: nothing complete was in it
-    return records
+            if number == len(lines) and not text.endswith("\n"):
+                continue
+            rec = None
+        op = rec.get("op") if isinstance(rec, dict) else None
+        if op == "header" or (isinstance(op, str) and hasattr(Applier, "_op_" + op)):
+            records.append(rec)
+        else:
+            damaged.append(f"line {number} is no tracking record: {line[:80]!r}")
+    return records, damaged
 
 
 def buffer_uri(path: Path) -> str | None:
@@ -286,6 +302,7 @@ class Replayed:
     sent: int = 0
     refused: list[str] = field(default_factory=list)
     waiting: BaseException | None = None
+    damaged: list[str] = field(default_factory=list)  # lines or records no replay can send
 
 
 def replay(path: Path, applier: Applier) -> Replayed:
@@ -294,10 +311,10 @@ def replay(path: Path, applier: Applier) -> Replayed:
     A record the store refuses is dropped (it would block the file forever) and reported; the
     first outage stops the replay, so order is preserved. The file goes when nothing is left.
     """
-    records = read_records(path)
+    records, damaged = parse_records(path)
     header = [r for r in records if r.get("op") == "header"]
     todo = [r for r in records if r.get("op") != "header"]
-    out = Replayed()
+    out = Replayed(damaged=damaged)
     pos = 0  # the first record not handled yet: kept from here on, whatever stops the loop
     applier.replaying = True
     try:
@@ -308,7 +325,10 @@ def replay(path: Path, applier: Applier) -> Replayed:
                 if is_outage(exc):
                     out.waiting = exc
                     break
-                out.refused.append(f"{todo[pos].get('op')}: {exc}")
+                if isinstance(exc, (KeyError, TypeError, ValueError)):  # a field gone or garbled
+                    out.damaged.append(f"a {todo[pos]['op']} record is damaged ({exc!r})")
+                else:
+                    out.refused.append(f"{todo[pos].get('op')}: {exc}")
             else:
                 out.sent += 1
             pos += 1

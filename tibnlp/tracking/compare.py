@@ -146,6 +146,12 @@ def finished_runs(client: MlflowClient, experiment: str, filter_string: str = ""
             f"no experiment named {experiment!r} in {client.tracking_uri}",
             f"known experiments: {', '.join(names) or 'none'}",
         )
+    if exp.lifecycle_stage == "deleted":  # its runs are in the trash too: say so, not "none"
+        raise TibnlpError(
+            f"experiment {experiment!r} in {client.tracking_uri} is deleted",
+            f"restore it: MLFLOW_TRACKING_URI={client.tracking_uri} mlflow experiments restore "
+            f"-x {exp.experiment_id}",
+        )
     runs: list[Run] = []
     token = None
     while True:

@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from tibnlp.errors import ConfigError
 from tibnlp.tracking.conventions import env_default
+from tibnlp.tracking.store_errors import brief, file_path, file_store_hint
 from tibnlp.tracking.tracker import default_tracking_uri
 
 HINT = (
@@ -30,7 +31,7 @@ def read_client(uri: str = "") -> MlflowClient:
     """A client of the store `uri` names (default: `default_tracking_uri`), which must exist
     and answer: checked here, once, so every later call reads a working store."""
     resolved = default_tracking_uri(uri)
-    where = _origin(uri)
+    where = uri_origin(uri)
     require_existing_store(resolved, where)
     if resolved.startswith(("http://", "https://")):  # MLflow's defaults retry for minutes
         env_default("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
@@ -41,11 +42,12 @@ def read_client(uri: str = "") -> MlflowClient:
         client.search_experiments(max_results=1)
     except MlflowException as exc:
         raise ConfigError(
-            f"cannot read the tracking store {resolved} ({where}): {_brief(exc)}", HINT
+            f"cannot read the tracking store {resolved} ({where}): {brief(exc)}",
+            file_store_hint(resolved) or HINT,
         ) from exc
     except SQLAlchemyError as exc:
         raise ConfigError(
-            f"tracking store {resolved} ({where}) is not an MLflow database: {_brief(exc)}", HINT
+            f"tracking store {resolved} ({where}) is not an MLflow database: {brief(exc)}", HINT
         ) from exc
     except ImportError as exc:  # a database URI whose driver is not installed
         raise ConfigError(
@@ -57,16 +59,34 @@ def read_client(uri: str = "") -> MlflowClient:
 
 def require_existing_store(uri: str, where: str = "") -> None:
     """A ConfigError when `uri` is a SQLite file or a store folder that does not exist (which
-    MLflow would create); server and database URIs are left to the probe."""
+    MLflow would create), or an in-memory database (always empty); server and database URIs
+    are left to the probe."""
     scheme = urlparse(uri).scheme
     if scheme == "sqlite":
-        path = uri.removeprefix("sqlite:///").partition("?")[0]
-        if path not in ("", ":memory:") and not Path(path).is_file():
+        path = uri.removeprefix("sqlite:").removeprefix("///").partition("?")[0]
+        if path in ("", "//", ":memory:"):
+            raise ConfigError(
+                f"the tracking store {uri} ({where}) is an in-memory database: it holds no runs",
+                HINT,
+            )
+        if Path(path).is_dir():
+            raise ConfigError(
+                f"the tracking store {uri} ({where}) names the folder {Path(path).absolute()}, "
+                "not a SQLite file",
+                f"give the database file in it, e.g. sqlite:///{Path(path).absolute()}/mlflow.db",
+            )
+        if not Path(path).is_file():
             _missing(uri, where, Path(path))
     elif scheme in ("", "file"):
-        path = urlparse(uri).path if scheme == "file" else uri
-        if not Path(path).is_dir():
-            _missing(uri, where, Path(path))
+        folder = Path(file_path(uri))
+        if folder.is_file():  # `--tracking-uri mlflow.db`: a SQLite file named as a path
+            raise ConfigError(
+                f"the tracking store {uri} ({where}) is a file, and a plain path names a store "
+                "folder",
+                f"name a SQLite store with its scheme: sqlite:///{folder.absolute()}",
+            )
+        if not folder.is_dir():
+            _missing(uri, where, folder)
 
 
 def _missing(uri: str, where: str, path: Path) -> None:
@@ -77,17 +97,10 @@ def _missing(uri: str, where: str, path: Path) -> None:
     )
 
 
-def _origin(uri: str) -> str:
+def uri_origin(uri: str) -> str:
     """Where the URI came from, so the message says what to change."""
     if uri:
         return "given by --tracking-uri"
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return "from $MLFLOW_TRACKING_URI"
     return "the default"
-
-
-def _brief(exc: Exception) -> str:
-    """The first sentence of an MLflow or database error, without its links and lists."""
-    text = (getattr(exc, "message", None) or str(exc)).strip()
-    first = text.splitlines()[0].split(". ")[0].rstrip(".") if text else type(exc).__name__
-    return first if len(first) <= 300 else first[:297] + "..."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -20,6 +21,30 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def check_listen(host: str, port: int) -> None:
+    """A TibnlpError naming the host or port when a server could not listen there: checked
+    before starting MLflow, whose server exits (after a slow start) without saying why."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise TibnlpError(
+            f"--host {host!r} is not an address or host name this machine resolves ({exc})",
+            "use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)",
+        ) from exc
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            busy = exc.errno == errno.EADDRINUSE
+            raise TibnlpError(
+                f"cannot listen on {host} port {port}: "
+                + ("another program already uses that port" if busy else exc.strerror or str(exc)),
+                "pick a free port with --port" if busy else "use --host 127.0.0.1 or 0.0.0.0",
+            ) from exc
 
 
 def server_command(

@@ -225,8 +225,11 @@ class Tracker:
         """Replay the buffer; True when it is empty afterwards."""
         if not self.buffer.path.exists():
             return True
-        for why in replay(self.buffer.path, self._applier).refused:  # dropped, reported
+        done = replay(self.buffer.path, self._applier)
+        for why in done.refused:  # dropped, reported
             log.warning("tracking: the store rejected a buffered record: %s", why)
+        for why in done.damaged:
+            log.warning("tracking: %s: %s; dropped", self.buffer.path, why)
         self._refresh_run_id()
         return not self.buffer.pending()
 
@@ -450,24 +453,49 @@ class SyncResult:
     left: int = 0
     dropped: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)  # lines no replay can send, dropped
+
+
+def _sync_applier(store: str, ids: IdMap, path: Path) -> Applier | BaseException:
+    """An Applier on `store`, or the outage that keeps `path` waiting (a locked SQLite file
+    fails as MLflow opens it); a store that cannot be one is a ConfigError, the file kept."""
+    from tibnlp.tracking.store_errors import brief, file_store_hint
+
+    try:
+        return Applier(MlflowClient(store), ids)
+    except Exception as exc:
+        if is_outage(exc):
+            return exc
+        raise ConfigError(
+            f"cannot replay {path} into the tracking store {store}: {brief(exc)}; the buffer "
+            "is kept as it is",
+            file_store_hint(store)
+            or "replay into another store with --tracking-uri sqlite:///PATH/mlflow.db or "
+            "http://HOST:PORT",
+        ) from exc
 
 
 def sync_buffers(target: Path | None = None, uri: str = "") -> SyncResult:
     """Replay buffer files (a file or a folder of them), each as far as the store allows."""
-    from tibnlp.tracking.buffer import PendingParent, buffer_files, buffer_uri
+    from tibnlp.tracking.buffer import PendingParent, Replayed, buffer_files, buffer_uri
 
     folder = Path(target) if target else default_buffer_dir()
     result = SyncResult()
     ids = IdMap(folder if folder.is_dir() else folder.parent)
-    appliers: dict[str, Applier] = {}
+    appliers: dict[str, Applier | BaseException] = {}
     for path in list(buffer_files(folder)):
         store = default_tracking_uri(uri or buffer_uri(path) or "")
         _short_http_retries(store)
-        if store not in appliers:
-            appliers[store] = Applier(MlflowClient(store), ids)
-        done = replay(path, appliers[store])
+        if store not in appliers:  # a store that did not open is not tried again per file
+            appliers[store] = _sync_applier(store, ids, path)
+        applier = appliers[store]
+        if isinstance(applier, BaseException):
+            done = Replayed(waiting=applier)
+        else:
+            done = replay(path, applier)
         result.sent += done.sent
         result.dropped += [f"{path.name}: {why}" for why in done.refused]
+        result.damaged += [f"{path.name}: {why}" for why in done.damaged]
         why = done.waiting
         if why is not None:
             result.left += 1
@@ -475,7 +503,7 @@ def sync_buffers(target: Path | None = None, uri: str = "") -> SyncResult:
                 f"{path.name}: its parent run ({why}) is in a buffer not replayed yet"
                 if isinstance(why, PendingParent)
                 else f"{path.name}: the store did not answer ({type(why).__name__}: "
-                f"{str(why)[:120]})"
+                f"{(str(why).splitlines() or [''])[0][:120]})"
             )
     return result
 
