@@ -163,3 +163,16 @@ def test_memory_text_shows_unknown_pieces_as_the_table_does(tmp_path: Path) -> N
     assert "[UNK]" in [k.piece for k in report.kept]
     assert "⁇" not in report.memory_text and "བོད་ཀྱི་ [UNK] སྐད་ཡིག" in report.memory_text
     assert all(k.entropy >= 0 for k in report.kept) and report.mean_entropy >= 0
+
+
+def test_an_empty_metric_pattern_is_a_usage_error(tmp_path: Path, monkeypatch) -> None:
+    """`runs compare -m ''` ended in "no finished run ... has a metric matching " with nothing
+    after it; an empty pattern is a mistake in the command, said as such."""
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["runs", "compare", "-e", "x", "-m", ""])
+    assert result.exit_code == 2, result.output
+    assert "cannot be empty" in " ".join(result.output.split())

@@ -71,6 +71,8 @@ def compare(
     tracking_uri: UriOption = "",
 ) -> None:
     """Runs side by side, grouped by model configuration: mean ± std over seeds."""
+    if any(not m.strip() for m in metric or []):  # an empty pattern matches no metric
+        raise typer.BadParameter("a metric name or glob cannot be empty", param_hint="--metric")
     result = compare_runs(
         experiment,
         metric or [],
