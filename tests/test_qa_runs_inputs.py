@@ -176,3 +176,39 @@ def test_an_empty_metric_pattern_is_a_usage_error(tmp_path: Path, monkeypatch) -
     result = CliRunner().invoke(app, ["runs", "compare", "-e", "x", "-m", ""])
     assert result.exit_code == 2, result.output
     assert "cannot be empty" in " ".join(result.output.split())
+
+
+def test_a_record_appended_while_a_replay_holds_the_buffer_lands_in_its_new_file(
+    tmp_path: Path,
+) -> None:
+    """A training appending while `runs sync` replays the same buffer (the outage message
+    suggests doing so): the append waits for the replay's rewrite and lands in the file that
+    replaced it, instead of in the old file, which the rewrite unlinks (a lost record)."""
+    import threading
+
+    from tibnlp.fsutil import atomic_write_text
+    from tibnlp.tracking.buffer import Buffer, held, read_records
+
+    path = tmp_path / "buf.jsonl"
+    buffer = Buffer(path, "sqlite:///x.db")
+    buffer.append({"op": "log_batch", "run": "r"})
+    appended = threading.Event()
+
+    def append_later() -> None:
+        buffer.append({"op": "log_batch", "run": "late"})
+        appended.set()
+
+    with held(path, create=False) as fh:  # a replay: read, then rewrite what is left
+        assert fh is not None
+        writer = threading.Thread(target=append_later)
+        writer.start()
+        assert not appended.wait(0.5)  # the append waits for the replay
+        kept = path.read_text(encoding="utf-8").splitlines()[:1]  # the header; record sent
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+    writer.join(10)
+    assert appended.is_set()
+    runs = [r.get("run") for r in read_records(path) if r["op"] != "header"]
+    assert runs == ["late"]
+    assert read_records(path)[0]["op"] == "header"
+    with held(tmp_path / "none.jsonl", create=False) as none:  # nothing to replay
+        assert none is None

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
@@ -234,6 +234,40 @@ class Applier:
         self.client.set_terminated(self._run(rec), status=rec["status"], end_time=rec.get("time"))
 
 
+@contextlib.contextmanager
+def held(path: Path, create: bool) -> Iterator[IO[str] | None]:
+    """The buffer file open and locked (flock) against the other processes that append to it
+    or replay it (a training and `tibnlp runs sync`), or None when it does not exist and
+    `create` is false. Without the lock, two replays of one file created its runs twice, and a
+    record appended between a replay's read and its rewrite was lost. A replay replaces or
+    removes the file: a process that waited for the lock then finds another file at the path,
+    and takes that one. Where flock does not exist (not POSIX), nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        fcntl = None  # type: ignore[assignment]
+    while True:
+        try:
+            fh = path.open("a+" if create else "r+", encoding="utf-8")
+        except FileNotFoundError:
+            if create:
+                raise
+            yield None
+            return
+        with fh:  # closing releases the lock
+            if fcntl is None:
+                yield fh
+                return
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            try:
+                same = os.path.samestat(os.fstat(fh.fileno()), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                yield fh
+                return
+
+
 class Buffer:
     """Append-only JSONL file of records waiting for the store."""
 
@@ -243,9 +277,9 @@ class Buffer:
 
     def append(self, rec: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        new = not self.path.exists()
-        with self.path.open("a", encoding="utf-8") as fh:
-            if new:
+        with held(self.path, create=True) as fh:
+            assert fh is not None
+            if fh.seek(0, os.SEEK_END) == 0:  # a new file (or one a replay emptied and removed)
                 fh.write(json.dumps({"op": "header", "uri": self.uri, "version": 1}) + "\n")
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
             fh.flush()
@@ -311,6 +345,12 @@ def replay(path: Path, applier: Applier) -> Replayed:
     A record the store refuses is dropped (it would block the file forever) and reported; the
     first outage stops the replay, so order is preserved. The file goes when nothing is left.
     """
+    with held(Path(path), create=False) as fh:
+        return _replay(Path(path), applier) if fh is not None else Replayed()
+
+
+def _replay(path: Path, applier: Applier) -> Replayed:
+    """`replay` with the file held."""
     records, damaged = parse_records(path)
     header = [r for r in records if r.get("op") == "header"]
     todo = [r for r in records if r.get("op") != "header"]
