@@ -2,7 +2,7 @@
 
 The pieces that TNCC's training titles lack are rare in the pretraining corpus too
 (`benchmarks/corpus_coverage.py`: a median of 15 occurrences for the test titles' pieces that
-no training title holds), so their skip-gram vectors rest on a few contexts, or none. Many are
+no training title holds), so their skip-gram vectors rest on a few contexts, or none. Some are
 spellings of frequent pieces: a syllable without the word-start mark (`བཀོད` beside
 `▁བཀོད`), a syllable glued to a number (`༢༠༡༥ལོ`). Following Pinter et al. (2017, "Mimicking
 word embeddings using subword RNNs", here a linear map), a ridge regression from a piece's

@@ -21,7 +21,7 @@ from tibnlp.config.model import ModelConfig
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.export.hf_tokenizer import SPECIAL_TOKENS, build_tokenizer, tokenizer_config
 from tibnlp.fsutil import check_new_folder, share, staged_dir
-from tibnlp.models.io import WEIGHTS, load_pretrained
+from tibnlp.models.io import MISMATCH, WEIGHTS, load_pretrained, shape_mismatches
 from tibnlp.text.vocab import Vocabulary
 
 LAYER = "albert.encoder.albert_layer_groups.0.albert_layers.0."
@@ -156,18 +156,11 @@ def check_shapes(cfg: ModelConfig, state: dict[str, torch.Tensor], model_dir: Pa
     they are, they would give a folder transformers refuses to load, after a "wrote" line."""
     from tibnlp.models.pretraining import AlbertForPretraining
 
-    with torch.device("meta"):  # shapes only: no memory, no initialisation
-        want = AlbertForPretraining(cfg, sop="sop_classifier.weight" in state).state_dict()
-    bad = [
-        f"{k} {list(state[k].shape)} (model.yaml: {list(v.shape)})"
-        for k, v in want.items()
-        if k in state and state[k].shape != v.shape
-    ]
-    bad += [f"{k} missing" for k in want if k not in state]
-    if bad:
+    sop = "sop_classifier.weight" in state
+    if bad := shape_mismatches(lambda: AlbertForPretraining(cfg, sop=sop), state, missing=True):
         raise DataError(
             f"{model_dir / WEIGHTS} does not match its model.yaml: {'; '.join(bad[:3])}",
-            "the directory mixes two models; export the directory `tibnlp pretrain` wrote",
+            MISMATCH,
         )
 
 
@@ -188,7 +181,7 @@ def export_hf(model_dir: Path, output: Path) -> Path:
             f"{model_dir}: the vocabulary has {vocab.size} pieces, model.yaml {cfg.vocab_size}",
             "the directory mixes two runs; export the directory `tibnlp pretrain` wrote",
         )
-    tensors = albert_state(cfg, state, model_dir / WEIGHTS)
+    tensors = albert_state(cfg, state, model_dir / WEIGHTS)  # names a missing head first
     check_shapes(cfg, state, model_dir)
     tokenizer = build_tokenizer(vocab)
     with staged_dir(output) as tmp:

@@ -7,6 +7,7 @@ Weights are stored with safetensors only, so loading never unpickles. `model.yam
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,17 +135,29 @@ def read_extra(model_dir: Path) -> dict[str, Any]:
     return result
 
 
-def encoder_mismatches(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> list[str]:
-    """Encoder tensors of `state` (keys with or without `encoder.`) whose shape is not the one
-    `cfg` builds: checked before a run writes anything, not by a load_state_dict traceback."""
+def shape_mismatches(
+    build: Callable[[], nn.Module],
+    state: dict[str, torch.Tensor],
+    prefix: str = "",
+    missing: bool = False,
+) -> list[str]:
+    """Tensors of `state` (keys `prefix` + the built module's) whose shape is not the one
+    `build()` gives, and with `missing` the module's keys `state` lacks: an edited or swapped
+    model.yaml named before a run writes anything, not by a load_state_dict traceback."""
     with torch.device("meta"):  # shapes only: no memory, no initialisation
-        want = build_encoder(cfg).state_dict()
-    prefix = ENCODER_PREFIX if any(k.startswith(ENCODER_PREFIX) for k in state) else ""
-    return [
+        want = build().state_dict()
+    bad = [
         f"{prefix}{k} {list(state[prefix + k].shape)} (model.yaml: {list(v.shape)})"
         for k, v in want.items()
         if prefix + k in state and state[prefix + k].shape != v.shape
     ]
+    return bad + [f"{prefix}{k} missing" for k in want if missing and prefix + k not in state]
+
+
+def encoder_mismatches(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> list[str]:
+    """`shape_mismatches` of the encoder (keys with or without `encoder.`)."""
+    prefix = ENCODER_PREFIX if any(k.startswith(ENCODER_PREFIX) for k in state) else ""
+    return shape_mismatches(lambda: build_encoder(cfg), state, prefix)
 
 
 def load_encoder(model_dir: Path) -> tuple[ModelConfig, Encoder]:

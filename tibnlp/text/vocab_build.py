@@ -182,7 +182,6 @@ def _train(
 ) -> bytes:
     """The canonical model bytes; `progress` sees the sentences read (of `total`) and the EM
     rounds (no round without fd 2 to read SentencePiece's log from)."""
-    config.validate("vocab")  # a config built in code, not read: SentencePiece's bounds
     model = io.BytesIO()
     feed = _Feed(sentences, "reading", total, progress)
     log = TrainLog(progress, config.vocab_size) if progress is not None else None
