@@ -283,3 +283,6 @@ def run_until_killed(out: Path, overrides: dict[str, Any], tag: str, timeout: fl
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})
+    from tibnlp.training import worker_exit
+
+    worker_exit.end(0)  # as the CLI ends a launched worker

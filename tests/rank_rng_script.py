@@ -37,3 +37,6 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    from tibnlp.training import worker_exit
+
+    worker_exit.end(0)  # as the CLI ends a launched worker

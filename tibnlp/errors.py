@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from tibnlp.training import worker_exit
+
 
 class TibnlpError(Exception):
     """An error caused by input, configuration or environment, with a hint on what to do."""
@@ -38,8 +40,13 @@ def run_script(main: Callable[[], object]) -> None:
     message and hint without a traceback and exits with its code, as the CLI does."""
     try:
         main()
+    except SystemExit as exc:
+        worker_exit.end(exc.code)
+        raise
     except TibnlpError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"hint: {exc.hint}", file=sys.stderr)
+        worker_exit.end(exc.exit_code)
         raise SystemExit(exc.exit_code) from None
+    worker_exit.end(0)

@@ -12,6 +12,7 @@ from tibnlp.cli import corpus, data, export, finetune, pipeline, predict, pretra
 from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
+from tibnlp.training import worker_exit
 
 app = typer.Typer(
     name="tibnlp",
@@ -43,13 +44,18 @@ def main() -> None:
     one_outage_line()
     try:
         app(standalone_mode=True)
+    except SystemExit as exc:  # how click ends every command, success included
+        worker_exit.end(exc.code)
+        raise
     except TibnlpError as exc:
         # the message and hint are text (paths, keys, pieces), never markup: a `[x]` in a
         # path would otherwise vanish from the one line that names it
         console.print(f"[bold red]error:[/] {escape(exc.message)}")
         if exc.hint:
             console.print(f"[yellow]hint:[/] {escape(exc.hint)}")
+        worker_exit.end(exc.exit_code)
         sys.exit(exc.exit_code)
+    worker_exit.end(0)
 
 
 if __name__ == "__main__":

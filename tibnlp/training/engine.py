@@ -39,6 +39,7 @@ from torch import nn
 
 from tibnlp.config.train import EngineConfig, OptimizerConfig
 from tibnlp.errors import ConfigError, TibnlpError
+from tibnlp.training import worker_exit
 from tibnlp.training.optim import build_optimizer
 from tibnlp.training.schedule import build_scheduler
 
@@ -339,6 +340,7 @@ def shutdown(world: World) -> None:
     if world.size > 1 and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+        worker_exit.left_group()  # the process must end through worker_exit.end
 
 
 def barrier() -> None:
