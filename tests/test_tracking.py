@@ -222,3 +222,27 @@ def test_the_cli_says_a_store_is_unreachable_once() -> None:
         )
         warnings.warn("another warning", UserWarning, stacklevel=1)
     assert [str(w.message) for w in seen] == ["another warning"]
+
+
+@pytest.mark.parametrize("name", ["tibnlp-quickstart", "a/b c", ".."])
+def test_a_sqlite_store_keeps_its_artifacts_beside_it_wherever_the_run_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # MLflow's default is ./mlruns of the working directory: before, this artifact went to
+    # elsewhere/mlruns/1/... and the test suite left such folders in the checkout
+    store = sqlite_store(tmp_path / "store")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with Tracker(name, "run", uri=store) as run:
+        run.log_text("# report\n", "reports/eval.md")
+    assert not (elsewhere / "mlruns").exists()
+    (saved,) = (tmp_path / "store" / "mlruns").rglob("eval.md")
+    # one folder per experiment, inside mlruns/ whatever its name
+    assert saved.relative_to(tmp_path / "store" / "mlruns").parts[1:] == (
+        run.run_id,
+        "artifacts",
+        "reports",
+        "eval.md",
+    )
+    assert MlflowClient(store).list_artifacts(run.run_id, "reports")[0].path == "reports/eval.md"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -123,6 +124,24 @@ class IdMap:
             atomic_write_text(self.path, json.dumps(self.ids, indent=1))
 
 
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Where a new experiment of a SQLite store keeps its artifacts: `mlruns/NAME` beside the
+    database file. MLflow's default is `./mlruns` of the process's working directory, so one
+    store's artifacts landed wherever each command happened to run (and the test suite's in
+    the checkout). A server or a database server keeps its own default (None)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = uri.removeprefix("sqlite:///").partition("?")[0]
+    if db in ("", ":memory:"):
+        return None
+    # one plain path component whatever the name holds (MLflow decodes %-escapes); names
+    # that meet in one folder still keep their runs apart (one folder per run id)
+    folder = re.sub(r"[^\w.-]", "_", experiment, flags=re.ASCII)
+    if set(folder) <= {"."}:  # "", "." or ".." would name this folder or the one above
+        folder = "_" + folder
+    return str(Path(db).resolve().parent / "mlruns" / folder)
+
+
 class Applier:
     """Applies records to one MLflow store (used live and by replay: one code path)."""
 
@@ -138,7 +157,11 @@ class Applier:
             if exp is not None and exp.lifecycle_stage == "deleted":
                 self.client.restore_experiment(exp.experiment_id)
             if exp is None:
-                self._experiments[name] = self.client.create_experiment(name, tags=KIND)
+                self._experiments[name] = self.client.create_experiment(
+                    name,
+                    artifact_location=artifact_location(self.client.tracking_uri, name),
+                    tags=KIND,
+                )
             else:
                 if not KIND.keys() <= exp.tags.keys():  # made before tibnlp set it
                     for key, value in KIND.items():
