@@ -161,3 +161,73 @@ def test_pretraining_starts_from_the_vectors_and_counts_their_cost(inputs, tmp_p
     continued = read_extra(run_pretraining(cont))
     assert continued["skipgram_flops"] == facts["skipgram_flops"]
     assert continued["flops"] > facts["flops"]
+
+
+def test_piece_ngrams_are_fasttexts_hashed_character_ngrams() -> None:
+    pieces = ["[PAD]", "\u2581abc", "abcd", "x"]
+    grams = skipgram.piece_ngrams(pieces, buckets=50, n_min=3, n_max=4, exclude={0})
+    own = [grams.rows[grams.starts[i]] for i in range(4)]
+    assert own == [0, 1, 2, 3]  # every piece's own row first
+    assert grams.lengths.tolist() == [1, 1 + 3 + 2, 1 + 3 + 2, 1]  # "<abc>": 3 of 3, 2 of 4
+    assert (grams.rows[grams.starts[1] + 1 : grams.starts[2]] >= 4).all()  # the buckets after
+    assert (grams.rows < 4 + 50).all()
+    # the same n-gram, the same row: "abc" and "bc>" are in both; "<ab" only in the word start
+    first = set(grams.rows[grams.starts[1] + 1 : grams.starts[2]].tolist())
+    second = set(grams.rows[grams.starts[2] + 1 : grams.starts[3]].tolist())
+    assert len(first & second) >= 1
+    again = skipgram.piece_ngrams(pieces, buckets=50, n_min=3, n_max=4, exclude={0})
+    assert again.rows.tolist() == grams.rows.tolist()  # no salted hash: every process agrees
+    flat, offsets = grams.bags(np.array([3, 1]))
+    assert offsets.tolist() == [0, 1] and flat.tolist()[:2] == [3, 1]
+
+
+def test_ngrams_give_a_rare_piece_the_topic_of_its_spelling() -> None:
+    # pieces 10-19 are spelt "cat?" and 20-29 "dog?"; piece 30, "catz", occurs in one sequence
+    # only: without n-grams it keeps an almost untrained vector, with them it joins 10-19
+    pieces = [f"[S{i}]" for i in range(10)]
+    pieces += [f"\u2581cat{chr(97 + i)}" for i in range(10)]
+    pieces += [f"\u2581dog{chr(97 + i)}" for i in range(10)]
+    pieces += ["\u2581catz"] + [f"[U{i}]" for i in range(9)]
+    sequences = [*_topics(400), [2, 30, 20, 21, 3]]  # its one context is even the other topic
+    base = SkipgramConfig(epochs=3, window=3, negatives=3, subsample=0.0, lr=0.02, batch_pairs=256)
+    cfg = SkipgramConfig(**{**base.__dict__, "ngram_buckets": 500})
+
+    def lean(result: skipgram.SkipgramResult) -> float:
+        v = torch.nn.functional.normalize(result.vectors, dim=1)
+        return float((v[30] @ v[10:20].T).mean() - (v[30] @ v[20:30].T).mean())
+
+    plain = train_skipgram(sequences, 40, 16, base, seed=0, exclude={2, 3})
+    sub = train_skipgram(sequences, 40, 16, cfg, seed=0, exclude={2, 3}, pieces=pieces)
+    assert lean(sub) > 0.3 and lean(sub) > lean(plain) + 0.3
+    assert not sub.vectors[[0, 2, 3, 31]].any()  # special and unseen pieces: still zero rows
+    assert sub.flops > 6.0 * 16 * (1 + 3) * sub.pairs  # the n-gram rows are counted
+
+
+def test_ngram_settings_key_the_cache_only_when_on(tmp_path, monkeypatch) -> None:
+    import json
+
+    cfg = SkipgramConfig(epochs=1, window=2, negatives=2, batch_pairs=128)
+    cached_vectors(tmp_path, lambda: _topics(50), 40, 8, cfg, 0, {2, 3}, key="k")
+    saved = json.loads((tmp_path / skipgram.FACTS_FILE).read_text())["settings"]
+    assert "ngram_buckets" not in saved  # caches from before n-grams are read back as before
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(skipgram, "train_skipgram", refuse)
+    with pytest.raises(AssertionError, match="trained again"):
+        on = SkipgramConfig(**{**cfg.__dict__, "ngram_buckets": 64})
+        cached_vectors(tmp_path, lambda: _topics(50), 40, 8, on, 0, {2, 3}, "k", ["p"] * 40)
+
+
+def test_ngram_keys_are_checked_at_load() -> None:
+    for bad, key in [
+        ("pretrain.skipgram.ngram_buckets=-1", "ngram_buckets"),
+        ("pretrain.skipgram.ngram_min=0", "ngram_min"),
+        ("pretrain.skipgram.ngram_max=2", "ngram_max"),
+    ]:
+        with pytest.raises(ConfigError, match=rf"pretrain\.skipgram\.{key}"):
+            load_config(None, [bad])
+    with pytest.raises(ValueError, match="pieces"):
+        on = SkipgramConfig(epochs=1, ngram_buckets=8)
+        train_skipgram(_topics(5), 40, 8, on, 0, {2, 3})

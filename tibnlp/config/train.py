@@ -106,9 +106,17 @@ class SkipgramConfig:
     lr: float = 0.005  # SparseAdam peak rate, decayed linearly to 0
     batch_pairs: int = 8192
     std: float = 0.1  # per-component std of the table the vectors become (see embedding_init)
+    # fastText's subword vectors: a piece's vector is the mean of its own row and those of its
+    # character n-grams (ngram_min..ngram_max chars), hashed into this many rows; 0: word2vec
+    ngram_buckets: int = 0
+    ngram_min: int = 3
+    ngram_max: int = 5
 
     def validate(self, prefix: str) -> None:
         check(self.epochs >= 0, f"{prefix}.epochs", "must be >= 0 (0: off)")
+        check(self.ngram_buckets >= 0, f"{prefix}.ngram_buckets", "must be >= 0 (0: off)")
+        check(self.ngram_min >= 1, f"{prefix}.ngram_min", "must be >= 1")
+        check(self.ngram_max >= self.ngram_min, f"{prefix}.ngram_max", "must be >= ngram_min")
         check(self.window >= 1, f"{prefix}.window", "must be >= 1")
         check(self.negatives >= 1, f"{prefix}.negatives", "must be >= 1")
         check(0.0 <= self.subsample < 1.0, f"{prefix}.subsample", "must be in [0, 1)")

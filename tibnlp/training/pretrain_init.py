@@ -99,10 +99,14 @@ def skipgram_start(
     folder = output / "skipgram"
     args = (model_cfg.vocab_size, model_cfg.embedding_size, p.skipgram, p.seed)
     exclude = set(vocab.special_ids)
+    pieces = []  # the piece strings, for subword n-grams only
+    if p.skipgram.ngram_buckets:
+        pieces = [vocab.id_to_piece(i) for i in range(model_cfg.vocab_size)]
+    key = meta["cache_key"]
     if world.is_main:
-        cached_vectors(folder, lambda: train["input_ids"], *args, exclude, meta["cache_key"])
+        cached_vectors(folder, lambda: train["input_ids"], *args, exclude, key, pieces)
     barrier()
-    result = cached_vectors(folder, lambda: train["input_ids"], *args, exclude, meta["cache_key"])
+    result = cached_vectors(folder, lambda: train["input_ids"], *args, exclude, key, pieces)
     with torch.no_grad():
         model.encoder.embeddings.word.weight.copy_(embedding_init(result.vectors, p.skipgram.std))
     return {"flops": result.flops, "train_seconds": result.seconds, **result.facts()}

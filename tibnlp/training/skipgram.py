@@ -11,6 +11,11 @@ The pairs follow word2vec: frequent pieces are subsampled (keep probability
 sqrt(t/f) + t/f), a context at distance o <= window counts with probability
 (window - o + 1) / window (word2vec's random window, in expectation), and pairs never cross
 an example. Training is batched: SparseAdam on the mean loss, the rate decayed linearly to 0.
+
+With `ngram_buckets` > 0 a centre piece is the mean of its own row and the rows of its
+character n-grams, hashed into buckets (fastText; Bojanowski et al. 2017): a piece seen a few
+times borrows from the pieces that share its spelling. Why try it: the encoder's lead over its
+twin lives in titles whose pieces are rare in the corpus too (`lead_by_rarity.md`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import math
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -82,6 +88,50 @@ def keep_probability(counts: np.ndarray, threshold: float) -> np.ndarray:
     return np.minimum(1.0, np.sqrt(ratio) + ratio)
 
 
+@dataclass
+class PieceNgrams:
+    """Each piece's rows in a table of vocab_size + buckets (+1 padding) rows, ragged: piece i
+    owns `rows[starts[i] : starts[i] + lengths[i]]`, its own row first."""
+
+    rows: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+
+    def bags(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """EmbeddingBag's (input, offsets) for the pieces `ids`."""
+        lengths = self.lengths[ids]
+        offsets = np.zeros(len(ids), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        flat = np.repeat(self.starts[ids] - offsets, lengths) + np.arange(int(lengths.sum()))
+        return torch.from_numpy(self.rows[flat]), torch.from_numpy(offsets)
+
+
+def piece_ngrams(
+    pieces: Sequence[str], buckets: int, n_min: int, n_max: int, exclude: set[int]
+) -> PieceNgrams:
+    """The hashed character n-grams of every piece, fastText-style: the piece framed by "<"
+    (its leading "▁", a word start, or nothing) and ">", n-grams of n_min..n_max characters,
+    each hashed (CRC-32 of its UTF-8: the same rows in every process) into one of `buckets`
+    rows after the vocabulary's. `exclude` (special pieces) keep their own row only."""
+    vocab = len(pieces)
+    rows: list[int] = []
+    starts = np.zeros(vocab, dtype=np.int64)
+    lengths = np.zeros(vocab, dtype=np.int64)
+    for i, piece in enumerate(pieces):
+        starts[i] = len(rows)
+        rows.append(i)
+        if i not in exclude:
+            framed = ("<" + piece[1:] if piece.startswith("\u2581") else piece) + ">"
+            grams = {
+                framed[a : a + n]
+                for n in range(n_min, n_max + 1)
+                for a in range(len(framed) - n + 1)
+            }
+            rows += sorted(vocab + zlib.crc32(g.encode("utf-8")) % buckets for g in grams)
+        lengths[i] = len(rows) - starts[i]
+    return PieceNgrams(np.asarray(rows, dtype=np.int64), starts, lengths)
+
+
 def epoch_pairs(
     ids: np.ndarray, owner: np.ndarray, keep: np.ndarray, window: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -107,8 +157,15 @@ def train_skipgram(
     seed: int,
     exclude: set[int],
     report: Callable[[str], None] | None = None,
+    pieces: Sequence[str] = (),
 ) -> SkipgramResult:
-    """Train word vectors of width `dim` on `sequences` of piece ids (see the module doc)."""
+    """Train word vectors of width `dim` on `sequences` of piece ids (see the module doc);
+    `pieces`, the vocabulary's strings, are needed when `cfg.ngram_buckets` > 0."""
+    ngrams = None
+    if cfg.ngram_buckets:
+        if len(pieces) != vocab_size:
+            raise ValueError(f"subword n-grams need the {vocab_size} pieces, got {len(pieces)}")
+        ngrams = piece_ngrams(pieces, cfg.ngram_buckets, cfg.ngram_min, cfg.ngram_max, exclude)
     ids, owner = flatten(sequences, exclude)
     counts = np.bincount(ids, minlength=vocab_size).astype(np.float64)
     if len(ids) < 2:
@@ -121,11 +178,23 @@ def train_skipgram(
     # filled from `gen` below: the default init would draw from the global RNG, which then
     # differs between a run that trains the vectors and one that reads them from its cache
     # (embedding_init draws the unseen rows from it next)
-    inputs = nn.Embedding(vocab_size, dim, sparse=True, _weight=torch.empty(vocab_size, dim))
+    rows = vocab_size + cfg.ngram_buckets
+    inputs: nn.Embedding | nn.EmbeddingBag = (
+        nn.Embedding(rows, dim, sparse=True, _weight=torch.empty(rows, dim))
+        if ngrams is None
+        else nn.EmbeddingBag(rows, dim, mode="mean", sparse=True, _weight=torch.empty(rows, dim))
+    )
     outputs = nn.Embedding(vocab_size, dim, sparse=True, _weight=torch.empty(vocab_size, dim))
     with torch.no_grad():
         inputs.weight.uniform_(-0.5 / dim, 0.5 / dim, generator=gen)
         outputs.weight.zero_()
+    mean_rows = 0.0 if ngrams is None else float(ngrams.lengths[ids].mean())  # per token
+
+    def centre_vectors(centres: torch.Tensor) -> torch.Tensor:  # [B] -> [B, E]
+        if ngrams is None:
+            return inputs(centres)
+        return inputs(*ngrams.bags(centres.numpy()))
+
     params = [inputs.weight, outputs.weight]
     optimizer = torch.optim.SparseAdam(params, lr=cfg.lr)
     # the schedule needs the epoch's size before it is drawn: the expected pair count
@@ -144,7 +213,7 @@ def train_skipgram(
             for group in optimizer.param_groups:
                 group["lr"] = lr
             neg = torch.multinomial(noise, len(batch) * cfg.negatives, True, generator=gen)
-            centre = inputs(batch[:, 0])  # [B, E]
+            centre = centre_vectors(batch[:, 0])  # [B, E]
             context = outputs(torch.cat([batch[:, 1:2], neg.view(len(batch), -1)], dim=1))
             scores = torch.einsum("bd,bkd->bk", centre, context)  # [B, 1 + K]
             sign = torch.ones_like(scores)
@@ -170,12 +239,18 @@ def train_skipgram(
             report(
                 f"skipgram epoch {epoch + 1}/{cfg.epochs} loss {loss_sum / max(loss_pairs, 1):.4f}"
             )
-    vectors = inputs.weight.detach().clone()
+    with torch.no_grad():
+        vectors = torch.cat(
+            [centre_vectors(chunk) for chunk in torch.arange(vocab_size).split(4096)]
+        )
     vectors[torch.from_numpy(counts == 0)] = 0.0
+    flops = 6.0 * dim * (1 + cfg.negatives) * pairs_seen
+    if ngrams is not None:  # the centre's rows averaged, their gradient spread: 2 x E a row
+        flops += 2.0 * dim * mean_rows * pairs_seen
     return SkipgramResult(
         vectors=vectors,
         pairs=pairs_seen,
-        flops=6.0 * dim * (1 + cfg.negatives) * pairs_seen,
+        flops=flops,
         seconds=time.monotonic() - started,
         loss=loss_sum / max(loss_pairs, 1),
     )
@@ -203,10 +278,14 @@ def cached_vectors(
     seed: int,
     exclude: set[int],
     key: str,
+    pieces: Sequence[str] = (),
 ) -> SkipgramResult:
     """`train_skipgram`, or its result from `folder` when trained before with the same
     settings and data `key` (a resumed pretraining does not train them again)."""
     settings = {**asdict(cfg), "dim": dim, "seed": seed, "vocab_size": vocab_size, "key": key}
+    if not cfg.ngram_buckets:  # word2vec: the settings (and caches) from before n-grams existed
+        for name in ("ngram_buckets", "ngram_min", "ngram_max"):
+            del settings[name]
     facts_path, vectors_path = folder / FACTS_FILE, folder / VECTORS_FILE
     if facts_path.is_file() and vectors_path.is_file():
         saved = json.loads(facts_path.read_text(encoding="utf-8"))
@@ -216,7 +295,14 @@ def cached_vectors(
                 torch.load(vectors_path), int(r["pairs"]), r["flops"], r["seconds"], r["loss"]
             )
     result = train_skipgram(
-        sequences(), vocab_size, dim, cfg, seed, exclude, lambda line: print(line, file=sys.stderr)
+        sequences(),
+        vocab_size,
+        dim,
+        cfg,
+        seed,
+        exclude,
+        lambda line: print(line, file=sys.stderr),
+        pieces,
     )
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_file(vectors_path) as tmp:
