@@ -41,3 +41,14 @@ def predict(
             f"[yellow]warning:[/] {len(done.blank_lines)} record(s) of {escape(done.source)} "
             f"have a blank 'text' (line {shown}{more}): their predictions read no text"
         )
+    if done.foreign_labels:
+        shown = ", ".join(repr(x) for x in done.foreign_labels[:5])
+        more = f" and {len(done.foreign_labels) - 5} more" if len(done.foreign_labels) > 5 else ""
+        console.print(
+            "[yellow]warning:[/] "
+            + escape(
+                f"records of {done.source} carry labels that are none of the classifier's "
+                f"classes ({shown}{more}; it predicts {', '.join(meta.labels)}): texts of "
+                f"another dataset than {meta.dataset}, or the wrong classifier?"
+            )
+        )

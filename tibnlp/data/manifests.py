@@ -51,7 +51,7 @@ class Manifest:
             data = data["labels"]
         if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
             raise DataError(f"{path}: expected a list of label names (or {{'labels': [...]}})")
-        return data
+        return check_label_list(data, path)
 
     def require(self, relative: str) -> Path:
         """A file of this dataset, or an error saying what to download and where."""
@@ -77,6 +77,22 @@ class Manifest:
             if sha256_file(self.path / rel) != digest:
                 return f"checksum mismatch: {rel}"
         return "present"
+
+
+def check_label_list(labels: list[str], path: Path) -> list[str]:
+    """`labels`, refused when empty or when a name repeats: a record's label maps to the
+    name's last position, so a repeated name trains a class no record has and reports it."""
+    if not labels:
+        raise DataError(f"{path}: the label list is empty", "list the class names in id order")
+    seen: set[str] = set()
+    for i, name in enumerate(labels):
+        if name in seen:
+            raise DataError(
+                f"{path}: label '{name}' is listed twice (again at position {i})",
+                "each class once, in label-id order; fix or restore the file",
+            )
+        seen.add(name)
+    return labels
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -13,13 +13,19 @@ so training and inference cannot drift apart.
 
 from __future__ import annotations
 
-import io
 import json
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tibnlp.data.manifests import Manifest, all_manifests, get_manifest, read_json
+from tibnlp.data.manifests import (
+    Manifest,
+    all_manifests,
+    check_label_list,
+    get_manifest,
+    read_json,
+)
 from tibnlp.errors import DataError
 from tibnlp.text.normalize import normalize, remove_word_spaces, strip_closing_marks
 
@@ -122,7 +128,12 @@ def load_dataset(name: str) -> LabelledSet:
     join = joins_spaced_syllables(manifest.text_form)
     splits = {
         split: read_jsonl(
-            manifest.require(rel), labels, manifest.text_field, manifest.label_field, join
+            manifest.require(rel),
+            labels,
+            manifest.text_field,
+            manifest.label_field,
+            join,
+            skip_blank=split == "train",
         )
         for split, rel in manifest.splits.items()
     }
@@ -168,15 +179,23 @@ def read_jsonl(
     text_field: str,
     label_field: str,
     join_spaced_syllables: bool = True,
+    skip_blank: bool = False,
 ) -> list[Example]:
-    """Records of one split, texts in `model_text`'s stored form; a bad line or an unknown
-    label names the file and line."""
+    """Records of one split, texts in `model_text`'s stored form; a bad line, an unknown
+    label, a repeated id or a blank text names the file and line.
+
+    A byte-order mark (Windows editors write one) is dropped, as `tibnlp predict` does. A
+    blank text is refused in an evaluation split (its prediction would read no text); with
+    `skip_blank` (training splits) it is left out with a warning instead: it teaches nothing
+    but its label, and shajiu_news_culture's train split has one upstream (SOURCE.md)."""
     index = {name: i for i, name in enumerate(labels)}
     out = []
+    ids: dict[str, int] = {}  # id -> line
+    skipped: list[int] = []
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as exc:
                 raise DataError(f"{path}:{lineno}: invalid UTF-8 ({exc.reason})") from exc
             if not line.strip():
@@ -199,8 +218,30 @@ def read_jsonl(
                     f"known labels: {', '.join(labels)}; fix the record or the labels file",
                 )
             rid = str(record.get("id", f"{path.stem}-{lineno}"))
+            if rid in ids:
+                raise DataError(
+                    f"{path}:{lineno}: id '{rid}' repeats the record of line {ids[rid]}",
+                    "a record was duplicated or two files were merged; keep one of them",
+                )
+            ids[rid] = lineno
             text = model_text(record[text_field], join_spaced_syllables=join_spaced_syllables)
+            if not text.strip():
+                if not skip_blank:
+                    raise DataError(
+                        f"{path}:{lineno}: the '{text_field}' field is blank",
+                        "an evaluation item needs a text; fix or remove the record",
+                    )
+                skipped.append(lineno)
+                continue
             out.append(Example(rid, text, index[label]))
+    if skipped:
+        shown = ", ".join(map(str, skipped[:10])) + (" ..." if len(skipped) > 10 else "")
+        print(
+            f"warning: {path}: {len(skipped)} record(s) with a blank '{text_field}' left out "
+            f"of training (line {shown})",
+            file=sys.stderr,
+            flush=True,
+        )
     if not out:
         raise DataError(f"{path}: holds no records")
     return out
@@ -214,7 +255,7 @@ def _advts_labels(manifest: Manifest, key: str) -> list[str]:
         entry = entry.get("labels")
     if not isinstance(entry, list) or not all(isinstance(x, str) for x in entry):
         raise DataError(f"{path}: no label list for '{key}'")
-    return entry
+    return check_label_list(entry, path)
 
 
 def _load_tncc_document() -> LabelledSet:
@@ -226,7 +267,13 @@ def _load_tncc_document() -> LabelledSet:
     folder = manifest.path
     if all((folder / rel).exists() for rel in manifest.splits.values()):
         splits = {
-            split: read_jsonl(folder / rel, labels, manifest.text_field, manifest.label_field)
+            split: read_jsonl(
+                folder / rel,
+                labels,
+                manifest.text_field,
+                manifest.label_field,
+                skip_blank=split == "train",
+            )
             for split, rel in manifest.splits.items()
         }
     else:
@@ -249,23 +296,43 @@ def _load_tncc_document() -> LabelledSet:
 
 
 def _read_fudan_zip(path: Path, labels: list[str]) -> list[Example]:
+    """The zip's documents; as in `read_jsonl`, a byte-order mark is dropped, bad UTF-8 names
+    its line, and a document with no text is left out with a warning (the zip is cut into
+    splits after reading, so it cannot be refused in evaluation splits only)."""
     index = {name: i for i, name in enumerate(labels)}
     with zipfile.ZipFile(path) as zf:
         names = [n for n in zf.namelist() if n.endswith(DOCUMENT_FILE)]
         if not names:
             raise DataError(f"{path}: holds no {DOCUMENT_FILE}", "use the FudanNLP release zip")
-        text = io.TextIOWrapper(zf.open(names[0]), encoding="utf-8").read()
-    out = []
+        raw = zf.read(names[0])
+    where = f"{path}!{names[0]}"
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        bad = raw[: exc.start].count(b"\n") + 1
+        raise DataError(f"{where}:{bad}: invalid UTF-8 ({exc.reason})") from exc
+    out, blank = [], []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         label, sep, body = line.partition("\t")
         if not sep or label not in index:
             raise DataError(
-                f"{path}!{names[0]}:{lineno}: expected 'Label<TAB>text' with a known label",
+                f"{where}:{lineno}: expected 'Label<TAB>text' with a known label",
                 f"known labels: {', '.join(labels)}",
             )
-        out.append(Example(f"tncc-document-{lineno - 1:05d}", model_text(body), index[label]))
+        doc = model_text(body)
+        if not doc.strip():
+            blank.append(lineno)
+            continue
+        out.append(Example(f"tncc-document-{lineno - 1:05d}", doc, index[label]))
+    if blank:
+        shown = ", ".join(map(str, blank[:10])) + (" ..." if len(blank) > 10 else "")
+        print(
+            f"warning: {where}: {len(blank)} document(s) with no text left out (line {shown})",
+            file=sys.stderr,
+            flush=True,
+        )
     return out
 
 

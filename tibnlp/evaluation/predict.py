@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -205,6 +205,9 @@ class Predicted:
     meta: ClassifierMeta
     source: str
     blank_lines: list[int]
+    # `label` values of the records that are none of the classifier's classes: the texts of
+    # another dataset (a WCM article given to a TUSA classifier), or the wrong classifier
+    foreign_labels: list[str] = field(default_factory=list)
 
 
 def predict_file(
@@ -220,6 +223,9 @@ def predict_file(
     name, numbered = numbered_inputs(source)
     records = [record for _, record in numbered]
     blank = [line for line, record in numbered if not record["text"].strip()]
+    known = set(predictor.meta.labels)
+    gold = (str(r["label"]) for r in records if r.get("label") is not None)
+    foreign = sorted({label for label in gold if label not in known})
     preds = predictor.predict([r["text"] for r in records], batch_size)
     pairs = zip(records, preds, strict=True)
     lines = (json.dumps({**r, **p}, ensure_ascii=False) for r, p in pairs)
@@ -228,4 +234,4 @@ def predict_file(
             sys.stdout.write(line + "\n")
     else:
         atomic_write_text(Path(output), (line + "\n" for line in lines))
-    return Predicted(len(records), predictor.meta, name, blank)
+    return Predicted(len(records), predictor.meta, name, blank, foreign)

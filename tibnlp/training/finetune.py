@@ -51,6 +51,7 @@ from tibnlp.training.classification import probe_recipe, set_seed, train_one_see
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
 from tibnlp.training.finetune_setup import (
     Setup,
+    classes_absent,
     classes_left_out,
     ids_sha256,
     load_task_data,
@@ -157,6 +158,9 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     majority = majority_macro_f1(data.targets("validation"), len(data.labels))
     notes["validation_majority_macro_f1"] = majority
     notes["cut_at_read_length"] = {"read_length": read_length(setup.meta), **setup.cut}
+    if absent := classes_absent(data):
+        notes["classes_absent"] = absent
+        print(f"note: {absent}", file=sys.stderr, flush=True)
     if left_out := classes_left_out(data, ft.limit_train):
         notes["limit_train"] = left_out
         print(f"warning: {left_out}", file=sys.stderr, flush=True)
