@@ -149,6 +149,7 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
         "prefetch": None,  # LoopSettings.prefetch (None: on a GPU only)
         "fixed_masks": False,  # the same MLM positions in every row (make_collate)
         "grad_clip": 1.0,
+        "rank_weights": False,  # every rank writes its parameters: weights-rank{N}.pt
         **overrides,
     }
     if o["deterministic"]:
@@ -198,6 +199,8 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
             time.sleep(o["sleep_after_step"])
 
     result = fit(loop, o["resume"], open_tracker, on_log)
+    if o["rank_weights"]:
+        torch.save(engine.module.state_dict(), out / f"weights-rank{world.rank}.pt")
     if world.is_main:
         result.tracker.end()
         params = {k: v.detach().clone() for k, v in engine.module.state_dict().items()}

@@ -7,8 +7,10 @@ Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 
 from tibnlp.training import worker_exit
 
@@ -35,6 +37,32 @@ class DataError(TibnlpError):
     """An input file or dataset is missing or malformed; the message names the file (and line)."""
 
 
+_POSTED = "tibnlp/error"  # the group's store key rank 0 puts its error under
+
+
+def shown_here(message: str, wait_s: float = 5.0) -> bool:
+    """Whether this process prints a user error. The processes of a launched run mostly meet
+    the same one (same arguments, same files), and N copies of a message bury it. Before the
+    process group, the first process of each node prints (a node may lack a file); within it,
+    rank 0 prints and posts its message to the group's store, and another rank prints only an
+    error rank 0 has not posted within `wait_s` (its own: rank 0 then waits in a collective,
+    and the launcher stops it once this one exits)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return True
+    dist = sys.modules.get("torch.distributed")  # (imported by then if the group was started)
+    if dist is None or not dist.is_initialized():
+        return os.environ.get("LOCAL_RANK", "0") == "0"
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        if dist.get_rank() == 0:
+            store.set(_POSTED, message)
+            return True
+        store.wait([_POSTED], timedelta(seconds=wait_s))
+        return bool(store.get(_POSTED).decode("utf-8") != message)
+    except Exception:  # no store, or rank 0's error not posted in time: say it here
+        return True
+
+
 def run_script(main: Callable[[], object]) -> None:
     """A script's entry (`benchmarks/*.py`): a TibnlpError, a user's mistake, prints its
     message and hint without a traceback and exits with its code, as the CLI does."""
@@ -44,9 +72,10 @@ def run_script(main: Callable[[], object]) -> None:
         worker_exit.end(exc.code)
         raise
     except TibnlpError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
+        if shown_here(exc.message):
+            print(f"error: {exc.message}", file=sys.stderr)
+            if exc.hint:
+                print(f"hint: {exc.hint}", file=sys.stderr)
         worker_exit.end(exc.exit_code)
         raise SystemExit(exc.exit_code) from None
     worker_exit.end(0)

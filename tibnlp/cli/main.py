@@ -11,7 +11,7 @@ from rich.markup import escape
 from tibnlp.cli import corpus, data, export, finetune, pipeline, predict, pretrain, runs, ui, vocab
 from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
-from tibnlp.errors import TibnlpError
+from tibnlp.errors import TibnlpError, shown_here
 from tibnlp.training import worker_exit
 
 app = typer.Typer(
@@ -50,9 +50,10 @@ def main() -> None:
     except TibnlpError as exc:
         # the message and hint are text (paths, keys, pieces), never markup: a `[x]` in a
         # path would otherwise vanish from the one line that names it
-        console.print(f"[bold red]error:[/] {escape(exc.message)}")
-        if exc.hint:
-            console.print(f"[yellow]hint:[/] {escape(exc.hint)}")
+        if shown_here(exc.message):  # once per run, not once per process
+            console.print(f"[bold red]error:[/] {escape(exc.message)}")
+            if exc.hint:
+                console.print(f"[yellow]hint:[/] {escape(exc.hint)}")
         worker_exit.end(exc.exit_code)
         sys.exit(exc.exit_code)
     worker_exit.end(0)

@@ -49,7 +49,14 @@ def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:
     }
     ctx_file.write_text(json.dumps(data, ensure_ascii=False, default=str), encoding="utf-8")
     cmd = [*shlex.split(launch), "tibnlp.cli.main", "pipeline", "exec-stage", str(ctx_file)]
-    proc = subprocess.run(cmd, check=False)
+    try:
+        proc = subprocess.run(cmd, check=False)
+    except OSError as exc:  # no such launcher, or not executable: a misspelt `launch:`
+        raise TibnlpError(
+            f"stage {ctx.name}: its `launch: {launch}` cannot start: {exc.strerror} ({cmd[0]})",
+            "name a launcher on PATH (e.g. `torchrun --nproc_per_node 2 -m`) or give its full "
+            "path in the stage's `launch` key",
+        ) from None
     if proc.returncode != 0 or not result_file.is_file():
         raise TibnlpError(
             f"stage {ctx.name} failed under `{launch}` (exit code {proc.returncode})",

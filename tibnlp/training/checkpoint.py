@@ -162,6 +162,7 @@ def load(engine: Any, directory: Path, is_main: bool) -> tuple[str, dict[str, An
     a shard only one rank reads can be the damaged one."""
     tags = complete_tags(directory)
     for n, tag in enumerate(tags):
+        _require_same_partitions(engine, Path(directory) / tag)
         reason: str | None = None
         try:
             path, client_state = engine.load_checkpoint(str(directory), tag=tag)
@@ -198,6 +199,29 @@ def load(engine: Any, directory: Path, is_main: bool) -> tuple[str, dict[str, An
                 f"the older {tags[n + 1]}"
             )
     return None
+
+
+def _require_same_partitions(engine: Any, folder: Path) -> None:
+    """ZeRO stages 1 and 2 save the optimizer state as one partition per process, stage 0
+    as one file. DeepSpeed loads neither into the other layout nor partitions into another
+    process count: it stops with a traceback deep in its load. Said here in terms of the run
+    (the files are the same on every rank, so every rank decides alike)."""
+    stage = int(getattr(engine, "zero_optimization_stage", lambda: 0)())
+    saved = len(list(folder.glob("zero_pp_rank_*_mp_rank_00_optim_states.pt")))
+    world = int(getattr(engine, "dp_world_size", 1))
+    if bool(stage) != bool(saved):
+        was = "1 or 2 (its config.yaml says which)" if saved else "0"
+        raise TibnlpError(
+            f"--resume: checkpoint {folder} was written with engine.zero_stage {was}; this run "
+            f"has engine.zero_stage {stage}, whose optimizer state is laid out otherwise",
+            f"resume with engine.zero_stage {was}",
+        )
+    if stage and saved != world:
+        raise TibnlpError(
+            f"--resume: checkpoint {folder} holds the optimizer state of engine.zero_stage "
+            f"{stage} split over {saved} processes; this run has {world}",
+            f"resume with {saved} processes (`torchrun --nproc_per_node {saved}` on one node)",
+        )
 
 
 def _unreadable(exc: TibnlpError) -> bool:

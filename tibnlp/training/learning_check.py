@@ -43,9 +43,11 @@ class LearningCheck:
         warn_after: float,
         share: Callable[[Progress], float],
         order_probe: Callable[[], tuple[float, float]] | None = None,
+        say: bool = True,
     ):
         self.unigram, self.warn_after, self.share = unigram, warn_after, share
         self.order_probe = order_probe
+        self.say = say  # the main process: one warning per run, not one per process
         self.tracker: Tracker | None = None
         self.warned = self.probed = False
 
@@ -89,6 +91,7 @@ class LearningCheck:
 
     def _warn(self, kind: str, message: str) -> None:
         self.warned = True
-        print(f"warning: {message}", file=sys.stderr, flush=True)
+        if self.say:
+            print(f"warning: {message}", file=sys.stderr, flush=True)
         if self.tracker is not None:
             self.tracker.set_tags({"warning": kind, "warning.detail": message})

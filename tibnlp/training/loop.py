@@ -310,6 +310,16 @@ class TrainLoop:
         by_tokens = self.tokens / s.max_tokens if s.max_tokens else 0.0
         return max(by_time, by_tokens)
 
+    def _agreed(self, seconds: float) -> float:
+        """Rank 0's training time, on every rank of a time-budgeted run. Each rank's clock
+        starts when it enters the loop (rank 0 opens the MLflow run first), and the share of
+        the budget spent sets the lr: ranks with their own clocks would update their replicas
+        with different rates, and stop by a time rank 0 does not record."""
+        if self.world.size == 1 or not self.settings.time_budget_s:
+            return seconds
+        mine = seconds if self.world.is_main else 0.0
+        return float(all_reduce_sum(torch.tensor([mine], dtype=torch.float64))[0])
+
     def _apply_budget_share(self, reapply: bool = False) -> None:
         """Tell the schedule the share of the budget spent; `reapply`: also without a budget,
         to set the coming update's lr again (after a restore)."""
@@ -363,7 +373,7 @@ class TrainLoop:
         share = self.budget_fraction if budgeted else lambda: None
         with TrainProgress(s.max_steps, self.step, show, s.progress_label, share()) as bar:
             while self.step < s.max_steps:
-                self.train_seconds = seconds_before + s.clock() - start
+                self.train_seconds = self._agreed(seconds_before + s.clock() - start)
                 over = s.time_budget_s is not None and self.train_seconds > s.time_budget_s
                 self._apply_budget_share()
                 metrics, tokens, stop = self.train_step(over)

@@ -56,11 +56,11 @@ from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import (
     World,
     accumulation_steps,
-    barrier,
     hardware_name,
     init_distributed,
     planned_world_size,
     shutdown,
+    wait_for_main,
 )
 from tibnlp.training.learning_check import LearningCheck, unigram_accuracy
 from tibnlp.training.loop import LoopSettings, Progress, fit
@@ -199,8 +199,10 @@ def run_pretraining(
     accumulation_steps(p.batch_size, p.micro_batch_size, planned_world_size())
     world = init_distributed(cfg.engine)
     if not world.is_main:
+        wait_for_main(world)  # (with --wait, for as long as another run holds the folder)
         return _pretrain(cfg, resume, world, eval_only)
     with hold_folder(Path(p.output), wait=wait, notify=_note):
+        wait_for_main(world)
         return _pretrain(cfg, resume, world, eval_only)
 
 
@@ -270,7 +272,7 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
         )
         if not resume:  # a resumed run's, once its checkpoint has loaded (open_tracker)
             dump_yaml(cfg, output / "config.yaml")
-    barrier()
+    wait_for_main(world)  # the tokenising may outlast a collective's timeout
     splits, meta = load_pretraining_dataset(data_dir)
     model_cfg = resolve_model_config(cfg.model, vocab.size, meta)
     if not eval_only and len(splits["train"]) < p.batch_size:
@@ -402,6 +404,7 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
         p.warn_after if heldout else 0.0,
         lambda at: max(at.step / p.max_steps, loop.budget_fraction()),
         order_probe if heldout is not None and not chain else None,
+        say=world.is_main,
     )
     loop.extra_state["learning_check"] = check  # a resumed run neither warns nor probes again
 
