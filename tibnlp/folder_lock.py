@@ -90,6 +90,18 @@ def _read(lock: Path) -> tuple[str, dict[str, Any]] | None:
     return text, holder if isinstance(holder, dict) else {}
 
 
+def holder_of(folder: Path) -> str:
+    """Who holds `folder` now, in words ("" when free or the lock is stale): for a command
+    that only reads the folder, to say that what it sees is being written."""
+    found = _read(Path(folder) / LOCK_NAME)
+    if found is None:
+        return ""
+    holder = found[1]
+    if holder.get("host") == socket.gethostname() and not _running(holder):
+        return ""
+    return _describe(holder)
+
+
 def _take(lock: Path, text: str) -> bool:
     """Create `lock` holding `text`, atomically; False when it exists (or its folder was
     removed meanwhile by the run that made it: the caller makes it again)."""

@@ -32,6 +32,9 @@ class StageDef:
     # its output): pinned at its default in the content hash when the node has that input
     fills: tuple[tuple[str, str], ...] = ()
     given: Accepts | None = None  # register_stage's `accepts`, over the function's own
+    # the data-directory files the stage reads by name from its resolved config (not as
+    # inputs), by content hash: a cached output made from other content reruns
+    data: Callable[[dict[str, Any]], dict[str, str]] | None = None
 
     def load(self) -> Callable[..., Any]:
         return self.function
@@ -47,7 +50,12 @@ _REGISTRY: dict[str, StageDef] = {
     "prepare": StageDef(stages.prepare, ("corpus",)),
     "vocab": StageDef(stages.vocab, ("vocab",)),
     "pretrain": StageDef(stages.pretrain, ("model", "pretrain", "engine"), stages.PRETRAIN_FILLS),
-    "finetune": StageDef(stages.finetune, ("model", "finetune", "engine"), stages.FINETUNE_FILLS),
+    "finetune": StageDef(
+        stages.finetune,
+        ("model", "finetune", "engine"),
+        stages.FINETUNE_FILLS,
+        data=stages.finetune_data,
+    ),
     "curve": StageDef(stages.curve, ()),
 }
 
@@ -58,9 +66,10 @@ def register_stage(
     sections: tuple[str, ...] = ALL_SECTIONS,
     fills: tuple[tuple[str, str], ...] = (),
     accepts: Accepts | None = None,
+    data: Callable[[dict[str, Any]], dict[str, str]] | None = None,
 ) -> None:
     """Add or replace a stage kind (plugins, tests)."""
-    _REGISTRY[kind] = StageDef(function, tuple(sections), tuple(fills), accepts)
+    _REGISTRY[kind] = StageDef(function, tuple(sections), tuple(fills), accepts, data)
 
 
 def stage_def(kind: str) -> StageDef:

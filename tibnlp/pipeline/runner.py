@@ -16,7 +16,7 @@ from tibnlp.config.core import deep_merge, flatten
 from tibnlp.config.identity import output_settings
 from tibnlp.data.datadir import require
 from tibnlp.errors import ConfigError, TibnlpError
-from tibnlp.folder_lock import hold_folder
+from tibnlp.folder_lock import hold_folder, holder_of
 from tibnlp.fsutil import atomic_write_text, blocking_file
 from tibnlp.pipeline.cache import Slot, explain_change, node_key, slot_for
 from tibnlp.pipeline.context import StageContext
@@ -44,6 +44,7 @@ class Step:
     config: dict[str, Any]  # resolved config dict (stage outputs as `stage:KEY`)
     inputs: Any  # inputs as hashed (data by content hash, stages by key)
     manifest: dict[str, Any] | None = None
+    data: dict[str, str] = field(default_factory=dict)  # files read by name (StageDef.data)
 
 
 @dataclass
@@ -282,6 +283,7 @@ class Planner:
                     where = f"{self.spec.source}: stages.{node.name}"
                     raise ConfigError(f"{where}: {exc.message}", exc.hint) from exc
             key = node_key(node.stage.kind, sections, params, inputs)
+            data = sdef.data(config) if sdef.data is not None else {}
             described = {**sections, "params": params} if params else sections
             self.keys[id(node)] = key
             slot = slot_for(self.workdir, node.stage.name, node.variant, key)
@@ -292,6 +294,8 @@ class Planner:
                 action, reason = "run", "forced (--force)"
             elif upstream_runs and manifest is not None:  # same key, replaced input
                 action, reason = "run", f"{', '.join(upstream_runs)} runs first (new output)"
+            elif manifest is not None and (changed := _changed_data(manifest, data)):
+                action, reason = "run", f"data changed since it ran: {changed}"
             elif manifest is not None:
                 action, reason = "skip", f"cached: same config and inputs ({slot.final})"
                 self.outputs[id(node)] = slot.output_of(manifest)
@@ -304,8 +308,20 @@ class Planner:
                 reason = explain_change(slot.previous(), described, inputs)
             if action == "run":
                 stale.add(id(node))
-            steps.append(Step(node, key, slot, action, reason, described, inputs, manifest))
+            steps.append(Step(node, key, slot, action, reason, described, inputs, manifest, data))
         return steps
+
+
+def _changed_data(manifest: dict[str, Any], data: dict[str, str]) -> str:
+    """The files read by name whose content differs from when the cached output was made
+    (none: ""). A manifest from before they were recorded, or a file absent now, is not
+    compared: only a known difference reruns."""
+    before = manifest.get("data")
+    if not isinstance(before, dict):
+        return ""
+    changed = sorted(name for name, digest in data.items() if before.get(name, digest) != digest)
+    more = f" (+{len(changed) - 3} more)" if len(changed) > 3 else ""
+    return ", ".join(changed[:3]) + more
 
 
 def _provenance(inputs: Any) -> dict[str, str]:
@@ -379,6 +395,12 @@ def _plan_and_run(
     echo(f"pipeline {spec.name}: {len(steps)} stage runs, work dir {planner.workdir}")
     for note in spec.notes:
         echo(f"  note: {note}")
+    busy = holder_of(planner.workdir) if dry_run else ""
+    if busy:  # its stage in progress reads "resume the interrupted run" below
+        echo(
+            f"  note: the work dir is in use by {busy}: a partial output below may be the "
+            "stage it is running, not an interrupted one"
+        )
     for s in steps:
         echo(f"  {s.action:4}  {s.node.name:{width}}  {s.reason}")
     targets = ", ".join(sorted(set(until)))
@@ -407,6 +429,7 @@ def _plan_and_run(
     parent.set_tags({"tibnlp.pipeline_hash": config_hash(spec.raw), **provenance_tags()})
     parent.log_dict(spec.raw, "pipeline.yaml")
     status = "FAILED"
+    running: Step | None = None
     try:
         for step in steps:
             node = step.node
@@ -414,7 +437,9 @@ def _plan_and_run(
                 _record_skip(result, planner, step)
                 continue
             echo(f"[{len(result.ran) + len(result.skipped) + 1}/{len(steps)}] {node.name}")
+            running = step
             out, res = _run_step(planner, step, parent, spec.experiment)
+            running = None
             planner.outputs[id(node)] = out
             result.outputs[node.name] = out
             result.results[node.name] = res
@@ -423,6 +448,13 @@ def _plan_and_run(
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
+        # Ctrl-C ends the command without a word otherwise: say what stays and how to go on
+        if running is not None:
+            echo(
+                f"interrupted in stage {running.node.name}: its output so far stays in "
+                f"{running.slot.partial}; run the same command again to continue from it "
+                "(the finished stages stay cached)"
+            )
         raise
     finally:
         result.run_id = parent.run_id
@@ -574,6 +606,7 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
                 "result": res,
                 "config": step.config,
                 "inputs": step.inputs,
+                "data": step.data,
                 "run_id": child.run_id,
             }
         )

@@ -120,11 +120,18 @@ def slice_corpus(ctx: StageContext) -> Path:
     with out.open("w", encoding="utf-8") as fh:
         for path in files:
             chars = 0
-            for i, doc in enumerate(_documents(Path(path))):
-                if i >= max_docs or (max_chars and chars >= max_chars):
-                    break
-                fh.write(doc + "\n\n")
-                chars += len(doc)
+            try:
+                for i, doc in enumerate(_documents(Path(path))):
+                    if i >= max_docs or (max_chars and chars >= max_chars):
+                        break
+                    fh.write(doc + "\n\n")
+                    chars += len(doc)
+            except (UnicodeDecodeError, lzma.LZMAError, EOFError) as exc:
+                # a bare traceback otherwise, from inside the codec
+                raise DataError(
+                    f"stage {ctx.name}: {path} is not UTF-8 text (plain or .xz): {exc}",
+                    "convert it to UTF-8 (a cut or truncated file: copy it whole again)",
+                ) from exc
     return out
 
 
@@ -206,6 +213,39 @@ def _export(model: Path, tokens: int, stage: str) -> Path:
             "pretrain.max_steps, pretrain.time_budget), the same as pretrain.export_at_tokens",
         )
     return path
+
+
+def finetune_data(config: dict[str, Any]) -> dict[str, str]:
+    """The dataset files a fine-tuning stage reads by name (`finetune.dataset`, and AdvTS
+    with `eval_also`), as `ROOT/FILE` -> content hash. They are no input of the stage, so its
+    key does not hold them: the plan compares these with the cached output's, or a corrected
+    dataset file (or another data directory) would leave the old scores cached. A dataset or
+    file absent here is left out: the stage names what is missing when it runs."""
+    from tibnlp.data.manifests import get_manifest
+    from tibnlp.errors import TibnlpError
+    from tibnlp.tracking import path_hash
+
+    ft = config.get("finetune") or {}
+    dataset, task = str(ft.get("dataset", "tncc")), str(ft.get("task", "title"))
+    # as run_finetune loads them: tncc's task names its manifest (title: tncc)
+    names = ["tncc_document" if dataset == "tncc" and task == "document" else dataset]
+    if "advts" in (ft.get("eval_also") or []):
+        names.append("advts")
+    out: dict[str, str] = {}
+    for name in names:
+        try:
+            manifest = get_manifest(name)
+        except TibnlpError:
+            continue
+        read = [*manifest.splits.values(), *manifest.targets.values(), manifest.labels_file]
+        files = [manifest.path / rel for rel in sorted({r for r in read if r})]
+        if not any(f.is_file() for f in files):  # e.g. the TNCC document zip
+            files = [manifest.path] if manifest.path.is_dir() else []
+        for path in files:
+            if path.exists():
+                rel = path.relative_to(manifest.path).as_posix()
+                out[manifest.root if rel == "." else f"{manifest.root}/{rel}"] = path_hash(path)
+    return out
 
 
 @accepts(may=("model", "vocab", "static"), params=("export_tokens",), check=_finetune_params)

@@ -1,0 +1,127 @@
+"""Pipeline reruns as a user meets them: a dataset file read by name changed under a cached
+fine-tuning stage, Ctrl-C in a stage, a corpus that is not UTF-8, a dry run beside a run.
+
+Small registered stages stand in for the real ones (no training); the real fine-tuning
+stage's data hook and slicing adapter are used as they are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tibnlp.config import Config
+from tibnlp.errors import DataError
+from tibnlp.folder_lock import hold_folder
+from tibnlp.pipeline.context import StageContext
+from tibnlp.pipeline.registry import register_stage, stage_def
+from tibnlp.pipeline.runner import run_pipeline
+from tibnlp.pipeline.spec import load_pipeline
+from tibnlp.pipeline.stages import slice_corpus
+
+CALLS: list[str] = []
+INTERRUPT: set[str] = set()
+
+
+def _text(ctx: StageContext) -> Path:
+    CALLS.append(ctx.name + ("(resume)" if ctx.resume else ""))
+    out = ctx.output / "text.txt"
+    if ctx.name in INTERRUPT:
+        out.write_text("half", encoding="utf-8")
+        INTERRUPT.discard(ctx.name)
+        raise KeyboardInterrupt
+    out.write_text("ཀ་ཁ།\n", encoding="utf-8")
+    return out
+
+
+def _scores(ctx: StageContext) -> dict[str, float]:
+    CALLS.append(ctx.name)
+    return {"test_macro_f1": 0.5}
+
+
+register_stage("qa_text", _text, ("pretrain",))
+register_stage("qa_ft", _scores, ("finetune",), data=stage_def("finetune").data)
+
+PIPELINE = """
+name: qa
+workdir: {workdir}
+config:
+  tracking: {{enabled: false}}
+stages:
+  text:
+    kind: qa_text
+  finetune:
+    kind: qa_ft
+    inputs: {{model: '${{stages.text.output}}'}}
+"""
+
+
+@pytest.fixture
+def qa(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    tncc = tmp_path / "data" / "tncc"
+    tncc.mkdir(parents=True)
+    for split in ("train", "validation", "test"):
+        row = {"text": "ཀ ཁ", "label": "Politics"}
+        (tncc / f"tncc_title_{split}.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    (tncc / "labels.json").write_text('["Politics"]', encoding="utf-8")
+    monkeypatch.setenv("TIBNLP_DATA", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "qa.yaml"
+    path.write_text(PIPELINE.format(workdir=tmp_path / "work"), encoding="utf-8")
+    CALLS.clear()
+    INTERRUPT.clear()
+    return path
+
+
+def _plan(path: Path) -> dict[str, str]:
+    lines: list[str] = []
+    run_pipeline(load_pipeline(path), dry_run=True, echo=lines.append)
+    return {ln.split()[1]: ln for ln in lines[1:] if not ln.strip().startswith("note:")}
+
+
+def test_a_changed_dataset_file_reruns_the_cached_finetune_stage(qa: Path) -> None:
+    run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    assert _plan(qa)["finetune"].split()[0] == "skip"
+    train = Path(qa.parent / "data" / "tncc" / "tncc_title_train.jsonl")
+    train.write_text(json.dumps({"text": "ག ང", "label": "Politics"}) + "\n", encoding="utf-8")
+    line = _plan(qa)["finetune"]
+    assert line.split()[0] == "run" and "tncc/tncc_title_train.jsonl" in line
+    assert _plan(qa)["text"].split()[0] == "skip"  # upstream of it: untouched
+    CALLS.clear()
+    run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    assert CALLS == ["finetune"]
+    assert _plan(qa)["finetune"].split()[0] == "skip"
+
+
+def test_ctrl_c_in_a_stage_says_what_stays_and_the_rerun_continues(qa: Path) -> None:
+    INTERRUPT.add("text")
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_pipeline(qa), echo=lines.append)
+    said = [ln for ln in lines if ln.startswith("interrupted in stage text")]
+    assert said and ".partial" in said[0] and "run the same command again" in said[0]
+    assert "resume the interrupted run" in _plan(qa)["text"]  # half-written: not taken as done
+    CALLS.clear()
+    run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    assert CALLS == ["text(resume)", "finetune"]
+
+
+def test_a_corpus_that_is_not_utf8_is_named_not_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "cut.txt"
+    bad.write_bytes("ཀ་ཁ།".encode()[:-1])  # cut inside a character
+    out = tmp_path / "out"
+    out.mkdir()
+    ctx = StageContext("slice", "slice", "", Config(), [bad], out, False, None)  # type: ignore[arg-type]
+    with pytest.raises(DataError, match=r"cut\.txt is not UTF-8"):
+        slice_corpus(ctx)
+
+
+def test_a_dry_run_beside_a_running_pipeline_says_who_holds_the_work_dir(qa: Path) -> None:
+    lines: list[str] = []
+    with hold_folder(qa.parent / "work"):
+        run_pipeline(load_pipeline(qa), dry_run=True, echo=lines.append)
+    assert any("in use by process" in ln and "not an interrupted one" in ln for ln in lines)
+    lines.clear()
+    run_pipeline(load_pipeline(qa), dry_run=True, echo=lines.append)  # free: no note
+    assert not any("in use by" in ln for ln in lines)
