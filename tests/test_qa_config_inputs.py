@@ -175,6 +175,26 @@ def test_grid_and_variant_keys_that_are_no_dotted_key_are_named(
     assert where in err.value.message and str(path) in err.value.message
 
 
+@pytest.mark.parametrize(
+    ("stage", "where"),
+    [
+        ("launch: torchrun --nproc_per_node 2", "must end with the launcher's module flag"),
+        ('launch: "torchrun \'-m"', "cannot be split into words"),
+    ],
+)
+def test_a_launch_that_cannot_run_the_stage_is_refused_at_load(
+    tmp_path: Path, stage: str, where: str
+) -> None:
+    # before: accepted, and the stage failed under torchrun ("can't open file
+    # 'tibnlp.cli.main'") or with a ValueError traceback, after the stages above it had run
+    path = _pipeline(tmp_path, "stages:\n" + A + B + ", " + stage + "}\n")
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    assert "stages.b.launch" in err.value.message and where in err.value.message
+    ok = _pipeline(tmp_path, "stages:\n" + A + B + ", launch: torchrun --nproc_per_node 2 -m}\n")
+    assert load_pipeline(ok).stages[1].launch == "torchrun --nproc_per_node 2 -m"
+
+
 def test_top_level_values_of_the_wrong_shape(tmp_path: Path) -> None:
     """`workdir: 5` was a TypeError from Path(5); `name: [a]` named the pipeline "['a']"."""
     path = _pipeline(tmp_path, "stages:\n" + A)
