@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,7 @@ import typer
 from rich.console import Console
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
+from tibnlp.config import Config
 from tibnlp.data.tasks import classification_datasets
 from tibnlp.evaluation.report import (
     load_one_result,
@@ -73,6 +75,23 @@ def _print_table(rows: list[dict]) -> None:
     out.print(rich_table(rows))
 
 
+def _run(cfg: Config, dataset: str, task: str = "title") -> None:
+    """`run_finetune`, and on Ctrl-C what stays and what the same command does next (a seed
+    keeps no checkpoint: the one cut short starts over, a soup at the copy it was on)."""
+    try:
+        result = run_finetune(cfg, dataset, task)
+    except KeyboardInterrupt:
+        if os.environ.get("RANK", "0") == "0":  # once, not once per process
+            console.print(
+                f"interrupted: the seeds that finished stay under {cfg.finetune.output}; run "
+                "the same command again to go on: they are reported, not retrained, and the "
+                "seed that was cut short starts over",
+                soft_wrap=True,
+            )
+        raise SystemExit(130) from None
+    _finish(result.output, summary_dict(result))
+
+
 def _finish(result_dir: Path, row: dict) -> None:
     _print_table([row])
     for key, value in row["notes"].items():
@@ -95,8 +114,7 @@ def tncc(
     """TNCC (published 7422/927/927 title split, or the document task when downloaded)."""
     flags = [f"finetune.task={task}", *_flags(model, head, encoder, vocab, seeds, eval_also)]
     cfg = resolve_config(config, set_, *flags)
-    result = run_finetune(cfg, "tncc", cfg.finetune.task)
-    _finish(result.output, summary_dict(result))
+    _run(cfg, "tncc", cfg.finetune.task)
 
 
 @app.command("classify")
@@ -114,8 +132,7 @@ def classify(
     """Any labelled set of the data directory, by its manifest name."""
     flags = [f"finetune.dataset={dataset}", *_flags(model, head, encoder, vocab, seeds, eval_also)]
     cfg = resolve_config(config, set_, *flags)
-    result = run_finetune(cfg, cfg.finetune.dataset)
-    _finish(result.output, summary_dict(result))
+    _run(cfg, cfg.finetune.dataset)
 
 
 @app.command("report")

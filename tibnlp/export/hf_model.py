@@ -21,7 +21,13 @@ from tibnlp.config.model import ModelConfig
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.export.hf_tokenizer import SPECIAL_TOKENS, build_tokenizer, tokenizer_config
 from tibnlp.fsutil import check_new_folder, share, staged_dir
-from tibnlp.models.io import MISMATCH, WEIGHTS, load_pretrained, shape_mismatches
+from tibnlp.models.io import (
+    MISMATCH,
+    WEIGHTS,
+    check_vocab_of_weights,
+    load_pretrained,
+    shape_mismatches,
+)
 from tibnlp.text.vocab import Vocabulary
 
 LAYER = "albert.encoder.albert_layer_groups.0.albert_layers.0."
@@ -181,6 +187,7 @@ def export_hf(model_dir: Path, output: Path) -> Path:
             f"{model_dir}: the vocabulary has {vocab.size} pieces, model.yaml {cfg.vocab_size}",
             "the directory mixes two runs; export the directory `tibnlp pretrain` wrote",
         )
+    check_vocab_of_weights(model_dir, vocab.sha256, model_dir)
     tensors = albert_state(cfg, state, model_dir / WEIGHTS)  # names a missing head first
     check_shapes(cfg, state, model_dir)
     tokenizer = build_tokenizer(vocab)

@@ -135,6 +135,23 @@ def read_extra(model_dir: Path) -> dict[str, Any]:
     return result
 
 
+def check_vocab_of_weights(model_dir: Path, vocab_sha256: str, vocab_dir: Path) -> None:
+    """Refuse a vocabulary other than the one the weights were pretrained with (the
+    `vocab_sha256` pretraining records in them): another run's vocabulary of the same or a
+    smaller size would load and train, every id naming another piece than it did."""
+    try:
+        recorded = read_extra(Path(model_dir)).get("vocab_sha256")
+    except DataError:  # no weights file: a random-init twin reads only the shape
+        return
+    if isinstance(recorded, str) and recorded and recorded != vocab_sha256:
+        raise DataError(
+            f"{vocab_dir}: the vocabulary (sha256 {vocab_sha256[:12]}) is not the one the "
+            f"weights in {Path(model_dir) / WEIGHTS} were pretrained with ({recorded[:12]})",
+            "the folder mixes two runs: use the folder `tibnlp pretrain` wrote, with its own "
+            "spm.model, spm.vocab, tibnlp-vocab.json and vocab.yaml",
+        )
+
+
 def shape_mismatches(
     build: Callable[[], nn.Module],
     state: dict[str, torch.Tensor],
@@ -173,7 +190,8 @@ def load_encoder(model_dir: Path) -> tuple[ModelConfig, Encoder]:
     encoder = build_encoder(cfg)
     missing, unexpected = encoder.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise DataError(
-            f"{where}: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+        raise DataError(  # (another depth or layer sharing: tensors, not shapes, differ)
+            f"{where}: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}",
+            MISMATCH,
         )
     return cfg, encoder

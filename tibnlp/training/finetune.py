@@ -250,6 +250,7 @@ def _run_seed(
     done = _load_seed(directory, fingerprint, weights, data_sha256)
     if done is not None and _lacks_predictions(done):
         done = _rescore(done, setup, ft, unseen, advts, fingerprint, weights)
+    _say_resume(seed, directory, done is not None)
     if done is not None:
         if not done.record_id:  # a record from before record ids: it gets one now
             done.record_id = uuid.uuid4().hex
@@ -335,6 +336,22 @@ def _run_seed(
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
     return result
+
+
+def _say_resume(seed: int, directory: Path, reused: bool) -> None:
+    """A rerun says which seeds it reports from their records and which it trains again:
+    without it a resumed command and a fresh one print the same, and an overwrite is silent."""
+    record = directory / SEED_FILE
+    if reused:
+        message = f"seed {seed}: finished earlier ({record}): reported, not retrained"
+    elif record.is_file():
+        message = (
+            f"seed {seed}: {record} is from other settings, weights or data: "
+            "training it again (its folder is replaced)"
+        )
+    else:
+        return
+    print(message, file=sys.stderr, flush=True)
 
 
 def _resegment(setup: Setup, ft: FinetuneConfig, seed: int) -> SampledSegmentation | None:

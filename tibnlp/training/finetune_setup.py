@@ -32,7 +32,7 @@ from tibnlp.data.tasks import (
 from tibnlp.errors import DataError
 from tibnlp.models.classifier import head_config
 from tibnlp.models.classifier_io import ClassifierMeta
-from tibnlp.models.io import load_config_file, load_encoder
+from tibnlp.models.io import check_vocab_of_weights, load_config_file, load_encoder
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.training.long_documents import reading_of
 
@@ -157,6 +157,8 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
                 "drop --vocab (the model directory's own vocabulary is used) or pass the "
                 "matching model",
             )
+    if model_dir is not None:
+        check_vocab_of_weights(model_dir, vocab.sha256, vocab_dir)
     if model_dir is None:
         model_cfg.vocab_size = vocab.size
     elif ft.encoder == "albert" and vocab.size > model_cfg.vocab_size:
