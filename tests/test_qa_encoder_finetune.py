@@ -118,3 +118,47 @@ def test_model_yaml_edited_to_another_depth_is_named_with_a_hint(tmp_path, monke
     with pytest.raises(DataError, match=r"does not match its model\.yaml: missing") as err:
         load_encoder(env.model)
     assert "mixes two models" in err.value.hint  # before: no hint at all
+
+
+def test_pretrain_init_from_refuses_a_model_folder_holding_another_runs_vocabulary(
+    tmp_path,
+) -> None:
+    # before: the folder's vocabulary only had to equal pretrain.vocab, so a folder whose
+    # vocabulary had been swapped for another run's continued pretraining on the wrong ids
+    from tibnlp.config.model import HeadsConfig, ModelConfig
+    from tibnlp.models.pretraining import AlbertForPretraining
+    from tibnlp.training.pretrain_init import initial_weights
+
+    vocab_dir = make_vocab(tmp_path / "vocab")
+    vocab = Vocabulary.load(vocab_dir)
+    shape = {"embedding_size": 8, "hidden_size": 16, "num_layers": 1, "ffn_size": 32}
+    cfg = ModelConfig(vocab_size=vocab.size, max_len=64, heads=HeadsConfig(2, 2), **shape)
+    model = save_pretrained(
+        AlbertForPretraining(cfg), cfg, tmp_path / "model", extra={"vocab_sha256": vocab.sha256}
+    )
+    for f in vocab_dir.iterdir():
+        shutil.copy2(f, model / f.name)
+    assert initial_weights(model, vocab, vocab_dir)[0].vocab_size == vocab.size  # its own
+    save_pretrained(AlbertForPretraining(cfg), cfg, model, extra={"vocab_sha256": "ab" * 32})
+    with pytest.raises(DataError, match="is not the one the weights"):
+        initial_weights(model, vocab, vocab_dir)
+
+
+def test_a_model_folder_without_its_vocabulary_files_is_told_to_be_copied_whole(
+    tmp_path,
+) -> None:
+    # before: "build one with `tibnlp vocab build`", which cannot give the weights' ids back
+    vocab_dir = make_vocab(tmp_path / "vocab")
+    with pytest.raises(DataError) as plain:
+        Vocabulary.load(tmp_path)  # a folder that is no model: build a vocabulary
+    assert "tibnlp vocab build" in (plain.value.hint or "")
+    model = tmp_path / "model"
+    model.mkdir()
+    for f in vocab_dir.iterdir():
+        shutil.copy2(f, model / f.name)
+    (model / "model.yaml").write_text("hidden_size: 16\n")
+    (model / "spm.model").unlink()
+    with pytest.raises(DataError, match=r"no spm\.model") as err:
+        Vocabulary.load(model)
+    assert "copy the folder whole" in (err.value.hint or "")
+    assert "vocab build" not in (err.value.hint or "")

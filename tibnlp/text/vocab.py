@@ -126,9 +126,15 @@ class Vocabulary:
         marker = path / MARKER
         missing = [f.name for f in (marker, path / MODEL_FILE) if not f.is_file()]
         if missing:
+            # a model or classifier folder (its config beside the weights) lost these files
+            # in a partial copy: rebuilding a vocabulary would not give its ids back
+            holder = any((path / name).is_file() for name in ("model.yaml", "classifier.yaml"))
             raise DataError(
                 f"{path} is not a tibnlp vocabulary (no {' and no '.join(missing)})",
-                "build one with `tibnlp vocab build --corpus DIR --output DIR`",
+                f"this model folder lost its vocabulary files: copy the folder whole from where "
+                f"it was written (its {', '.join(VOCAB_FILES[:4])} travel with the weights)"
+                if holder
+                else "build one with `tibnlp vocab build --corpus DIR --output DIR`",
             )
         try:
             kind = json.loads(marker.read_text(encoding="utf-8")).get("kind")

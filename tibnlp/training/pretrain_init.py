@@ -12,7 +12,14 @@ from tibnlp.config import ModelConfig
 from tibnlp.config.train import PretrainConfig
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.electra import ElectraForPretraining
-from tibnlp.models.io import MISMATCH, WEIGHTS, encoder_mismatches, load_pretrained, read_extra
+from tibnlp.models.io import (
+    MISMATCH,
+    WEIGHTS,
+    check_vocab_of_weights,
+    encoder_mismatches,
+    load_pretrained,
+    read_extra,
+)
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training.engine import World, barrier
@@ -32,6 +39,7 @@ def initial_weights(
             f"pretrain.init_from: {model_dir} holds no vocabulary ({exc.message})",
             "point it at a model directory written by tibnlp pretrain",
         ) from exc
+    check_vocab_of_weights(model_dir, own.sha256, model_dir)  # a folder mixing two runs
     if own.sha256 != vocab.sha256:
         raise ConfigError(
             f"pretrain.init_from: {model_dir} was trained with another vocabulary than "
