@@ -207,3 +207,17 @@ def test_other_ranks_wait_for_rank_0_past_the_group_timeout(tmp_path: Path) -> N
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 0 through" in done.stdout and "rank 1 through" in done.stdout
+
+
+def test_a_shard_lost_since_the_save_still_reaches_the_load(tmp_path: Path) -> None:
+    """The checkpoint's layout record, not the shards on disk, says how it was saved: rank
+    1's shard deleted is then a damaged checkpoint (DeepSpeed's load fails on it and `load`
+    moves to an older one), not a checkpoint of one process that a refusal would name."""
+    from tibnlp.training import checkpoint
+
+    directory = _checkpoints(tmp_path, 2)
+    folder = directory / checkpoint.tag_for(4)
+    (folder / checkpoint.LAYOUT).write_text(json.dumps({"zero_stage": 2, "processes": 2}))
+    (folder / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    with pytest.raises(AssertionError, match="DeepSpeed's load reached"):
+        checkpoint.load(_Engine(2, 2), directory, True)

@@ -11,6 +11,7 @@ Everything there is tensors, lists, numbers and flags, so it loads with `weights
 
 from __future__ import annotations
 
+import json
 import pickle
 import random
 import re
@@ -27,7 +28,9 @@ from tibnlp.fsutil import atomic_write_text
 from tibnlp.training.engine import all_gather_objects, barrier
 
 MARKER = "latest"
+LAYOUT = "tibnlp-layout.json"  # in each tag: the ZeRO stage and process count that saved it
 _TAG = re.compile(r"^step(\d{8})$")
+_SHARD = re.compile(r"^zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt$")
 
 
 def tag_for(step: int) -> str:
@@ -101,6 +104,9 @@ def save(
     directory = Path(directory)
     tag = tag_for(step)
     engine.save_checkpoint(str(directory), tag=tag, client_state=client_state, save_latest=False)
+    if is_main:
+        layout = {"zero_stage": _stage(engine), "processes": _processes(engine)}
+        atomic_write_text(directory / tag / LAYOUT, json.dumps(layout) + "\n")
     barrier()  # every rank's shard is on disk before the marker says "complete"
     if is_main:
         atomic_write_text(directory / MARKER, tag + "\n")
@@ -201,14 +207,33 @@ def load(engine: Any, directory: Path, is_main: bool) -> tuple[str, dict[str, An
     return None
 
 
+def _stage(engine: Any) -> int:
+    return int(getattr(engine, "zero_optimization_stage", lambda: 0)())
+
+
+def _processes(engine: Any) -> int:
+    return int(getattr(engine, "dp_world_size", 1))
+
+
+def _saved_partitions(folder: Path) -> int:
+    """How many processes' optimizer partitions the checkpoint in `folder` was saved as (0:
+    ZeRO stage 0, one file). Read from its layout record; a checkpoint from before the record
+    is judged by its highest shard's rank. A shard lost since does not change the answer, so
+    DeepSpeed's load fails on it and `load` moves on to an older checkpoint."""
+    try:
+        layout = json.loads((folder / LAYOUT).read_text(encoding="utf-8"))
+        return int(layout["processes"]) if layout["zero_stage"] else 0
+    except (OSError, ValueError, KeyError, TypeError):
+        ranks = [int(m.group(1)) for p in folder.iterdir() if (m := _SHARD.match(p.name))]
+        return max(ranks) + 1 if ranks else 0
+
+
 def _require_same_partitions(engine: Any, folder: Path) -> None:
     """ZeRO stages 1 and 2 save the optimizer state as one partition per process, stage 0
     as one file. DeepSpeed loads neither into the other layout nor partitions into another
     process count: it stops with a traceback deep in its load. Said here in terms of the run
     (the files are the same on every rank, so every rank decides alike)."""
-    stage = int(getattr(engine, "zero_optimization_stage", lambda: 0)())
-    saved = len(list(folder.glob("zero_pp_rank_*_mp_rank_00_optim_states.pt")))
-    world = int(getattr(engine, "dp_world_size", 1))
+    stage, saved, world = _stage(engine), _saved_partitions(folder), _processes(engine)
     if bool(stage) != bool(saved):
         was = "1 or 2 (its config.yaml says which)" if saved else "0"
         raise TibnlpError(
