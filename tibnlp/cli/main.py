@@ -56,7 +56,6 @@ def main() -> None:
                 console.print(f"[yellow]hint:[/] {escape(exc.hint)}")
         worker_exit.end(exc.exit_code)
         sys.exit(exc.exit_code)
-    worker_exit.end(0)
 
 
 if __name__ == "__main__":

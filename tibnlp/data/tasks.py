@@ -104,6 +104,11 @@ def classification_datasets() -> list[str]:
     )
 
 
+def manifest_of(dataset: str, task: str = "title") -> str:
+    """The manifest a fine-tuning dataset and task read: tncc's task names its own."""
+    return TNCC_TASKS.get(task, dataset) if dataset == "tncc" else dataset
+
+
 def load_tncc(task: str) -> LabelledSet:
     """TNCC title task (the published 7422/927/927 split) or document task (if downloaded)."""
     if task not in TNCC_TASKS:
@@ -234,14 +239,7 @@ def read_jsonl(
                 skipped.append(lineno)
                 continue
             out.append(Example(rid, text, index[label]))
-    if skipped:
-        shown = ", ".join(map(str, skipped[:10])) + (" ..." if len(skipped) > 10 else "")
-        print(
-            f"warning: {path}: {len(skipped)} record(s) with a blank '{text_field}' left out "
-            f"of training (line {shown})",
-            file=sys.stderr,
-            flush=True,
-        )
+    _warn_left_out(path, f"record(s) with a blank '{text_field}' left out of training", skipped)
     if not out:
         raise DataError(f"{path}: holds no records")
     return out
@@ -326,14 +324,15 @@ def _read_fudan_zip(path: Path, labels: list[str]) -> list[Example]:
             blank.append(lineno)
             continue
         out.append(Example(f"tncc-document-{lineno - 1:05d}", doc, index[label]))
-    if blank:
-        shown = ", ".join(map(str, blank[:10])) + (" ..." if len(blank) > 10 else "")
-        print(
-            f"warning: {where}: {len(blank)} document(s) with no text left out (line {shown})",
-            file=sys.stderr,
-            flush=True,
-        )
+    _warn_left_out(where, "document(s) with no text left out", blank)
     return out
+
+
+def _warn_left_out(where: object, what: str, lines: list[int]) -> None:
+    """One warning for the records a reader left out, naming their first lines."""
+    if lines:
+        shown = ", ".join(map(str, lines[:10])) + (" ..." if len(lines) > 10 else "")
+        print(f"warning: {where}: {len(lines)} {what} (line {shown})", file=sys.stderr, flush=True)
 
 
 def _split_in_order(examples: list[Example]) -> dict[str, list[Example]]:

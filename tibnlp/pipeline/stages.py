@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tibnlp.errors import ConfigError, DataError
+from tibnlp.errors import ConfigError, DataError, TibnlpError
 from tibnlp.pipeline.context import StageContext, accepts
 
 
@@ -222,13 +222,11 @@ def finetune_data(config: dict[str, Any]) -> dict[str, str]:
     dataset file (or another data directory) would leave the old scores cached. A dataset or
     file absent here is left out: the stage names what is missing when it runs."""
     from tibnlp.data.manifests import get_manifest
-    from tibnlp.errors import TibnlpError
+    from tibnlp.data.tasks import manifest_of
     from tibnlp.tracking import path_hash
 
     ft = config.get("finetune") or {}
-    dataset, task = str(ft.get("dataset", "tncc")), str(ft.get("task", "title"))
-    # as run_finetune loads them: tncc's task names its manifest (title: tncc)
-    names = ["tncc_document" if dataset == "tncc" and task == "document" else dataset]
+    names = [manifest_of(str(ft.get("dataset", "tncc")), str(ft.get("task", "title")))]
     if "advts" in (ft.get("eval_also") or []):
         names.append("advts")
     out: dict[str, str] = {}

@@ -124,22 +124,29 @@ class IdMap:
             atomic_write_text(self.path, json.dumps(self.ids, indent=1))
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The database file a `sqlite:///PATH[?query]` URI names; None for another store or an
+    in-memory database."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = uri.removeprefix("sqlite:///").partition("?")[0]
+    return None if db in ("", ":memory:") else Path(db)
+
+
 def artifact_location(uri: str, experiment: str) -> str | None:
     """Where a new experiment of a SQLite store keeps its artifacts: `mlruns/NAME` beside the
     database file. MLflow's default is `./mlruns` of the process's working directory, so one
     store's artifacts landed wherever each command happened to run (and the test suite's in
     the checkout). A server or a database server keeps its own default (None)."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    db = uri.removeprefix("sqlite:///").partition("?")[0]
-    if db in ("", ":memory:"):
+    db = sqlite_file(uri)
+    if db is None:
         return None
     # one plain path component whatever the name holds (MLflow decodes %-escapes); names
     # that meet in one folder still keep their runs apart (one folder per run id)
     folder = re.sub(r"[^\w.-]", "_", experiment, flags=re.ASCII)
     if set(folder) <= {"."}:  # "", "." or ".." would name this folder or the one above
         folder = "_" + folder
-    return str(Path(db).resolve().parent / "mlruns" / folder)
+    return str(db.resolve().parent / "mlruns" / folder)
 
 
 class Applier:

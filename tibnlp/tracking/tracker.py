@@ -45,6 +45,7 @@ from tibnlp.tracking.buffer import (
     new_local_id,
     now_ms,
     replay,
+    sqlite_file,
 )
 from tibnlp.tracking.conventions import TAG_GIT_COMMIT, env_default, git_commit
 
@@ -89,10 +90,8 @@ def _create_sqlite_store_once(uri: str) -> None:
     """MLflow creates a new SQLite store's tables on first use; two processes doing that at
     once (two fine-tunings started together on a fresh ./mlflow.db) fail with "table runs
     already exists". Create it under a file lock beside the database, once per process."""
-    if not uri.startswith("sqlite:///") or uri in _SQLITE_READY:
-        return
-    db = Path(uri.removeprefix("sqlite:///").split("?")[0])
-    if db.name in ("", ":memory:"):
+    db = sqlite_file(uri)
+    if db is None or uri in _SQLITE_READY:
         return
     db.parent.mkdir(parents=True, exist_ok=True)
     with open(db.with_name(db.name + ".init-lock"), "w") as lock:

@@ -157,16 +157,16 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
                 "drop --vocab (the model directory's own vocabulary is used) or pass the "
                 "matching model",
             )
-    if model_dir is not None:
-        check_vocab_of_weights(model_dir, vocab.sha256, vocab_dir)
     if model_dir is None:
         model_cfg.vocab_size = vocab.size
-    elif ft.encoder == "albert" and vocab.size > model_cfg.vocab_size:
-        raise DataError(
-            f"vocabulary in {vocab_dir} has {vocab.size} pieces but model {ft.model} embeds only "
-            f"{model_cfg.vocab_size}: ids would be out of range",
-            "the model directory holds a different vocabulary than its weights were trained on",
-        )
+    else:
+        check_vocab_of_weights(model_dir, vocab.sha256, vocab_dir)
+        if ft.encoder == "albert" and vocab.size > model_cfg.vocab_size:  # (none recorded)
+            raise DataError(
+                f"vocabulary in {vocab_dir} has {vocab.size} pieces but model {ft.model} "
+                f"embeds only {model_cfg.vocab_size}: ids would be out of range",
+                "the model directory holds a different vocabulary than its weights were trained on",
+            )
     if ft.encoder_dropout >= 0:
         model_cfg.dropout = model_cfg.attention_dropout = ft.encoder_dropout
     max_len = ft.max_len or TASK_MAX_LEN.get(data.name) or data.max_len or 128

@@ -36,6 +36,7 @@ from torch import nn
 
 from tibnlp.config.train import SkipgramConfig
 from tibnlp.fsutil import atomic_file
+from tibnlp.text.vocab import WORD_START
 
 VECTORS_FILE = "vectors.pt"
 FACTS_FILE = "skipgram.json"
@@ -121,7 +122,7 @@ def piece_ngrams(
         starts[i] = len(rows)
         rows.append(i)
         if i not in exclude:
-            framed = ("<" + piece[1:] if piece.startswith("\u2581") else piece) + ">"
+            framed = ("<" + piece[1:] if piece.startswith(WORD_START) else piece) + ">"
             grams = {
                 framed[a : a + n]
                 for n in range(n_min, n_max + 1)
