@@ -18,6 +18,7 @@ import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tibnlp.data.manifests import (
     Manifest,
@@ -145,6 +146,9 @@ def load_dataset(name: str) -> LabelledSet:
     for split in ("train", "validation", "test"):
         if split not in splits:
             raise DataError(f"dataset '{name}': its manifest names no '{split}' split")
+    _check_ids_across_splits(
+        name, {s: manifest.path / rel for s, rel in manifest.splits.items()}, splits
+    )
     return LabelledSet(
         name=name,
         labels=labels,
@@ -222,6 +226,7 @@ def read_jsonl(
                     f"{path}:{lineno}: label '{label}' is not in the label list",
                     f"known labels: {', '.join(labels)}; fix the record or the labels file",
                 )
+            _check_label_id(record, label_field, label, index[label], f"{path}:{lineno}")
             rid = str(record.get("id", f"{path.stem}-{lineno}"))
             if rid in ids:
                 raise DataError(
@@ -243,6 +248,41 @@ def read_jsonl(
     if not out:
         raise DataError(f"{path}: holds no records")
     return out
+
+
+def _check_label_id(
+    record: dict[str, Any], label_field: str, label: str, class_id: int, where: str
+) -> None:
+    """A record's `label_id` must name the class its label does: the loader reads the label,
+    so a record edited on one field only (or a labels file reordered) would train silently
+    on the other reading. Records without a `label_id`, and sets labelled by id, pass."""
+    if label_field == "label_id" or "label_id" not in record:
+        return
+    given = record["label_id"]
+    if isinstance(given, bool) or not isinstance(given, int) or given != class_id:
+        raise DataError(
+            f"{where}: label '{label}' is class {class_id} of the label list, but the "
+            f"record's label_id is {given!r}",
+            "the loader reads the label; fix the record's label or label_id, or check that "
+            "the labels file keeps the classes' order",
+        )
+
+
+def _check_ids_across_splits(
+    name: str, files: dict[str, Path], splits: dict[str, list[Example]]
+) -> None:
+    """An id in two splits is one record evaluated on what it trained on (a split was cut
+    twice or files were merged): refused, naming both files."""
+    seen: dict[str, str] = {}
+    for split, examples in splits.items():
+        for example in examples:
+            other = seen.setdefault(example.id, split)
+            if other != split:
+                raise DataError(
+                    f"dataset '{name}': id '{example.id}' is in both {files[other]} "
+                    f"({other}) and {files[split]} ({split})",
+                    "each record belongs to one split; remove it from one of the files",
+                )
 
 
 def _advts_labels(manifest: Manifest, key: str) -> list[str]:
@@ -274,6 +314,9 @@ def _load_tncc_document() -> LabelledSet:
             )
             for split, rel in manifest.splits.items()
         }
+        _check_ids_across_splits(
+            manifest.name, {s: folder / rel for s, rel in manifest.splits.items()}, splits
+        )
     else:
         zips = sorted(folder.glob("*.zip")) if folder.is_dir() else []
         if not zips:
