@@ -27,6 +27,7 @@ from tibnlp.models.encoder import Encoder
 WEIGHTS = "model.safetensors"
 CONFIG = "model.yaml"
 ENCODER_PREFIX = "encoder."
+DEPTH_KEY = "tibnlp_depth"  # safetensors metadata: the depth the weights were trained at
 MISMATCH = "the folder mixes two models: use the folder `tibnlp pretrain` wrote, unedited"
 
 
@@ -48,12 +49,38 @@ def save_pretrained(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    meta = {"format": "pt", "tibnlp_extra": json.dumps(extra or {})}
+    meta = {
+        "format": "pt",
+        "tibnlp_extra": json.dumps(extra or {}),
+        DEPTH_KEY: json.dumps(_depth(cfg)),
+    }
     with atomic_file(out_dir / WEIGHTS) as tmp:
         save_file(state, str(tmp), metadata=meta)
     text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
     atomic_write_text(out_dir / CONFIG, text)
     return out_dir
+
+
+def _depth(cfg: ModelConfig) -> dict[str, Any]:
+    """What the tensors cannot tell: shared layers hold one layer's weights for any depth."""
+    return {"num_layers": cfg.num_layers, "share_layers": cfg.share_layers}
+
+
+def _check_depth(cfg: ModelConfig, path: Path, meta: dict[str, str]) -> None:
+    """A model.yaml edited to another depth than the weights were trained at is refused
+    (weights saved before the depth was recorded pass)."""
+    try:
+        recorded = json.loads(meta[DEPTH_KEY])
+    except (KeyError, ValueError):
+        return
+    if isinstance(recorded, dict) and recorded != _depth(cfg):
+        said = ", ".join(f"{k}: {v}" for k, v in _depth(cfg).items())
+        saved = ", ".join(f"{k}: {v}" for k, v in recorded.items())
+        raise DataError(
+            f"{path} does not match its {CONFIG}: the weights were trained with {saved}, "
+            f"the {CONFIG} says {said}",
+            MISMATCH,
+        )
 
 
 def load_config_file(model_dir: Path) -> ModelConfig:
@@ -118,9 +145,13 @@ def load_pretrained(model_dir: Path) -> tuple[ModelConfig, dict[str, torch.Tenso
     if not path.is_file():
         raise DataError(f"{path} does not exist", "the directory holds no saved weights")
     try:
-        return cfg, load_file(path)
+        with safe_open(path, framework="pt") as fh:
+            meta = fh.metadata() or {}
+        state = load_file(path)
     except (SafetensorError, OSError, ValueError) as exc:
         raise DataError(f"{path} is corrupt or not a safetensors file ({exc})") from exc
+    _check_depth(cfg, path, meta)
+    return cfg, state
 
 
 def read_extra(model_dir: Path) -> dict[str, Any]:
