@@ -129,6 +129,22 @@ def slot_for(workdir: Path, stage: str, variant: str, key: str) -> Slot:
     return Slot(base / name, base / f"{name}.partial", last)
 
 
+def cached_elsewhere(slot: Slot, key: str) -> tuple[Slot, dict[str, Any]] | None:
+    """A published output of `key` in a sibling folder (the key does not hold the variant's
+    name, so a renamed variant, or a grid removed down to one of its values, finds the output
+    it made under its old name instead of running again)."""
+    base = slot.final.parent
+    if not base.is_dir():
+        return None
+    for folder in sorted(base.glob(f"*-{key[:12]}")):
+        if folder == slot.final or not folder.is_dir():
+            continue
+        other = Slot(folder, folder.with_name(f"{folder.name}.partial"), slot.last)
+        if (manifest := other.manifest(key)) is not None:
+            return other, manifest
+    return None
+
+
 def explain_change(old: dict[str, Any] | None, config: dict[str, Any], inputs: Any) -> str:
     """Why a node's key differs from its last published run, in words."""
     if old is None:

@@ -18,7 +18,7 @@ from tibnlp.data.datadir import require
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.folder_lock import hold_folder, holder_of
 from tibnlp.fsutil import atomic_write_text, blocking_file
-from tibnlp.pipeline.cache import Slot, explain_change, node_key, slot_for
+from tibnlp.pipeline.cache import Slot, cached_elsewhere, explain_change, node_key, slot_for
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.grid import Node, expand
 from tibnlp.pipeline.launch import launch_stage
@@ -298,6 +298,16 @@ class Planner:
                 action, reason = "run", f"data changed since it ran: {changed}"
             elif manifest is not None:
                 action, reason = "skip", f"cached: same config and inputs ({slot.final})"
+                self.outputs[id(node)] = slot.output_of(manifest)
+            elif (
+                not upstream_runs
+                and not slot.partial.exists()
+                and (found := cached_elsewhere(slot, key)) is not None
+                and not _changed_data(found[1], data)
+            ):
+                slot, manifest = found
+                action = "skip"
+                reason = f"cached under another name: same config and inputs ({slot.final})"
                 self.outputs[id(node)] = slot.output_of(manifest)
             elif slot.partial.exists():
                 action, reason = "run", f"resume the interrupted run in {slot.partial}"
