@@ -28,7 +28,8 @@ def prepare(
         typer.Option(
             "--input",
             "-i",
-            help="Text (.txt, .xz, .gz, .bz2), JSONL or a folder; several after one flag "
+            help="Text (.txt, .xz, .gz, .bz2), JSONL or a folder (with its subfolders); "
+            "several after one flag "
             "(--input a.txt b.txt.xz) or the flag repeated.",
         ),
     ] = None,

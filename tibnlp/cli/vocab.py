@@ -155,6 +155,13 @@ def build(
             "corpus with corpus.heldout_fraction > 0 and blank lines between .txt documents "
             "to measure it)"
         )
+    if report.get("too_long_sentences"):
+        console.print(
+            f"[yellow]warning:[/] SentencePiece skipped {report['too_long_sentences']:,} train "
+            f"sentence(s) longer than vocab.max_sentence_length={cfg.vocab.max_sentence_length} "
+            f"bytes (the longest: {report['longest_sentence_bytes']:,}); their text is not in "
+            "the vocabulary (raise vocab.max_sentence_length to learn from them)"
+        )
     if report["vocab_size"] < report["requested_vocab_size"]:
         console.print(
             f"[yellow]note:[/] the corpus supports {report['vocab_size']} pieces, fewer than the "

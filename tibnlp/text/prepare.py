@@ -80,10 +80,19 @@ _RAW_FEATURES = datasets.Features(
 )
 
 
-def _check_output(output: Path, force: bool) -> None:
+def _check_output(output: Path, force: bool, words: bool = False) -> None:
     if not output.exists() and not output.is_symlink():
         return
     replaceable = output.is_dir() and ((output / MARKER).is_file() or not any(output.iterdir()))
+    if not force and words and (output / MARKER).is_file() and not _has_words(output):
+        # a run with corpus.words stopped while segmenting: the corpus is published, its
+        # words are not; --force would prepare it again and drop the finished word shards
+        raise DataError(
+            f"output {output} already exists: a prepared corpus without its botok words "
+            "(a run with corpus.words stopped while segmenting?)",
+            f"finish the words, resuming from the shards done: tibnlp corpus words {output}; "
+            "or pass --force to prepare the corpus again from the start",
+        )
     if not force:
         raise DataError(
             f"output {output} already exists",
@@ -94,6 +103,12 @@ def _check_output(output: Path, force: bool) -> None:
             f"output {output} exists and is not a prepared corpus; refusing to replace it",
             "choose another --output (only a previous prepared corpus is replaced by --force)",
         )
+
+
+def _has_words(corpus: Path) -> bool:
+    from tibnlp.text.corpus_words import META_FILE, WORDS_DIR
+
+    return (corpus / WORDS_DIR / META_FILE).is_file()
 
 
 @contextmanager
@@ -182,7 +197,7 @@ def prepare_corpus(
     started = time.perf_counter()
     output = Path(output)
     files = expand_inputs([Path(p) for p in inputs])
-    _check_output(output, force)
+    _check_output(output, force, cfg.words)
     if cfg.words:  # fail before hours of work, not after: botok and its pack must be here
         from tibnlp.text.words import botok_version, require_pack
 

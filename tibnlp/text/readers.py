@@ -1,8 +1,10 @@
 """Input formats for corpus preparation: plain, .xz/.gz/.bz2 text and JSONL, as documents.
 
 Plain text: documents are separated by blank lines (the `corpora/` convention), one paragraph
-or sentence per line. JSONL: one record is one document; its text field (`--field`) may hold
-several lines. Compression is recognised by suffix or by magic bytes.
+or sentence per line; a line ends at LF, CRLF or a lone CR. JSONL: one record is one document;
+its text field (`--field`) may hold several lines. Compression is recognised by suffix or by
+magic bytes; zstd, lz4, zip, 7z, rar and tar are named and refused, never read as text. A
+folder is read with its subfolders.
 
 Errors name the file and, where it applies, the line: a missing path, a corrupt or truncated
 compressed stream (always fatal), invalid UTF-8, bad JSON or a missing field (fatal, or counted
@@ -16,6 +18,7 @@ import gzip
 import hashlib
 import json
 import lzma
+import re
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -34,6 +37,26 @@ COMPRESSED: dict[str, Callable[[Any], IO[bytes]]] = {
     ".bz2": bz2.open,
 }
 _MAGIC = {b"\xfd7zXZ\x00": ".xz", b"\x1f\x8b": ".gz", b"BZh": ".bz2"}
+# Compressions and archives that are not read: named, rather than read as bytes (and refused
+# as "NUL bytes, UTF-16?") or, in a folder, left out without a word.
+_UNSUPPORTED = {
+    ".zst": "zstd-compressed",
+    ".zstd": "zstd-compressed",
+    ".lz4": "lz4-compressed",
+    ".zip": "a zip archive",
+    ".7z": "a 7z archive",
+    ".rar": "a rar archive",
+}
+_UNSUPPORTED_MAGIC = {
+    b"\x28\xb5\x2f\xfd": ".zst",
+    b"\x04\x22\x4d\x18": ".lz4",
+    b"PK\x03\x04": ".zip",
+    b"7z\xbc\xaf\x27\x1c": ".7z",
+    b"Rar!": ".rar",
+}
+_TIBNLP_MARKER = re.compile(r"tibnlp-[a-z]+\.json")
+# a progress update at least every this many bytes of text, however long the lines
+_ADVANCE_BYTES = 1 << 20
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # UTF-32's little-endian mark starts like one
 _CORRUPT = (lzma.LZMAError, gzip.BadGzipFile, zlib.error, EOFError, OSError)
 
@@ -81,26 +104,17 @@ class InputInfo:
 
 
 def expand_inputs(paths: list[Path]) -> list[Path]:
-    """Files to read: each path itself, or the text files (sorted) of a directory."""
+    """Files to read: each path itself, or the text files (sorted) of a directory and of its
+    subfolders (`corpus/2019/*.txt`: read too, not silently left out). Hidden files and
+    folders, and folders that tibnlp made (a prepared corpus or vocabulary, whose report.json
+    is no JSONL input), are passed over."""
     if not paths:
         raise DataError("no input given", "pass one or more --input PATH")
     files: list[Path] = []
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            try:
-                found = sorted(
-                    p
-                    for p in path.iterdir()
-                    if p.is_file()
-                    and _base_suffix(p) in TEXT_SUFFIXES
-                    and not p.name.startswith(".")
-                )
-            except OSError as exc:  # no permission to list it: not a traceback
-                raise DataError(
-                    f"cannot read input directory {path}: {exc.strerror or exc}",
-                    "check its permissions, or give the files themselves",
-                ) from exc
+            found = _folder_files(path)
             if not found:
                 raise DataError(
                     f"input directory {path} holds no .txt/.jsonl files (plain or .xz/.gz/.bz2)",
@@ -108,6 +122,7 @@ def expand_inputs(paths: list[Path]) -> list[Path]:
                 )
             files += found
         elif path.is_file():
+            _refuse_unsupported(path, _unsupported_suffix(path))
             files.append(path)
         elif path.exists():  # a device, socket or pipe: "does not exist" would send the user astray
             raise DataError(
@@ -118,6 +133,65 @@ def expand_inputs(paths: list[Path]) -> list[Path]:
         else:
             raise DataError(f"input {path} does not exist", "check the --input path")
     return files
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    """The input files under `folder`, at any depth, sorted by their path."""
+    found: list[Path] = []
+    seen: set[Path] = set()  # folders entered, resolved: a link back up is no endless loop
+    pending = [folder]
+    while pending:
+        top = pending.pop()
+        real = top.resolve()
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = sorted(top.iterdir())
+        except OSError as exc:  # no permission to list it: not a traceback
+            raise DataError(
+                f"cannot read input directory {top}: {exc.strerror or exc}",
+                "check its permissions, or give the files themselves",
+            ) from exc
+        # tibnlp's own outputs (a corpus prepared into the input folder) are no inputs
+        if top != folder and any(_TIBNLP_MARKER.fullmatch(p.name) for p in entries):
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                pending.append(entry)
+            elif not entry.is_file():
+                continue
+            elif _base_suffix(entry) in TEXT_SUFFIXES:
+                found.append(entry)
+            elif (bad := _unsupported_suffix(entry)) in _UNSUPPORTED and (
+                Path(entry.stem).suffix.lower() in TEXT_SUFFIXES
+            ):  # `a.txt.zst`: text, named rather than left out
+                _refuse_unsupported(entry, bad)
+    return sorted(found)
+
+
+def _unsupported_suffix(path: Path) -> str:
+    """The compression or archive suffix of a file that cannot be read as text ("" if none):
+    `a.txt.zst`, `a.jsonl.zip`, `texts.tar.gz`."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in _UNSUPPORTED:
+        return suffixes[-1]
+    if ".tar" in suffixes[-2:] or (suffixes and suffixes[-1] in (".tgz", ".tbz2", ".txz")):
+        return ".tar"
+    return ""
+
+
+def _refuse_unsupported(path: Path, suffix: str) -> None:
+    if not suffix:
+        return
+    what = _UNSUPPORTED.get(suffix, "a tar archive")
+    if suffix == ".tar":
+        hint = f"unpack it (tar -xf {path}) and give the folder"
+    else:
+        hint = "decompress it, or recompress it with xz, gzip or bzip2 (.xz/.gz/.bz2 are read)"
+    raise DataError(f"input {path} is {what}, which cannot be read", hint)
 
 
 def source_names(files: list[Path]) -> list[str]:
@@ -158,6 +232,8 @@ def _compression(path: Path, raw: IO[bytes]) -> str:
         return suffix
     head = raw.read(6)
     raw.seek(0)
+    other = next((kind for magic, kind in _UNSUPPORTED_MAGIC.items() if head.startswith(magic)), "")
+    _refuse_unsupported(path, other)
     return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), "")
 
 
@@ -199,6 +275,21 @@ def read_documents(
     info.sha256 = digest.hexdigest()
 
 
+def _physical_lines(stream: IO[bytes]) -> Iterator[bytes]:
+    """The stream's lines, ending at LF, CRLF or a lone CR (classic Mac files; a CR the
+    stream's own line iteration would leave inside one line, so that a whole file read as
+    one line lost its line and document breaks)."""
+    for data in stream:
+        body = data.rstrip(b"\r\n")
+        # a 0x0D byte in UTF-16 text (NUL bytes) is half a character (the shad U+0F0D), no CR
+        if b"\r" not in body or b"\x00" in body:
+            yield data
+            continue
+        *parts, last = body.split(b"\r")
+        yield from (part + b"\n" for part in parts)
+        yield last + data[len(body) :]
+
+
 def _decoded_lines(
     path: Path,
     stream: IO[bytes],
@@ -210,7 +301,8 @@ def _decoded_lines(
     """(line number, text) of every line that decodes as UTF-8."""
     position = 0
     lineno = 0
-    iterator = iter(stream)
+    unreported = 0  # text bytes read since the last progress update
+    iterator = _physical_lines(stream)
     while True:
         try:
             data = next(iterator)
@@ -224,10 +316,14 @@ def _decoded_lines(
             ) from exc
         lineno += 1
         info.text_bytes += len(data)
-        if advance is not None and lineno % 2048 == 0:
+        unreported += len(data)
+        # every 2048 lines, or every MiB of text: a file of a few long lines (a book per
+        # JSONL record) would otherwise show no progress until its end
+        if advance is not None and (lineno % 2048 == 0 or unreported >= _ADVANCE_BYTES):
             now = raw.tell()
             advance(now - position)
             position = now
+            unreported = 0
         if lineno == 1 and data[:2] in _UTF16_BOMS:
             _refuse_not_utf8(path, lineno, data)
         if b"\x00" in data:  # valid UTF-8, but no text holds it

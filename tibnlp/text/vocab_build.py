@@ -72,6 +72,18 @@ def _sentences(split: Any) -> Iterator[str]:
             yield from (s for s in sentences if s.strip())
 
 
+def _too_long(split: Any, max_bytes: int) -> tuple[int, int]:
+    """(sentences longer than `max_bytes` UTF-8 bytes, the longest's bytes), from the Arrow
+    column (no pass in Python): SentencePiece skips such sentences without a word."""
+    import pyarrow.compute as pc
+
+    lengths = pc.binary_length(pc.list_flatten(split.data.column("sentences")))
+    if len(lengths) == 0:
+        return 0, 0
+    over = pc.sum(pc.greater(lengths, max_bytes)).as_py() or 0
+    return int(over), int(pc.max(lengths).as_py() or 0)
+
+
 def _count_sentences(split: Any) -> int | None:
     """The split's sentences, from the Arrow list offsets (no pass over the text): the
     "reading" total. None where the table does not say."""
@@ -338,6 +350,15 @@ def build_vocabulary(
     if first is None:
         raise DataError(f"{corpus_dir}: the train split has no sentences; nothing to learn from")
     total = _count_sentences(train)
+    too_long, longest = _too_long(train, config.max_sentence_length)
+    if total is not None and too_long >= total:
+        raise DataError(
+            f"{corpus_dir}: all {total} train sentence(s) are longer than "
+            f"vocab.max_sentence_length={config.max_sentence_length} bytes (the longest: "
+            f"{longest:,}), and SentencePiece skips such sentences: nothing is left to learn from",
+            f"raise it (--set vocab.max_sentence_length={longest}), or give the text shads "
+            "(a sentence ends at a shad) or line breaks before `tibnlp corpus prepare`",
+        )
     # staged before training, not after: an output folder that cannot be made fails in
     # seconds, not after the minutes of training (a failure still leaves nothing behind)
     with staged_dir(output_dir) as tmp, tempfile.TemporaryDirectory() as workdir:
@@ -361,6 +382,9 @@ def build_vocabulary(
             "sentencepiece": spm.__version__,
             "num_threads": _threads(config),
             "corpus": str(corpus_dir.resolve()),
+            # train sentences SentencePiece skipped (longer than vocab.max_sentence_length)
+            "too_long_sentences": too_long,
+            "longest_sentence_bytes": longest,
             **evaluate(vocab, heldout),
         }
         (tmp / MODEL_FILE).write_bytes(proto)
