@@ -60,7 +60,13 @@ from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.filtering import LINE_REASONS, choose_heldout, dedup_mask, process_documents
 from tibnlp.text.prepared import MARKER, MARKER_CONTENT, SPLITS, load_prepared, save_splits
-from tibnlp.text.readers import InputInfo, expand_inputs, read_documents, source_names
+from tibnlp.text.readers import (
+    InputInfo,
+    expand_inputs,
+    no_tibetan_hint,
+    read_documents,
+    source_names,
+)
 
 __all__ = ["MARKER", "MARKER_CONTENT", "load_prepared", "prepare_corpus"]
 FEATURES = datasets.Features(
@@ -158,8 +164,7 @@ def _read_inputs(
                 doc_id += 1
             if not info.has_tibetan and cfg.on_error == "fail":
                 raise DataError(
-                    f"{path}: no Tibetan text in {info.lines} line(s)",
-                    "check the file (and --field for JSONL), or pass --on-error skip",
+                    f"{path}: no Tibetan text in {info.lines} line(s)", no_tibetan_hint(info)
                 )
             infos.append(info)
     return infos

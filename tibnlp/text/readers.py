@@ -84,6 +84,7 @@ class InputInfo:
     documents: int = 0
     text_bytes: int = 0
     has_tibetan: bool = False
+    first_text: str = ""  # the first non-blank text read, cut (for a "no Tibetan" message)
     skipped: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, object]:
@@ -365,8 +366,28 @@ def _refuse_not_utf8(path: Path, lineno: int, data: bytes) -> None:
 
 
 def _note_tibetan(info: InputInfo, text: str) -> None:
+    if not info.first_text and text.strip():
+        info.first_text = text.strip()[:60]
     if not info.has_tibetan and has_tibetan_letter(text):
         info.has_tibetan = True
+
+
+def no_tibetan_hint(info: InputInfo) -> str:
+    """What a file without Tibetan letters holds, in words, and what to do about it."""
+    if not info.first_text and not any(info.skipped.values()):
+        return "the file is empty or blank: leave it out of --input (or pass --on-error skip)"
+    if not info.first_text:
+        return "no line or record of it was read: check the file (and --field for JSONL)"
+    sample = info.first_text
+    letters = [c for c in sample if not c.isspace()]
+    latin = sum(c.isascii() and (c.isalpha() or c in "'+-.") for c in letters)
+    said = f"its first text is {sample!r}"
+    if letters and latin >= 0.8 * len(letters):
+        return (
+            f"{said}: Latin script, perhaps Wylie/EWTS transliteration; convert it to Tibetan "
+            "Unicode first (e.g. with pyewts), or check --field for JSONL"
+        )
+    return f"{said}; check the file (and --field for JSONL), or pass --on-error skip"
 
 
 def _text_docs(
