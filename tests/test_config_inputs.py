@@ -215,10 +215,12 @@ def test_runs_sync_drops_an_artifact_gone_since_and_finishes(
     monkeypatch.setattr(Applier, "apply", real_apply)
     art.unlink()
     result = CliRunner().invoke(app, ["runs", "sync", str(buf)])
-    assert result.exit_code == 0, result.output
+    # finished: the rest replayed, the lost artifact's call named and kept aside (exit 2)
+    assert isinstance(result.exception, DataError), result.output
     said = " ".join(result.output.split())
-    assert "dropped, the store refused it" in said and "a.txt no longer exists" in said
+    assert "not sent, the store refused it" in said and "a.txt no longer exists" in said
     assert "0 buffer files left" in said and not list(buf.glob("*.jsonl"))
+    assert len(list(buf.glob("*.jsonl.unsent"))) == 1
 
 
 def test_a_benchmark_script_given_a_wrong_path_says_so_without_a_traceback(

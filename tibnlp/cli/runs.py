@@ -86,7 +86,7 @@ def compare(
     if fmt == "markdown":
         typer.echo(result.markdown(digits, scale), nl=False)
     elif fmt == "csv":
-        typer.echo(result.csv(), nl=False)
+        typer.echo(result.csv(scale), nl=False)
     else:
         table = Table(title=f"experiment {experiment}: mean ± std over runs")
         for i, head in enumerate(result.headers()):
@@ -153,16 +153,31 @@ def sync(
         str, typer.Option("--tracking-uri", help="Replay into this store instead.")
     ] = "",
 ) -> None:
-    """Replay tracking calls buffered while the store was unreachable."""
+    """Replay tracking calls buffered while the store was unreachable.
+
+    Exit status: 0 when every call was sent; 1 when some wait for the store (run this again
+    later); 2 when some could not be sent (damaged lines, calls the store refused): they are
+    kept in BUFFER.unsent to repair and sync by name."""
     if buffer is not None and not buffer.exists():
         raise DataError(f"buffer {buffer} does not exist", "give a buffer file or folder")
     done = sync_buffers(buffer, tracking_uri)
     console.print(f"replayed {done.sent} buffered tracking calls; {done.left} buffer files left")
     for line in done.dropped:
-        console.print(f"[yellow]dropped, the store refused it: {escape(line)}[/]", soft_wrap=True)
+        console.print(f"[yellow]not sent, the store refused it: {escape(line)}[/]", soft_wrap=True)
     for line in done.damaged:
-        console.print(f"[yellow]dropped, damaged in the buffer: {escape(line)}[/]", soft_wrap=True)
+        console.print(f"[yellow]not sent, damaged in the buffer: {escape(line)}[/]", soft_wrap=True)
     for line in done.waiting:
         console.print(f"[yellow]kept: {escape(line)}; run this again later[/]", soft_wrap=True)
+    if done.dropped or done.damaged:
+        count = len(done.dropped) + len(done.damaged)
+        files = ", ".join(str(p) for p in done.unsent)
+        raise DataError(
+            f"{count} buffered tracking call(s) could not be sent (listed above); they are "
+            f"kept in {files or 'no file'}"
+            + ("; the other calls were replayed" if done.sent else ""),
+            "repair the lines there (one JSON record each, as listed) and run "
+            f"`tibnlp runs sync {done.unsent[0] if done.unsent else 'FILE'}`, or delete the file "
+            "if those calls are not needed",
+        )
     if done.left:
         raise typer.Exit(1)

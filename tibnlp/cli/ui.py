@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import tempfile
+from pathlib import Path
 from types import FrameType
 from typing import Annotated
 
 import typer
 
 from tibnlp.cli.common import console
+from tibnlp.errors import TibnlpError
 from tibnlp.tracking import default_tracking_uri
-from tibnlp.tracking.reading import require_existing_store, uri_origin
-from tibnlp.tracking.server import check_listen, start_server, stop_server, wait_until_up
+from tibnlp.tracking.reading import read_client
+from tibnlp.tracking.server import (
+    check_listen,
+    last_output,
+    start_server,
+    stop_server,
+    wait_until_up,
+)
 
 
 def ui(
@@ -25,8 +35,10 @@ def ui(
 ) -> None:
     """Start the MLflow UI against the same store the stages log to; Ctrl-C stops it."""
     store = default_tracking_uri(tracking_uri)
-    # a UI on a store that is not there would create an empty one and show no runs
-    require_existing_store(store, uri_origin(tracking_uri))
+    if not store.startswith(("http://", "https://")):  # (a server: start_server says so)
+        # a UI on a store that is not there would create an empty one and show no runs; one
+        # MLflow cannot open (not a database, an old schema) made its server exit unexplained
+        read_client(tracking_uri)
     check_listen(host, port)
     # `kill`, systemd and `docker stop` send SIGTERM, a closed terminal SIGHUP: leave through
     # the `finally` below like Ctrl-C does, so the server's whole process group is stopped.
@@ -34,19 +46,34 @@ def ui(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
-    proc = start_server(store, host=host, port=port)
-    url = server_url(host, port)
+    # the server's output, read back when it stops by itself (removed when the UI ends)
+    fd, name = tempfile.mkstemp(prefix="tibnlp-ui-", suffix=".log")
+    os.close(fd)
+    log = Path(name)
     try:
-        wait_until_up(url, proc)
-        console.print(f"MLflow UI for {store}: [bold]{url}[/] (Ctrl-C stops it)")
-        typer.echo(url)
-        proc.wait()
-    except KeyboardInterrupt:
-        pass
+        proc = start_server(store, host=host, port=port, log_file=log)
+        url = server_url(host, port)
+        try:
+            wait_until_up(url, proc, log_file=log)
+            console.print(f"MLflow UI for {store}: [bold]{url}[/] (Ctrl-C stops it)")
+            typer.echo(url)
+            code = proc.wait()
+            # only Ctrl-C or a signal to this command ends the UI: a server that stopped
+            # by itself (a crash, killed) is not a success
+            said = last_output(log)
+            raise TibnlpError(
+                f"the MLflow server for {store} stopped by itself (exit code {code})"
+                + (f"; its last output:\n{said}" if said else ""),
+                "start `tibnlp ui` again; if it stops again, its output above says why",
+            )
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second signal must
+                signal.signal(sig, signal.SIG_IGN)  # not cut the shutdown short
+            stop_server(proc)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second signal must
-            signal.signal(sig, signal.SIG_IGN)  # not cut the shutdown short
-        stop_server(proc)
+        log.unlink(missing_ok=True)
 
 
 def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:

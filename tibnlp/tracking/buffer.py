@@ -325,55 +325,92 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return parse_records(path)[0]
 
 
-def parse_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+UNSENT = ".unsent"  # beside a buffer: its lines a replay could not send and kept for repair
+
+
+def unsent_path(path: Path) -> Path:
+    """Where a replay of `path` keeps the lines it could not send: `NAME.jsonl.unsent` (not
+    `*.jsonl`, so a folder's sync does not take it up again), or the file itself when it is one
+    (a repaired `.unsent` file synced by name)."""
+    path = Path(path)
+    return path if path.name.endswith(UNSENT) else path.with_name(path.name + UNSENT)
+
+
+@dataclass
+class Damaged:
+    """A line of a buffer that is no record a replay can send, as it was in the file."""
+
+    number: int
+    line: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"line {self.number} {self.why}: {self.line[:80]!r}"
+
+
+def parse_records(path: Path, torn: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
     """The records of a buffer, and its damaged lines in words (line number, start of text):
     a line that is no record of a known operation is reported, not silently lost when the
-    replayed file goes. A torn last line (a crash mid-write: no newline) is no record yet."""
+    replayed file goes. A torn last line (a crash mid-write: no newline) is no record yet, or,
+    with `torn`, a damaged line (a replay holds the file's lock: no writer is mid-line)."""
+    records, damaged = _parse(path, torn)
+    return records, [str(d) for d in damaged]
+
+
+def _parse(path: Path, torn: bool = False) -> tuple[list[dict[str, Any]], list[Damaged]]:
     if not Path(path).is_file():
         return [], []
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     lines = text.splitlines()
-    records, damaged = [], []
+    records: list[dict[str, Any]] = []
+    damaged: list[Damaged] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        last = number == len(lines) and not text.endswith("\n")
         try:
             rec = json.loads(line)
         except ValueError:
-            if number == len(lines) and not text.endswith("\n"):
+            if last and not torn:
                 continue
             rec = None
         op = rec.get("op") if isinstance(rec, dict) else None
         if op == "header" or (isinstance(op, str) and hasattr(Applier, "_op_" + op)):
             records.append(rec)
         else:
-            damaged.append(f"line {number} is no tracking record: {line[:80]!r}")
+            why = "is cut short (its writer stopped mid-line)" if last and rec is None else ""
+            damaged.append(Damaged(number, line, why or "is no tracking record"))
     return records, damaged
 
 
 def buffer_uri(path: Path) -> str | None:
+    """The store a buffer's header names; None when it names none (a damaged header)."""
     for rec in read_records(path):
         if rec.get("op") == "header":
-            return str(rec["uri"])
+            uri = rec.get("uri")
+            return uri if isinstance(uri, str) and uri.strip() else None
     return None
 
 
 @dataclass
 class Replayed:
     """What one `replay` did: records sent, records the store refused (dropped, with why) and
-    the outage the rest waits on (None when nothing is left)."""
+    the outage the rest waits on (None when nothing is left). Damaged lines and refused
+    records are not sent: they are kept in `unsent` (a buffer file to repair and sync)."""
 
     sent: int = 0
     refused: list[str] = field(default_factory=list)
     waiting: BaseException | None = None
     damaged: list[str] = field(default_factory=list)  # lines or records no replay can send
+    unsent: Path | None = None  # where the damaged and refused ones are kept (None: none)
 
 
 def replay(path: Path, applier: Applier) -> Replayed:
     """Apply a buffer's records in order; keep (atomically rewrite) what could not be sent.
 
-    A record the store refuses is dropped (it would block the file forever) and reported; the
-    first outage stops the replay, so order is preserved. The file goes when nothing is left.
+    A record the store refuses is not retried (it would block the file forever) and reported;
+    the first outage stops the replay, so order is preserved. The file goes when nothing is
+    left. Damaged lines and refused records are kept in `unsent_path(path)`, never lost unsaid.
     """
     with held(Path(path), create=False) as fh:
         return _replay(Path(path), applier) if fh is not None else Replayed()
@@ -381,10 +418,11 @@ def replay(path: Path, applier: Applier) -> Replayed:
 
 def _replay(path: Path, applier: Applier) -> Replayed:
     """`replay` with the file held."""
-    records, damaged = parse_records(path)
+    records, bad = _parse(path, torn=True)
     header = [r for r in records if r.get("op") == "header"]
     todo = [r for r in records if r.get("op") != "header"]
-    out = Replayed(damaged=damaged)
+    out = Replayed(damaged=[str(d) for d in bad])
+    unsent = [d.line for d in bad]  # as they were in the file
     pos = 0  # the first record not handled yet: kept from here on, whatever stops the loop
     applier.replaying = True
     try:
@@ -399,18 +437,37 @@ def _replay(path: Path, applier: Applier) -> Replayed:
                     out.damaged.append(f"a {todo[pos]['op']} record is damaged ({exc!r})")
                 else:
                     out.refused.append(f"{todo[pos].get('op')}: {exc}")
+                unsent.append(json.dumps(todo[pos], ensure_ascii=False))
             else:
                 out.sent += 1
             pos += 1
     finally:
         applier.replaying = False
-        rest = todo[pos:]
+        rest = [json.dumps(r, ensure_ascii=False) for r in todo[pos:]]
+        keep = unsent_path(path)
+        if unsent and keep != path:  # kept before the buffer that holds them goes
+            _keep_unsent(keep, header, unsent)
+            out.unsent = keep
+        elif unsent:  # a `.unsent` file synced by name: what is still unsent stays in it
+            rest = unsent + rest
+            out.unsent = keep
         if rest:
-            text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in header + rest)
-            atomic_write_text(path, text)
+            lines = [json.dumps(r, ensure_ascii=False) for r in header] + rest
+            atomic_write_text(path, "".join(line + "\n" for line in lines))
         else:
             Path(path).unlink(missing_ok=True)
     return out
+
+
+def _keep_unsent(keep: Path, header: list[dict[str, Any]], lines: list[str]) -> None:
+    """Add `lines` to the `.unsent` file `keep` (a buffer: the header first, so it can be
+    repaired and synced by name)."""
+    old = keep.read_text(encoding="utf-8", errors="replace") if keep.is_file() else ""
+    if old and not old.endswith("\n"):
+        old += "\n"
+    if not old:
+        old = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in header[:1])
+    atomic_write_text(keep, old + "".join(line + "\n" for line in lines))
 
 
 def is_buffer(path: Path) -> bool:

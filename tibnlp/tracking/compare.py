@@ -95,10 +95,11 @@ class Comparison:
         lines += ["| " + " | ".join(row) + " |" for row in self.table(digits, scale)]
         return "\n".join(lines) + "\n"
 
-    def csv(self) -> str:
-        """Machine-readable: mean and std in separate columns, full precision; the runs as
-        numbers (fewest and most behind one cell) and the warning in a column of its own, so a
-        script reads integers where the table shows "1–3 (1 at majority class ...)"."""
+    def csv(self, scale: float = 1.0) -> str:
+        """Machine-readable: mean and std in separate columns, full precision (times `scale`:
+        `--percent` says x100 in every format); the runs as numbers (fewest and most behind
+        one cell) and the warning in a column of its own, so a script reads integers where the
+        table shows "1–3 (1 at majority class ...)"."""
         out = io.StringIO()
         writer = csv.writer(out)
         head = [k.removeprefix("tag:") for k in self.group_keys]
@@ -110,7 +111,10 @@ class Comparison:
             fewest, most = run_counts(cells)
             row = [*g, str(fewest), str(most), self.warning(i)]
             for c in cells:
-                row += [repr(c.mean) if c.values else "", repr(c.std) if c.values else ""]
+                if c.values:
+                    row += [repr(scale * c.mean), repr(scale * c.std)]
+                else:
+                    row += ["", ""]
             writer.writerow(row)
         return out.getvalue()
 

@@ -96,16 +96,35 @@ def start_server(
     )
 
 
+def last_output(log_file: Path | None, lines: int = 12) -> str:
+    """The server's last lines of output (what it said as it failed), "" when none."""
+    if log_file is None:
+        return ""
+    try:
+        text = Path(log_file).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(line.rstrip() for line in text.strip().splitlines()[-lines:])
+
+
 def wait_until_up(
-    url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 120
+    url: str,
+    proc: subprocess.Popen[bytes] | None = None,
+    timeout: float = 120,
+    log_file: Path | None = None,
 ) -> None:
-    """Poll `url/health` until the server answers; error out if the process died."""
+    """Poll `url/health` until the server answers; error out if the process died, with what
+    it said last (`log_file`: where its output goes)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
+            said = last_output(log_file)
             raise TibnlpError(
-                f"mlflow server exited with code {proc.returncode} before answering",
-                "is the port already in use? try --port",
+                f"mlflow server exited with code {proc.returncode} before answering"
+                + (f"; its last output:\n{said}" if said else ""),
+                "is the port already in use? try --port"
+                if not said
+                else "fix what its output names (the store, the port), then start it again",
             )
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:

@@ -32,7 +32,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from tibnlp.config.core import flatten
-from tibnlp.errors import ConfigError
+from tibnlp.errors import ConfigError, DataError
 from tibnlp.tracking.buffer import (
     OFFLINE_PREFIX,
     PARENT_TAG,
@@ -225,10 +225,11 @@ class Tracker:
         if not self.buffer.path.exists():
             return True
         done = replay(self.buffer.path, self._applier)
-        for why in done.refused:  # dropped, reported
-            log.warning("tracking: the store rejected a buffered record: %s", why)
+        kept = f"kept in {done.unsent}" if done.unsent else "dropped"
+        for why in done.refused:  # not retried, reported
+            log.warning("tracking: the store rejected a buffered record: %s; %s", why, kept)
         for why in done.damaged:
-            log.warning("tracking: %s: %s; dropped", self.buffer.path, why)
+            log.warning("tracking: %s: %s; %s", self.buffer.path, why, kept)
         self._refresh_run_id()
         return not self.buffer.pending()
 
@@ -445,14 +446,16 @@ class Tracker:
 
 @dataclass
 class SyncResult:
-    """What `sync_buffers` did: calls sent, buffer files left, calls the store refused (dropped,
-    with why) and why the calls left wait (an outage, or a parent run not replayed yet)."""
+    """What `sync_buffers` did: calls sent, buffer files left, calls the store refused (not
+    sent, with why), why the calls left wait (an outage, or a parent run not replayed yet),
+    damaged lines, and the `.unsent` files where the refused and damaged ones are kept."""
 
     sent: int = 0
     left: int = 0
     dropped: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
-    damaged: list[str] = field(default_factory=list)  # lines no replay can send, dropped
+    damaged: list[str] = field(default_factory=list)  # lines no replay can send
+    unsent: list[Path] = field(default_factory=list)  # where dropped and damaged ones are kept
 
 
 def _sync_applier(store: str, ids: IdMap, path: Path) -> Applier | BaseException:
@@ -482,8 +485,18 @@ def sync_buffers(target: Path | None = None, uri: str = "") -> SyncResult:
     result = SyncResult()
     ids = IdMap(folder if folder.is_dir() else folder.parent)
     appliers: dict[str, Applier | BaseException] = {}
-    for path in list(buffer_files(folder)):
-        store = default_tracking_uri(uri or buffer_uri(path) or "")
+    paths = list(buffer_files(folder))
+    stores = {path: uri or buffer_uri(path) for path in paths}
+    unnamed = [str(path) for path, store in stores.items() if not store]
+    if unnamed:  # checked before any is replayed: the default store may be another one
+        raise DataError(
+            f"the header (line 1) of {', '.join(unnamed)} names no tracking store (a damaged "
+            "buffer); nothing was replayed",
+            "name the store its runs belong to: tibnlp runs sync BUFFER --tracking-uri "
+            "sqlite:///PATH/mlflow.db (or http://HOST:PORT)",
+        )
+    for path in paths:
+        store = default_tracking_uri(stores[path] or "")
         _short_http_retries(store)
         if store not in appliers:  # a store that did not open is not tried again per file
             appliers[store] = _sync_applier(store, ids, path)
@@ -495,6 +508,8 @@ def sync_buffers(target: Path | None = None, uri: str = "") -> SyncResult:
         result.sent += done.sent
         result.dropped += [f"{path.name}: {why}" for why in done.refused]
         result.damaged += [f"{path.name}: {why}" for why in done.damaged]
+        if done.unsent is not None and done.unsent not in result.unsent:
+            result.unsent.append(done.unsent)
         why = done.waiting
         if why is not None:
             result.left += 1
