@@ -173,3 +173,17 @@ def tiny_textcnn(vocab: Path, output: Path, *extra: str) -> list[str]:
         "tracking.enabled=false",
         *extra,
     ]
+
+
+def trained_textcnn(tmp: Path) -> Path:
+    """A tiny TextCNN classifier folder fine-tuned on the synthetic task under `tmp` (the data
+    directory is set only while it trains): what `predict` tests read."""
+    import pytest
+
+    from tibnlp.config import load_config
+    from tibnlp.training.finetune import run_finetune
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIBNLP_DATA", str(make_data_dir(tmp / "data")))
+        cfg = load_config(None, tiny_textcnn(make_vocab(tmp / "vocab"), tmp / "runs"))
+        return run_finetune(cfg, "tncc").seeds[0].directory

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.ft_fixtures import make_data_dir, make_vocab, make_word_segmented_set, tiny_textcnn
+from tests.ft_fixtures import (
+    make_data_dir,
+    make_vocab,
+    make_word_segmented_set,
+    tiny_textcnn,
+    trained_textcnn,
+)
 from tibnlp.cli.main import app
 from tibnlp.config import load_config
 from tibnlp.errors import DataError
@@ -21,11 +27,7 @@ from tibnlp.training.finetune import run_finetune
 
 @pytest.fixture(scope="module")
 def classifier_dir(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("predict")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TIBNLP_DATA", str(make_data_dir(tmp / "data")))
-        cfg = load_config(None, tiny_textcnn(make_vocab(tmp / "vocab"), tmp / "runs"))
-        return run_finetune(cfg, "tncc").seeds[0].directory
+    return trained_textcnn(tmp_path_factory.mktemp("predict"))
 
 
 def test_equivalent_spellings_get_the_same_prediction(classifier_dir) -> None:

@@ -16,11 +16,14 @@ def predict(
     model: Annotated[Path, typer.Option(help="Fine-tuned classifier directory.")],
     input: Annotated[str, typer.Option("--input", "-i", help="JSONL (text field) or text; -.")],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="JSONL output (default stdout).")
+        Path | None,
+        typer.Option("--output", "-o", help="JSONL output (default, or -: stdout)."),
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Texts per forward pass.")] = 128,
 ) -> None:
     """One JSON line per input: the input record plus `prediction` and `probabilities`."""
+    if output is not None and str(output) == "-":  # as --input takes it: stdout, no file "-"
+        output = None
     done = predict_file(model, input, output, batch_size)
     meta = done.meta
     console.print(
@@ -29,6 +32,16 @@ def predict(
             f"{meta.text_form})" + (f" -> {output}" if output else "")
         )
     )
+    if done.cut_texts:  # as fine-tuning says it: the text the classifier did not read
+        console.print(
+            "[yellow]warning:[/] "
+            + escape(
+                f"{done.cut_texts} of {done.count} text(s) of {done.source} are longer than "
+                f"the classifier's read length ({done.read_length} tokens); "
+                f"{done.cut_tokens} tokens were cut off and not read: their predictions are "
+                "of the beginning of the text only"
+            )
+        )
     if not done.count:
         console.print(
             f"[yellow]warning:[/] {escape(done.source)} holds no text (blank lines are skipped), "

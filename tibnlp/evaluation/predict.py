@@ -9,6 +9,7 @@ same ids and gets the same prediction.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tibnlp.data.collate import encode_texts, pad_batch
+from tibnlp.data.collate import encode_counting_cuts, pad_batch
 from tibnlp.data.tasks import model_text
 from tibnlp.errors import DataError
 from tibnlp.fsutil import atomic_write_text, check_file_path
@@ -57,6 +58,13 @@ class Predictor:
 
     def __init__(self, directory: Path) -> None:
         directory = Path(directory)
+        if directory.is_file():  # e.g. the classifier's model.safetensors or classifier.yaml
+            raise DataError(
+                f"model directory {directory} is a file, not a classifier folder",
+                f"give the folder that holds classifier.yaml, e.g. --model {directory.parent}"
+                if directory.name in ("classifier.yaml", "model.safetensors")
+                else "give a classifier folder written by `tibnlp finetune`",
+            )
         if not directory.is_dir():
             raise DataError(f"model directory {directory} does not exist")
         seeds = sorted(
@@ -73,15 +81,25 @@ class Predictor:
         self.vocab = Vocabulary.load(directory)
         check_vocab(self.vocab, self.meta, directory)
 
-    def proba(self, texts: Sequence[str], batch_size: int = 128) -> np.ndarray:
-        """Class probabilities [n, len(meta.labels)] of any spelling of each text."""
+    def encode(self, texts: Sequence[str]) -> tuple[list[list[int]], list[int]]:
+        """The ids the classifier reads of each text (any spelling), and the pieces each text
+        lost to the cut at its read length (0: none), as fine-tuning encodes them."""
         form, join = self.meta.text_form, self.meta.join_spaced_syllables
         inputs = [model_text(t, form, join) for t in texts]
-        ids = encode_texts(self.vocab, inputs, read_length(self.meta))
+        return encode_counting_cuts(self.vocab, inputs, read_length(self.meta))
+
+    def proba(self, texts: Sequence[str], batch_size: int = 128) -> np.ndarray:
+        """Class probabilities [n, len(meta.labels)] of any spelling of each text."""
+        return self.proba_of_ids(self.encode(texts)[0], batch_size)
+
+    def proba_of_ids(self, ids: Sequence[Sequence[int]], batch_size: int = 128) -> np.ndarray:
         return predict_proba(self.model, ids, batch_size, self.vocab.pad_id, self.meta.eval_routing)
 
     def predict(self, texts: Sequence[str], batch_size: int = 128) -> list[dict[str, Any]]:
-        probs = self.proba(texts, batch_size)
+        return self.rows(self.proba(texts, batch_size))
+
+    def rows(self, probs: np.ndarray) -> list[dict[str, Any]]:
+        """`prediction` and `probabilities` of each row of class probabilities."""
         labels = self.meta.labels
         return [
             {
@@ -155,12 +173,18 @@ def numbered_inputs(source: str) -> tuple[str, list[tuple[int, dict[str, Any]]]]
                 f"input {path} is a folder, not a file of texts",
                 "give a JSONL or plain-text file (one text per line), or - for stdin",
             )
-        if not path.is_file():
+        if not path.exists():  # a pipe (`-i <(head in.jsonl)`, /dev/stdin) is read as a file
             raise DataError(f"input file {path} does not exist")
         name = str(path)
-        lines = _utf8_lines(path.read_bytes(), name)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:  # unreadable (permissions), or a socket
+            raise DataError(f"cannot read input {path}: {exc.strerror or exc}") from exc
+        lines = _utf8_lines(raw, name)
     first = next((ln for ln in lines if ln.strip()), "")
     jsonl = name.endswith(".jsonl") or first.lstrip().startswith("{")
+    if not jsonl and first.lstrip().startswith("["):
+        _refuse_json_array(lines, name)
     records = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -171,7 +195,11 @@ def numbered_inputs(source: str) -> tuple[str, list[tuple[int, dict[str, Any]]]]
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DataError(f"{name}:{lineno}: not valid JSON ({exc.msg})") from exc
+            raise DataError(
+                f"{name}:{lineno}: not valid JSON ({exc.msg})",
+                "JSONL holds one whole JSON object per line (not pretty-printed), "
+                'e.g. {"id": "a", "text": "..."}',
+            ) from exc
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
             raise DataError(f"{name}:{lineno}: expected a JSON object with a string 'text' field")
         try:
@@ -186,20 +214,47 @@ def numbered_inputs(source: str) -> tuple[str, list[tuple[int, dict[str, Any]]]]
     return name, records
 
 
+def _refuse_json_array(lines: list[str], name: str) -> None:
+    """A JSON array of records (a `.json` export) read as plain text made every line of it,
+    brackets and keys included, a text to predict, and the output looked like predictions."""
+    try:
+        whole = json.loads("\n".join(lines))
+    except json.JSONDecodeError:
+        return  # plain text that starts with '['
+    if isinstance(whole, list):
+        raise DataError(
+            f"{name} is a JSON array, not JSONL (one JSON object per line) or plain text",
+            "write one record per line, e.g. jq -c '.[]' FILE > FILE.jsonl",
+        )
+
+
+_LINE_END = re.compile(r"\r\n|[\r\n]")  # what JSON strings cannot hold raw
+
+
 def _utf8_lines(raw: bytes, name: str) -> list[str]:
     """The lines of UTF-8 input; a byte-order mark (Windows editors write one) is dropped, so
-    it neither hides a JSONL file's first '{' nor joins the first text."""
+    it neither hides a JSONL file's first '{' nor joins the first text.
+
+    Lines end at '\n', '\r\n' or '\r' only, not at every break `str.splitlines` knows: JSON
+    strings may hold U+2028 or U+0085 raw (`json.dumps(ensure_ascii=False)`, which writes
+    `predict`'s own output, leaves them so), and a record split there was refused as invalid
+    JSON; in plain text they (and a form feed) shifted the line numbers after them."""
     try:
-        return raw.decode("utf-8-sig").splitlines()
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"{name}:{line}: invalid UTF-8 ({exc.reason})", "save it as UTF-8") from exc
+    lines = _LINE_END.split(text)
+    if lines[-1] == "":  # the newline that ends the last line
+        lines.pop()
+    return lines
 
 
 @dataclass
 class Predicted:
-    """What `predict_file` did: `count` records predicted from `source` (its name), and the
-    lines of JSONL records whose text is blank (predicted from no text at all)."""
+    """What `predict_file` did: `count` records predicted from `source` (its name), the
+    lines of JSONL records whose text is blank (predicted from no text at all), and how many
+    texts (and pieces) were cut at the classifier's read length."""
 
     count: int
     meta: ClassifierMeta
@@ -208,15 +263,22 @@ class Predicted:
     # `label` values of the records that are none of the classifier's classes: the texts of
     # another dataset (a WCM article given to a TUSA classifier), or the wrong classifier
     foreign_labels: list[str] = field(default_factory=list)
+    # texts longer than the classifier's read length (`read_length` tokens, [CLS] and [SEP]
+    # included), and the pieces cut off them: text the prediction never read
+    cut_texts: int = 0
+    cut_tokens: int = 0
+    read_length: int = 0
 
 
 def predict_file(
     model_dir: Path, source: str, output: Path | None = None, batch_size: int = 128
 ) -> Predicted:
-    """Predict every input; write JSON lines to `output` (atomically) or stdout: each input
-    record as it was (a gold `label` stays the gold label) plus `prediction` and
+    """Predict every input; write JSON lines to `output` (atomically) or stdout (None or
+    '-'): each input record as it was (a gold `label` stays the gold label) plus `prediction` and
     `probabilities` (replaced where the record already had them). A bad `output` path is
     refused before the model is loaded."""
+    if output is not None and str(output) == "-":  # stdout, as '-' is stdin for `source`
+        output = None
     if output is not None:
         check_file_path(output)
     predictor = Predictor(model_dir)
@@ -226,7 +288,8 @@ def predict_file(
     known = set(predictor.meta.labels)
     gold = (str(r["label"]) for r in records if r.get("label") is not None)
     foreign = sorted({label for label in gold if label not in known})
-    preds = predictor.predict([r["text"] for r in records], batch_size)
+    ids, dropped = predictor.encode([r["text"] for r in records])
+    preds = predictor.rows(predictor.proba_of_ids(ids, batch_size))
     pairs = zip(records, preds, strict=True)
     lines = (json.dumps({**r, **p}, ensure_ascii=False) for r, p in pairs)
     if output is None:
@@ -234,4 +297,13 @@ def predict_file(
             sys.stdout.write(line + "\n")
     else:
         atomic_write_text(Path(output), (line + "\n" for line in lines))
-    return Predicted(len(records), predictor.meta, name, blank, foreign)
+    return Predicted(
+        len(records),
+        predictor.meta,
+        name,
+        blank,
+        foreign,
+        cut_texts=sum(n > 0 for n in dropped),
+        cut_tokens=sum(dropped),
+        read_length=read_length(predictor.meta),
+    )

@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from tibnlp.config.core import from_dict, read_yaml, to_dict
+from tibnlp.config.core import check, from_dict, read_yaml, to_dict
 from tibnlp.config.model import ModelConfig, drop_moved_keys
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.fsutil import share, staged_dir
@@ -53,6 +53,21 @@ class ClassifierMeta:
     eval_routing: Literal["batch", "per_text"] = "batch"  # see FinetuneConfig.eval_routing
     reading: Reading = field(default_factory=Reading)  # how documents beyond max_len are read
     format: str = FORMAT
+
+    def validate(self, prefix: str) -> None:
+        """What an edited classifier.yaml may break that loading the weights does not catch:
+        a read length of no text, classes that collapse in `probabilities`, an unknown form."""
+        from tibnlp.data.tasks import TEXT_FORMS
+
+        check(self.max_len >= 3, f"{prefix}.max_len", "must be >= 3 ([CLS], a piece, [SEP])")
+        check(bool(self.labels), f"{prefix}.labels", "must name at least one class")
+        twice = sorted({x for x in self.labels if self.labels.count(x) > 1})
+        check(not twice, f"{prefix}.labels", f"names {', '.join(map(repr, twice))} twice")
+        check(
+            self.text_form in TEXT_FORMS,
+            f"{prefix}.text_form",
+            f"{self.text_form!r} is not allowed; allowed values: {', '.join(TEXT_FORMS)}",
+        )
 
 
 def build_reading_encoder(meta: ClassifierMeta) -> nn.Module:
