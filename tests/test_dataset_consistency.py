@@ -84,3 +84,21 @@ def test_real_datasets_pass_both_checks(require_data, name: str, file: str) -> N
     require_data(file)
     data = load_dataset(name)
     assert all(data.splits[s] for s in ("train", "validation", "test"))
+
+
+def test_fudan_zip_documents_keep_unicode_line_separators(tmp_path: Path, monkeypatch) -> None:
+    import zipfile
+
+    from tests.ft_fixtures import LABELS
+    from tibnlp.data.tasks import load_tncc
+
+    root = make_data_dir(tmp_path / "data")
+    monkeypatch.setenv("TIBNLP_DATA", str(root))
+    lines = [f"{LABELS[i % 3]}\tབོད ཀྱི ཡི གེ {i}" for i in range(20)]
+    lines[3] = f"{LABELS[0]}\tབོད ཀྱི\u2028ཡི གེ\x0cགསར"  # one document, one line
+    (root / "tncc_document").mkdir()
+    with zipfile.ZipFile(root / "tncc_document" / "TNCC.zip", "w") as zf:
+        zf.writestr("corpus/document-tibetan.txt", "\n".join(lines) + "\n")
+    data = load_tncc("document")
+    # before: split at U+2028 and the form feed, "line 4: expected 'Label<TAB>text'"
+    assert sum(len(s) for s in data.splits.values()) == 20

@@ -9,6 +9,7 @@ folder goes, or under a file) is a `DataError` naming it, checked before anythin
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -166,3 +167,17 @@ def atomic_write_text(path: Path, text: str | Iterable[str]) -> None:
             fh.write(text)
         else:
             fh.writelines(text)
+
+
+_LINE_END = re.compile(r"\r\n|[\r\n]")  # what a JSON string cannot hold raw
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a text file's content, ending at LF, CRLF or a lone CR only, not at every
+    break `str.splitlines` knows: a JSON string may hold U+2028 or U+0085 raw
+    (`json.dumps(ensure_ascii=False)` leaves them), and a form feed or U+2029 inside a text
+    line would shift every line number after it."""
+    lines = _LINE_END.split(text)
+    if lines[-1] == "":  # the newline that ends the last line
+        lines.pop()
+    return lines

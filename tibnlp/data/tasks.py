@@ -28,6 +28,7 @@ from tibnlp.data.manifests import (
     read_json,
 )
 from tibnlp.errors import DataError
+from tibnlp.fsutil import text_lines
 from tibnlp.text.normalize import normalize, remove_word_spaces, strip_closing_marks
 
 # Input forms, recorded in reports and in every fine-tuned classifier directory: "tsheg":
@@ -353,7 +354,7 @@ def _read_fudan_zip(path: Path, labels: list[str]) -> list[Example]:
         bad = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"{where}:{bad}: invalid UTF-8 ({exc.reason})") from exc
     out, blank = [], []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(text_lines(text), 1):
         if not line.strip():
             continue
         label, sep, body = line.partition("\t")

@@ -9,7 +9,6 @@ same ids and gets the same prediction.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -24,7 +23,7 @@ from torch import nn
 from tibnlp.data.collate import encode_counting_cuts, pad_batch
 from tibnlp.data.tasks import model_text
 from tibnlp.errors import DataError
-from tibnlp.fsutil import atomic_write_text, check_file_path
+from tibnlp.fsutil import atomic_write_text, check_file_path, text_lines
 from tibnlp.models.attention.dynamic import per_text_routing
 from tibnlp.models.classifier_io import ClassifierMeta, load_classifier, read_length
 from tibnlp.text.vocab import Vocabulary
@@ -228,9 +227,6 @@ def _refuse_json_array(lines: list[str], name: str) -> None:
         )
 
 
-_LINE_END = re.compile(r"\r\n|[\r\n]")  # what JSON strings cannot hold raw
-
-
 def _utf8_lines(raw: bytes, name: str) -> list[str]:
     """The lines of UTF-8 input; a byte-order mark (Windows editors write one) is dropped, so
     it neither hides a JSONL file's first '{' nor joins the first text.
@@ -244,10 +240,7 @@ def _utf8_lines(raw: bytes, name: str) -> list[str]:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"{name}:{line}: invalid UTF-8 ({exc.reason})", "save it as UTF-8") from exc
-    lines = _LINE_END.split(text)
-    if lines[-1] == "":  # the newline that ends the last line
-        lines.pop()
-    return lines
+    return text_lines(text)
 
 
 @dataclass
