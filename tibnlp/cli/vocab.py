@@ -119,12 +119,15 @@ def build(
     ] = None,
     config: ConfigOption = None,
     overrides: SetOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace OUTPUT if it is a previous vocabulary.")
+    ] = False,
 ) -> None:
     """Train the vocabulary on the train split and report it on the held-out split."""
     extra = [f"vocab.vocab_size={vocab_size}"] if vocab_size is not None else []
     cfg = resolve_config(config, overrides, *extra)
     with BuildProgress() as progress:
-        report = build_vocabulary(corpus, output, cfg.vocab, progress=progress)
+        report = build_vocabulary(corpus, output, cfg.vocab, progress=progress, force=force)
     # paths and pieces are text, not rich markup: a `[x]` in them would vanish
     table = Table(title=f"vocabulary {escape(str(output))}")
     table.add_column("figure")

@@ -31,7 +31,7 @@ import sentencepiece as spm
 from tibnlp.config.core import dump_yaml, to_dict
 from tibnlp.config.text import VocabConfig
 from tibnlp.errors import DataError
-from tibnlp.fsutil import check_new_folder, staged_dir
+from tibnlp.fsutil import check_folder_path, staged_dir
 from tibnlp.text.sentences import SHADS
 from tibnlp.text.special import PAD_ID, UNK_ID
 from tibnlp.text.spm_log import Progress, TrainLog, c_stderr
@@ -336,12 +336,25 @@ def evaluate(vocab: Vocabulary, sentences: list[str]) -> dict[str, Any]:
 
 
 def build_vocabulary(
-    corpus_dir: Path, output_dir: Path, config: VocabConfig, progress: Progress | None = None
+    corpus_dir: Path,
+    output_dir: Path,
+    config: VocabConfig,
+    progress: Progress | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Train, evaluate on the held-out split and write the vocabulary folder; returns the report.
-    `progress(stage, done, total)`: see `Progress`."""
+    `progress(stage, done, total)`: see `Progress`. With `force`, an earlier vocabulary folder
+    at `output_dir` is replaced once the new one is complete (any other folder is refused)."""
     config.validate("vocab")  # a config built in code, not read: SentencePiece's bounds
-    corpus_dir, output_dir = Path(corpus_dir), check_new_folder(Path(output_dir))
+    corpus_dir, output_dir = Path(corpus_dir), Path(output_dir)
+    replace = force and (output_dir / MARKER).is_file()
+    if not replace and check_folder_path(output_dir).is_dir() and any(output_dir.iterdir()):
+        raise DataError(
+            f"{output_dir} already exists and is not empty",
+            f"it is no vocabulary folder (it has no {MARKER}): choose a new --output"
+            if force
+            else "choose a new --output, or pass --force to replace that vocabulary",
+        )
     corpus = load_corpus(corpus_dir)
     if "train" not in corpus or "heldout" not in corpus:
         raise DataError(f"{corpus_dir}: the prepared corpus lacks a train or heldout split")
@@ -361,7 +374,7 @@ def build_vocabulary(
         )
     # staged before training, not after: an output folder that cannot be made fails in
     # seconds, not after the minutes of training (a failure still leaves nothing behind)
-    with staged_dir(output_dir) as tmp, tempfile.TemporaryDirectory() as workdir:
+    with staged_dir(output_dir, replace) as tmp, tempfile.TemporaryDirectory() as workdir:
         seeds = None
         if config.whole_units:
             seeds = Path(workdir) / "seeds.tsv"
