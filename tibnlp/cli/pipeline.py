@@ -68,6 +68,47 @@ def run(
             typer.echo(f"{name}\t{out}")
 
 
+@app.command("clean")
+def clean(
+    file: Annotated[Path, typer.Argument(help="Pipeline YAML whose work dir to clean.")],
+    overrides: SetOption = None,
+    workdir: Annotated[
+        Path | None, typer.Option(help="The work dir (default from the file).")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Remove them (without: list only).")] = False,
+) -> None:
+    """List the stage outputs the file's current plan does not use (other settings,
+    interrupted runs); --yes removes them. Give the same --set as the runs to keep."""
+    from tibnlp.folder_lock import hold_folder
+    from tibnlp.pipeline.clean import remove, unused_outputs
+    from tibnlp.pipeline.runner import Planner
+
+    planner = Planner(load_pipeline(file, overrides or []), workdir)
+    if not planner.workdir.is_dir():
+        console.print(f"{planner.workdir}: no work dir yet, nothing to clean")
+        return
+    with hold_folder(planner.workdir):  # not while a run plans or publishes in it
+        unused = unused_outputs(planner)
+        for item in unused:
+            typer.echo(f"{_mib(item.bytes):>10}  {item.path}  ({item.why})")
+        total = _mib(sum(item.bytes for item in unused))
+        if not unused:
+            console.print(f"{planner.workdir}: every stage output is in the current plan")
+        elif yes:
+            remove(unused)
+            console.print(f"removed {len(unused)} folder(s), {total}")
+        else:
+            console.print(
+                f"{len(unused)} folder(s), {total}, are not in the plan of {file} with these "
+                "settings; run again with --yes to remove them (give the --set the runs you "
+                "keep used: other settings plan other outputs)"
+            )
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
 @app.command("exec-stage", hidden=True)
 def exec_stage_command(
     context: Annotated[Path, typer.Argument(help="Stage context written by `pipeline run`.")],
