@@ -60,7 +60,8 @@ def test_outputs_of_other_settings_are_listed_then_removed(tmp_path: Path) -> No
     (tmp_path / "work" / "gone" / "out-0123456789ab").mkdir(parents=True)
 
     said = _clean(path)
-    assert f"{old} (output of other settings)" in said and "1 folder(s)" in said
+    assert f"{old} (output of other settings: config changed: finetune.epochs: 2 -> 3)" in said
+    assert "1 folder(s)" in said
     assert str(current) not in said and "notes" not in said and "gone" not in said
     assert old.is_dir()  # listed only
 
@@ -98,3 +99,15 @@ def test_no_work_dir_is_nothing_to_clean(tmp_path: Path) -> None:
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+
+
+def test_an_output_of_the_same_settings_under_older_keys_is_named_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tibnlp.pipeline import cache
+
+    path = _pipeline(tmp_path / "p.yaml", 2)
+    run_pipeline(load_pipeline(path), echo=_quiet)
+    monkeypatch.setitem(cache.OUTPUT_REVISION, "cl_write", 2)  # what an upgrade may do
+    said = _clean(path)
+    assert "(same settings, made by another tibnlp version (its keys changed))" in said

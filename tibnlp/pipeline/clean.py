@@ -11,13 +11,14 @@ Only folders the pipeline made are touched: published outputs (with their manife
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from tibnlp.pipeline.cache import MANIFEST
-from tibnlp.pipeline.runner import Planner
+from tibnlp.pipeline.cache import MANIFEST, explain_change
+from tibnlp.pipeline.runner import Planner, Step
 
 _KEYED = re.compile(r".+-[0-9a-f]{12}(\.partial)?")
 _ASIDE = re.compile(r"\..+\.old(-\d+)?")  # a republish's old output, left by a crash
@@ -54,6 +55,29 @@ def _why(entry: Path) -> str:
     return "output of other settings" if (entry / MANIFEST).is_file() else ""
 
 
+def _prefix(folder: Path) -> str:
+    """The variant part of an output folder's name (`out` without one)."""
+    return folder.name.removesuffix(".partial").rsplit("-", 1)[0]
+
+
+def _differs(entry: Path, steps: list[Step]) -> str:
+    """How a published output's settings differ from those the plan gives its variant: a
+    config change, or the same settings under keys an upgrade of tibnlp changed (an output
+    one may still want: it is a complete model the new code would train again)."""
+    same = [s for s in steps if s.slot.final.parent == entry.parent]
+    step = next((s for s in same if _prefix(s.slot.final) == _prefix(entry)), None)
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    if step is None or not isinstance(manifest, dict):
+        return "output of other settings"
+    said = explain_change(manifest, step.config, step.inputs)
+    if said.startswith("stage definition"):
+        return "same settings, made by another tibnlp version (its keys changed)"
+    return f"output of other settings: {said}"
+
+
 def unused_outputs(planner: Planner) -> list[Unused]:
     """The folders under the plan's stage folders that no step of the plan uses."""
     steps = planner.plan()
@@ -65,6 +89,8 @@ def unused_outputs(planner: Planner) -> list[Unused]:
         for entry in sorted(folder.iterdir()):
             why = _why(entry)
             if why and entry.resolve() not in used:
+                if why == "output of other settings":
+                    why = _differs(entry, steps)
                 found.append(Unused(entry, _size(entry), why))
     return found
 
