@@ -202,6 +202,7 @@ def read_jsonl(
     out = []
     ids: dict[str, int] = {}  # id -> line
     skipped: list[int] = []
+    label_ids = _LabelIds(label_field)
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
@@ -227,7 +228,7 @@ def read_jsonl(
                     f"{path}:{lineno}: label '{label}' is not in the label list",
                     f"known labels: {', '.join(labels)}; fix the record or the labels file",
                 )
-            _check_label_id(record, label_field, label, index[label], f"{path}:{lineno}")
+            label_ids.check(record, label, path, lineno)
             rid = str(record.get("id", f"{path.stem}-{lineno}"))
             if rid in ids:
                 raise DataError(
@@ -251,21 +252,36 @@ def read_jsonl(
     return out
 
 
-def _check_label_id(
-    record: dict[str, Any], label_field: str, label: str, class_id: int, where: str
-) -> None:
-    """A record's `label_id` must name the class its label does: the loader reads the label,
-    so a record edited on one field only (or a labels file reordered) would train silently
-    on the other reading. Records without a `label_id`, and sets labelled by id, pass."""
-    if label_field == "label_id" or "label_id" not in record:
-        return
-    given = record["label_id"]
-    if isinstance(given, bool) or not isinstance(given, int) or given != class_id:
+class _LabelIds:
+    """A file's `label` <-> `label_id` pairs must be one mapping: the loader reads the label,
+    so a record edited on one field only would train silently on the other reading. Any
+    consistent numbering passes (another order than the labels file, 1-based ids); records
+    without a `label_id`, and sets labelled by id, are not checked."""
+
+    def __init__(self, label_field: str) -> None:
+        self.on = label_field != "label_id"
+        self.id_of: dict[str, tuple[Any, int]] = {}  # label -> (label_id, line)
+        self.label_of: dict[str, tuple[str, int]] = {}  # label_id as JSON -> (label, line)
+
+    def check(self, record: dict[str, Any], label: str, where: Path, lineno: int) -> None:
+        if not self.on or "label_id" not in record:
+            return
+        given = record["label_id"]
+        key = json.dumps(given)
+        first_id, id_line = self.id_of.setdefault(label, (given, lineno))
+        first_label, label_line = self.label_of.setdefault(key, (label, lineno))
+        if json.dumps(first_id) != key:
+            said = f"label '{label}' has label_id {key}, and {first_id!r} on line {id_line}"
+        elif first_label != label:
+            said = (
+                f"label_id {key} is label '{label}' here and '{first_label}' on line {label_line}"
+            )
+        else:
+            return
         raise DataError(
-            f"{where}: label '{label}' is class {class_id} of the label list, but the "
-            f"record's label_id is {given!r}",
-            "the loader reads the label; fix the record's label or label_id, or check that "
-            "the labels file keeps the classes' order",
+            f"{where}:{lineno}: {said}",
+            "a record was edited on one field only; the loader reads the label: fix the "
+            "record's label or label_id",
         )
 
 
