@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tibetan_fixtures import prepared_inputs
+from tibetan_fixtures import TINY_MODEL, prepared_inputs
 from typer.testing import CliRunner
 
 from tibnlp.cli.main import app
@@ -21,14 +21,7 @@ from tibnlp.text.vocab import Vocabulary
 
 S = "བཀྲ་ཤིས་བདེ་ལེགས། ཁྱེད་རང་སྐུ་གཟུགས་བདེ་པོ་ཡིན་པས།"
 TINY = {
-    "model": {
-        "embedding_size": 16,
-        "hidden_size": 32,
-        "num_layers": 1,
-        "ffn_size": 64,
-        "max_len": 64,
-        "heads": {"small": 2, "large": 4},
-    },
+    "model": TINY_MODEL,
     "pretrain": {"seq_len": 48, "batch_size": 8, "max_steps": 2},
     "engine": {"threads": 1},
 }

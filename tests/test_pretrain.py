@@ -14,7 +14,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
-from tibetan_fixtures import prepared_inputs
+from tibetan_fixtures import TINY_MODEL, prepared_inputs, pretrain_config_file
 
 from tibnlp.config import load_config
 from tibnlp.errors import ConfigError
@@ -23,14 +23,7 @@ from tibnlp.text.vocab import Vocabulary
 from tibnlp.training import checkpoint
 
 TINY = {
-    "model": {
-        "embedding_size": 16,
-        "hidden_size": 32,
-        "num_layers": 2,
-        "ffn_size": 64,
-        "max_len": 64,
-        "heads": {"small": 2, "large": 4},
-    },
+    "model": {**TINY_MODEL, "num_layers": 2},
     "pretrain": {
         "seq_len": 48,
         "batch_size": 8,
@@ -50,14 +43,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config_file(inputs: Path, out: Path, **pretrain: object) -> Path:
-    data = {k: dict(v) for k, v in TINY.items()}
-    data["pretrain"].update(
-        corpus=str(inputs / "corpus"), vocab=str(inputs / "vocab"), output=str(out), **pretrain
-    )
-    data["tracking"] = {"uri": f"sqlite:///{out.parent / 'mlflow.db'}", "experiment": "pt-tests"}
-    path = out.parent / f"{out.name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return pretrain_config_file(inputs, out, TINY, experiment="pt-tests", **pretrain)
 
 
 def test_pretrain_end_to_end(inputs: Path, tmp_path: Path) -> None:

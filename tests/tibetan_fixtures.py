@@ -7,6 +7,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOTS = "ཀཁགངཅཆཇཉཏཐདནཔཕབམཙཚཛཝཞཟའཡརལཤསཧ"
 VOWELS = ["", "ི", "ུ", "ེ", "ོ"]
 SUFFIXES = ["", "ག", "ང", "ད", "ན", "བ", "མ", "ར", "ལ", "ས"]
@@ -80,3 +82,41 @@ def prepared_inputs(
     corpus = write_prepared(root / "corpus", n_docs=n_docs, heldout=heldout)
     build_vocabulary(corpus, root / "vocab", VocabConfig(vocab_size=vocab_size, num_threads=1))
     return root
+
+
+# the model shape of the pretraining tests: a forward and backward take milliseconds
+TINY_MODEL: dict[str, Any] = {
+    "embedding_size": 16,
+    "hidden_size": 32,
+    "num_layers": 1,
+    "ffn_size": 64,
+    "max_len": 64,
+    "heads": {"small": 2, "large": 4},
+}
+
+
+def pretrain_config_file(
+    inputs: Path,
+    out: Path,
+    sections: dict[str, dict[str, Any]],
+    experiment: str = "",
+    name: str = "",
+    **pretrain: Any,
+) -> Path:
+    """A pretraining config file beside `out`: `sections` (copied) with `pretrain` pointed at
+    `inputs`' corpus and vocabulary (`prepared_inputs`) and at `out`, then `pretrain`'s
+    overrides; tracked to `mlflow.db` beside `out`."""
+    data = {k: dict(v) for k, v in sections.items()}
+    data["pretrain"] = {
+        **data.get("pretrain", {}),
+        "corpus": str(inputs / "corpus"),
+        "vocab": str(inputs / "vocab"),
+        "output": str(out),
+        **pretrain,
+    }
+    data["tracking"] = {"uri": f"sqlite:///{out.parent / 'mlflow.db'}"}
+    if experiment:
+        data["tracking"]["experiment"] = experiment
+    path = out.parent / (name or f"{out.name}.yaml")
+    path.write_text(yaml.safe_dump(data))
+    return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -47,10 +48,25 @@ def pretrain(
         out = run_pretraining(cfg, resume=resume, wait=wait, eval_only=eval_only)
     except KeyboardInterrupt:  # the checkpoints written so far stay: say how to go on
         if os.environ.get("RANK", "0") == "0" and not eval_only:
-            console.print(
-                f"interrupted: the checkpoints in {cfg.pretrain.output}/checkpoints stay; "
-                "run the same command with --resume to continue from the newest"
-            )
+            console.print(_interrupted(Path(cfg.pretrain.output) / "checkpoints"))
         raise SystemExit(130) from None
     if os.environ.get("RANK", "0") == "0":  # once per run, not once per process
         console.print(f"{'scores' if eval_only else 'model'}: {out}")
+
+
+def _interrupted(checkpoints: Path) -> str:
+    """What an interrupted run leaves: --resume only continues from a complete checkpoint; one
+    stopped before its first said to --resume, which then refused (no complete checkpoint)."""
+    from tibnlp.training.checkpoint import latest_tag
+
+    tag = latest_tag(checkpoints)
+    if tag is None:
+        return (
+            f"interrupted before the first checkpoint: no checkpoints in {checkpoints} stay, "
+            "so there is nothing to continue with --resume; run the same command again "
+            "without it to start over"
+        )
+    return (
+        f"interrupted: the checkpoints in {checkpoints} stay (the newest: {tag}); "
+        "run the same command with --resume to continue from the newest"
+    )

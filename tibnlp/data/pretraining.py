@@ -47,6 +47,11 @@ MASKING = ("span", "whole_word")  # pretrain.masking; whole_word adds the column
 SPLITS = ("train", "heldout")  # the splits a full build tokenises
 
 
+class OtherInputsError(DataError):
+    """The output folder holds pretraining data built from other inputs (a `--resume` says
+    it in terms of the run)."""
+
+
 def _load_corpus(path: Path) -> Any:
     from tibnlp.text.vocab_build import load_corpus
 
@@ -298,7 +303,7 @@ def build_pretraining_dataset(
         meta = json.loads((out_dir / META_FILE).read_text(encoding="utf-8"))
         if meta.get("cache_key") == cache_key:
             return out_dir
-        raise DataError(
+        raise OtherInputsError(
             f"{out_dir} holds pretraining data built from other inputs",
             "choose another output folder or delete it",
         )

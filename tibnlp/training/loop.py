@@ -93,6 +93,8 @@ class LoopResult:
     tracker: Any = None
     best_step: int = 0  # with `select`: the step whose weights were restored
     best: dict[str, float] = field(default_factory=dict)  # ... and its evaluation
+    # resumed with its time or token budget already spent: no step was taken (says which)
+    spent_before: str = ""
 
 
 # Metrics of the whole held-out set, computed the same on every rank (it sees all of it).
@@ -371,8 +373,16 @@ class TrainLoop:
         show = s.progress and self.world.is_main
         budgeted = bool(s.time_budget_s or s.max_tokens)
         share = self.budget_fraction if budgeted else lambda: None
+        # a run resumed after its budget stopped it takes no step (the budget is checked after
+        # a step, so each such resume trained one more step past it); every rank restored the
+        # same tokens and seconds, so all decide alike
+        if s.time_budget_s and self.train_seconds > s.time_budget_s:
+            result.stopped_by = result.spent_before = "time_budget"
+        elif s.max_tokens and self.tokens >= s.max_tokens:
+            result.stopped_by = result.spent_before = "token_budget"
+        steps = s.max_steps if not result.spent_before else self.step
         with TrainProgress(s.max_steps, self.step, show, s.progress_label, share()) as bar:
-            while self.step < s.max_steps:
+            while self.step < steps:
                 self.train_seconds = self._agreed(seconds_before + s.clock() - start)
                 over = s.time_budget_s is not None and self.train_seconds > s.time_budget_s
                 self._apply_budget_share()

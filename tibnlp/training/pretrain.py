@@ -6,6 +6,8 @@ checkpoint and stop logic is `loop.TrainLoop`. Output layout:
     OUTPUT/config.yaml        the resolved config of the run
     OUTPUT/data/              tokenised SOP examples (built once by rank 0, then cached)
     OUTPUT/data-heldout/      the held-out split alone, tokenised by `--eval-only`
+    OUTPUT/eval.json          `--eval-only`'s scores, OUTPUT/eval-config.yaml its config (a
+                              training run's config.yaml in the same folder stays as it is)
     OUTPUT/checkpoints/       DeepSpeed checkpoints + `latest` marker (resume point)
     OUTPUT/model/             model.safetensors + model.yaml + vocabulary: `finetune --model`
     OUTPUT/exports/tokens-N/  the same, as it was when N training tokens were reached
@@ -36,6 +38,7 @@ from tibnlp.config.train import parse_duration
 from tibnlp.data.masking import MlmCollator
 from tibnlp.data.pretraining import (
     SPLITS,
+    OtherInputsError,
     build_pretraining_dataset,
     length_bucketed_batches,
     load_pretraining_dataset,
@@ -194,6 +197,7 @@ def run_pretraining(
             "--eval-only scores a model: it needs pretrain.init_from and takes no --resume",
             "e.g. --eval-only --set pretrain.init_from=runs/pretrain/model",
         )
+    _require_folder_path(Path(p.output))
     # the batch split over the processes, before the process group, the output folder and
     # the corpus's tokenising (minutes): start_training would refuse it only after them
     accumulation_steps(p.batch_size, p.micro_batch_size, planned_world_size())
@@ -208,6 +212,20 @@ def run_pretraining(
 
 def _note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _require_folder_path(output: Path) -> None:
+    """`pretrain.output` must be a folder, or a path one can be made at: a file there (or
+    above it) failed with a FileExistsError traceback from the folder lock."""
+    for q in (output, *output.parents):
+        if q.exists():
+            if not q.is_dir():
+                where = "" if q == output else f" ({q}, above it, is a file)"
+                raise ConfigError(
+                    f"config key 'pretrain.output': {output} is not a folder{where}",
+                    "set pretrain.output to a folder path (it is made if absent)",
+                )
+            return
 
 
 def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) -> Path:
@@ -256,22 +274,33 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
     if world.is_main:
         output.mkdir(parents=True, exist_ok=True)
         num_proc = cfg.engine.num_workers or (os.cpu_count() or 1)
-        build_pretraining_dataset(
-            Path(p.corpus),
-            vocab,
-            p.seq_len,
-            data_dir,
-            p.seed,
-            num_proc,
-            segments=chain,
-            sop_prob=p.sop_prob if p.sop else 0.0,
-            masking=p.masking,
-            splits=("heldout",) if eval_only else SPLITS,
-            # a one-sentence chunk is cut into A and B only for a task that reads the pair
-            pairs=p.sop or p.contrastive > 0,
-        )
-        if not resume:  # a resumed run's, once its checkpoint has loaded (open_tracker)
-            dump_yaml(cfg, output / "config.yaml")
+        try:
+            build_pretraining_dataset(
+                Path(p.corpus),
+                vocab,
+                p.seq_len,
+                data_dir,
+                p.seed,
+                num_proc,
+                segments=chain,
+                sop_prob=p.sop_prob if p.sop else 0.0,
+                masking=p.masking,
+                splits=("heldout",) if eval_only else SPLITS,
+                # a one-sentence chunk is cut into A and B only for a task that reads the pair
+                pairs=p.sop or p.contrastive > 0,
+            )
+        except OtherInputsError as exc:
+            if not resume:
+                raise
+            # "choose another output folder or delete it" does not fit a resume: deleting the
+            # data the checkpoints' data position points into would continue on other data
+            raise DataError(
+                f"--resume: {data_dir}, the data the checkpoints were trained on, was "
+                "tokenised from other inputs than this config names (another corpus, "
+                "vocabulary, seq_len, seed, masking or sop setting)",
+                f"resume with the data settings in {output / 'config.yaml'}; to train on other "
+                f"data, start a new run with pretrain.init_from={output / 'model'}",
+            ) from exc
     wait_for_main(world)  # the tokenising may outlast a collective's timeout
     splits, meta = load_pretraining_dataset(data_dir)
     model_cfg = resolve_model_config(cfg.model, vocab.size, meta)
@@ -281,6 +310,28 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
             f"(pretrain.batch_size={p.batch_size})",
             "use a larger corpus or a smaller batch_size",
         )
+    enough_heldout = len(splits["heldout"]) >= p.batch_size
+    if eval_only and not (p.eval_batches and enough_heldout):
+        raise DataError(
+            f"{p.corpus}: its held-out split has {len(splits['heldout'])} examples, fewer than "
+            f"one batch (pretrain.batch_size={p.batch_size}), or pretrain.eval_batches is 0",
+            "lower pretrain.batch_size or prepare with a larger corpus.heldout_fraction",
+        )
+    if p.eval_batches and not enough_heldout and not eval_only and world.is_main:
+        # the run went on without any held-out score, the learning check silently off
+        _note(
+            f"note: the held-out split of {data_dir} has {len(splits['heldout'])} examples, "
+            f"fewer than one batch (pretrain.batch_size={p.batch_size}): this run logs no "
+            "eval/ metrics and has no learning check; lower pretrain.batch_size or prepare "
+            "the corpus with a larger corpus.heldout_fraction"
+        )
+    # the run's config, once its inputs have passed the checks above (a refused run left one
+    # describing a run that never started); a resumed run's is written once its checkpoint
+    # has loaded (open_tracker); --eval-only's beside its eval.json, so that a training run's
+    # config.yaml in the same folder keeps describing that run's checkpoints
+    config_path = output / ("eval-config.yaml" if eval_only else "config.yaml")
+    if world.is_main and not resume:
+        dump_yaml(cfg, config_path)
 
     _seed_everything(p.seed)  # identical initial weights on every rank
     model: ElectraForPretraining | AlbertForPretraining
@@ -300,7 +351,9 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
     if init_state is not None:
         load_initial(model, init_state, Path(p.init_from), p.objective)
     if p.skipgram.epochs:
-        before = skipgram_start(model, model_cfg, p, splits["train"], meta, vocab, output, world)
+        before = skipgram_start(
+            model, model_cfg, p, splits["train"], meta, vocab, output, world, resume
+        )
     rates = {"encoder.embeddings.word.": p.word_lr}  # (ELECTRA's generator shares it)
     training = start_training(
         model, cfg.engine, p.optimizer, p.batch_size, p.micro_batch_size, p.max_steps, world, rates
@@ -322,12 +375,7 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
             training,
         )
     if eval_only:  # no train split was tokenised; no step is taken, so `train` is not drawn
-        if heldout is None:
-            raise DataError(
-                f"{p.corpus}: its held-out split has fewer rows than one batch "
-                f"(pretrain.batch_size={p.batch_size}) or pretrain.eval_batches is 0",
-                "lower pretrain.batch_size or prepare with a larger corpus.heldout_fraction",
-            )
+        assert heldout is not None  # (refused above otherwise)
         train = heldout
     else:
         train = _batches(
@@ -450,7 +498,7 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
                 },
             }
         )
-        tracker.log_artifact(output / "config.yaml")
+        tracker.log_artifact(config_path)
         tracker.log_artifact(vocab_dir, "vocabulary")
         return tracker
 
@@ -474,8 +522,24 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
         shutdown(world)
         return output / "eval.json"
     result = fit(loop, resume, open_and_watch, on_eval=check)
+    if result.spent_before and world.is_main:
+        setting = {"time_budget": "pretrain.time_budget (--time-budget)"}
+        _note(
+            f"note: --resume: the run's {result.spent_before.replace('_', ' ')} was already "
+            f"spent at step {loop.step} ({loop.tokens:g} tokens, {loop.train_seconds:.0f} s): "
+            f"no step to take; raise {setting.get(result.spent_before, 'pretrain.max_tokens')} "
+            "to train on"
+        )
     model_dir = output / "model"
     if world.is_main:
+        missed = [t for t in p.export_at_tokens if t > loop.tokens]
+        if missed:  # a learning curve's point that silently never came
+            _note(
+                f"note: pretrain.export_at_tokens {', '.join(str(int(t)) for t in missed)} not "
+                f"reached: the run stopped ({result.stopped_by}) at step {loop.step} after "
+                f"{int(loop.tokens)} training tokens; --resume with a larger pretrain.max_steps "
+                "(or budget) to reach them"
+            )
         extra = {
             **facts(loop.progress),
             "stopped_by": result.stopped_by,

@@ -3,6 +3,7 @@ run's own vocabulary) or skip-gram vectors as the word embedding (`pretrain.skip
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,12 @@ from tibnlp.models.io import (
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training.engine import World, barrier
-from tibnlp.training.skipgram import cached_vectors, embedding_init
+from tibnlp.training.skipgram import (
+    cache_settings,
+    cached_vectors,
+    embedding_init,
+    read_cached,
+)
 
 
 def initial_weights(
@@ -100,21 +106,37 @@ def skipgram_start(
     vocab: Vocabulary,
     output: Path,
     world: World,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Skip-gram vectors of the training examples' pieces as the word embedding; trained once
     on the main process (kept in OUTPUT/skipgram, so a resumed run reads them back), read by
-    every rank. Returns their cost as the facts a continued run would carry (FLOPs, seconds)."""
+    every rank. Returns their cost as the facts a continued run would carry (FLOPs, seconds).
+
+    `resume`: the vectors the run started from are read back even where pretrain.skipgram
+    changed since: the checkpoint's weights replace the embedding anyway, and training new
+    vectors took minutes for nothing and recorded a warm start the run never had."""
     folder = output / "skipgram"
     args = (model_cfg.vocab_size, model_cfg.embedding_size, p.skipgram, p.seed)
     exclude = set(vocab.special_ids)
-    pieces = []  # the piece strings, for subword n-grams only
-    if p.skipgram.ngram_buckets:
-        pieces = [vocab.id_to_piece(i) for i in range(model_cfg.vocab_size)]
     key = meta["cache_key"]
-    if world.is_main:
-        cached_vectors(folder, lambda: train["input_ids"], *args, exclude, key, pieces)
-    barrier()
-    result = cached_vectors(folder, lambda: train["input_ids"], *args, exclude, key, pieces)
+    saved = read_cached(folder) if resume else None
+    if saved is not None:
+        result = saved[1]
+        if world.is_main and saved[0] != cache_settings(*args, key):
+            print(
+                f"note: --resume keeps the skip-gram vectors the run started from ({folder}); "
+                "changed pretrain.skipgram settings apply to a new run",
+                file=sys.stderr,
+                flush=True,
+            )
+    else:
+        pieces = []  # the piece strings, for subword n-grams only
+        if p.skipgram.ngram_buckets:
+            pieces = [vocab.id_to_piece(i) for i in range(model_cfg.vocab_size)]
+        if world.is_main:
+            cached_vectors(folder, lambda: train["input_ids"], *args, exclude, key, pieces)
+        barrier()
+        result = cached_vectors(folder, lambda: train["input_ids"], *args, exclude, key, pieces)
     with torch.no_grad():
         model.encoder.embeddings.word.weight.copy_(embedding_init(result.vectors, p.skipgram.std))
     return {"flops": result.flops, "train_seconds": result.seconds, **result.facts()}

@@ -270,6 +270,31 @@ def embedding_init(vectors: torch.Tensor, std: float) -> torch.Tensor:
     return out
 
 
+def cache_settings(
+    vocab_size: int, dim: int, cfg: SkipgramConfig, seed: int, key: str
+) -> dict[str, object]:
+    """What a cached result in OUTPUT/skipgram was trained with (compared on reading it)."""
+    settings = {**asdict(cfg), "dim": dim, "seed": seed, "vocab_size": vocab_size, "key": key}
+    if not cfg.ngram_buckets:  # word2vec: the settings (and caches) from before n-grams existed
+        for name in ("ngram_buckets", "ngram_min", "ngram_max"):
+            del settings[name]
+    return settings
+
+
+def read_cached(folder: Path) -> tuple[dict[str, object], SkipgramResult] | None:
+    """(settings, result) of the vectors cached in `folder`, whatever their settings; None
+    when there are none."""
+    facts_path, vectors_path = folder / FACTS_FILE, folder / VECTORS_FILE
+    if not (facts_path.is_file() and vectors_path.is_file()):
+        return None
+    saved = json.loads(facts_path.read_text(encoding="utf-8"))
+    r = saved["result"]
+    result = SkipgramResult(
+        torch.load(vectors_path), int(r["pairs"]), r["flops"], r["seconds"], r["loss"]
+    )
+    return saved.get("settings", {}), result
+
+
 def cached_vectors(
     folder: Path,
     sequences: Callable[[], Iterable[Sequence[int]]],
@@ -283,18 +308,11 @@ def cached_vectors(
 ) -> SkipgramResult:
     """`train_skipgram`, or its result from `folder` when trained before with the same
     settings and data `key` (a resumed pretraining does not train them again)."""
-    settings = {**asdict(cfg), "dim": dim, "seed": seed, "vocab_size": vocab_size, "key": key}
-    if not cfg.ngram_buckets:  # word2vec: the settings (and caches) from before n-grams existed
-        for name in ("ngram_buckets", "ngram_min", "ngram_max"):
-            del settings[name]
+    settings = cache_settings(vocab_size, dim, cfg, seed, key)
     facts_path, vectors_path = folder / FACTS_FILE, folder / VECTORS_FILE
-    if facts_path.is_file() and vectors_path.is_file():
-        saved = json.loads(facts_path.read_text(encoding="utf-8"))
-        if saved.get("settings") == settings:
-            r = saved["result"]
-            return SkipgramResult(
-                torch.load(vectors_path), int(r["pairs"]), r["flops"], r["seconds"], r["loss"]
-            )
+    saved = read_cached(folder)
+    if saved is not None and saved[0] == settings:
+        return saved[1]
     result = train_skipgram(
         sequences(),
         vocab_size,
@@ -306,6 +324,9 @@ def cached_vectors(
         pieces,
     )
     folder.mkdir(parents=True, exist_ok=True)
+    # the facts vouch for the vectors beside them: gone first, so a run stopped between the
+    # two writes leaves no record of other settings over these vectors (read back as theirs)
+    facts_path.unlink(missing_ok=True)
     with atomic_file(vectors_path) as tmp:
         torch.save(result.vectors, tmp)
     record = {
