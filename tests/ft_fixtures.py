@@ -54,6 +54,7 @@ def make_data_dir(root: Path, sizes: tuple[int, int, int] = (90, 30, 30)) -> Pat
     test = write_split(tncc / "tncc_title_test.jsonl", sizes[2], 3, "test")
     # one test title that also occurs in train: the leakage split must drop exactly it
     test[0] = {**test[0], "text": train[0]["text"], "label": train[0]["label"]}
+    test[0]["label_id"] = train[0]["label_id"]
     (tncc / "tncc_title_test.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in test), "utf-8"
     )

@@ -21,7 +21,7 @@ def _rewrite_test(edit) -> None:
 
 
 def _copy(test: list[dict], i: int, record: dict, text: str) -> None:
-    test[i] = {**test[i], "text": text, "label": record["label"]}
+    test[i] = {**test[i], "text": text, "label": record["label"], "label_id": record["label_id"]}
 
 
 def test_unseen_is_against_the_training_examples_used(env) -> None:  # noqa: F811

@@ -23,6 +23,7 @@ from tibnlp.evaluation.significance import compare_rows, row_predictions
 from tibnlp.fsutil import atomic_write_text
 
 RESULTS_JSON = "results.json"
+RESULTS_MD = "results.md"
 _NUMBER_LIST = re.compile(r"\[[-+0-9.eE,\s]*\]")  # a JSON list of numbers only
 
 
@@ -291,7 +292,7 @@ def write_results(result: _ResultLike, directory: Path) -> list[Path]:
     """results.json (everything) and results.md (the table and notes) in `directory`."""
     data = summary_dict(result)
     directory = Path(directory)
-    json_path, md_path = directory / RESULTS_JSON, directory / "results.md"
+    json_path, md_path = directory / RESULTS_JSON, directory / RESULTS_MD
     atomic_write_text(json_path, result_json(data) + "\n")
     notes = "\n".join(f"- {k}: {v}" for k, v in result.notes.items())
     atomic_write_text(md_path, markdown_table([data]) + "\n" + notes + "\n")
@@ -354,7 +355,72 @@ def _checked(data: dict[str, Any], path: Path) -> dict[str, Any]:
                 raise DataError(
                     f"{path}: aggregate.{part}.{name} is not a mean and std ({value!r})", hint
                 )
+    _check_items(data, path, hint)
     return data
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _ids(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in x)
+
+
+def _check_items(data: dict[str, Any], path: Path, hint: str) -> None:
+    """The parts of a results.json the tables and `finetune compare` read besides the
+    aggregate: the notes they show, each seed's scores and the item-level predictions, which
+    must be one label id of `labels` per item of `targets` (a paired bootstrap reads them)."""
+    notes = data.get("notes", {})
+    if not isinstance(notes, dict):
+        raise DataError(f"{path}: key 'notes' is not an object", hint)
+    majority = notes.get("validation_majority_macro_f1")
+    if majority is not None and not _number(majority):
+        raise DataError(f"{path}: notes.validation_majority_macro_f1 is not a number", hint)
+    for key, field in (("sizes", "train"), ("pretraining", "tokens")):
+        value = notes.get(key, {})
+        if isinstance(value, dict) and field in value and not _number(value[field]):
+            raise DataError(f"{path}: notes.{key}.{field} is not a number ({value[field]!r})", hint)
+    if "recipe" in notes and not isinstance(notes["recipe"], dict | None):
+        raise DataError(f"{path}: notes.recipe is not an object", hint)
+    labels = data.get("labels", [])
+    if not (isinstance(labels, list) and all(isinstance(x, str) for x in labels)):
+        raise DataError(f"{path}: key 'labels' is not a list of label names", hint)
+    targets = data.get("targets", {})
+    if not isinstance(targets, dict):
+        raise DataError(f"{path}: key 'targets' is not an object of parts", hint)
+
+    def ids(where: str, value: Any, length: int | None) -> None:
+        if not _ids(value):
+            raise DataError(f"{path}: {where} is not a list of label ids", hint)
+        if labels and any(not 0 <= i < len(labels) for i in value):
+            raise DataError(
+                f"{path}: {where} holds a label id outside 0..{len(labels) - 1} "
+                f"(its {len(labels)} labels)",
+                hint,
+            )
+        if length is not None and len(value) != length:
+            raise DataError(
+                f"{path}: {where} has {len(value)} items, targets.{where.rpartition('.')[2]} "
+                f"{length}",
+                hint,
+            )
+
+    for part, value in targets.items():
+        ids(f"targets.{part}", value, None)
+    for i, seed in enumerate(data["seeds"]):
+        name = f"seeds[{i}]"
+        if not isinstance(seed, dict):
+            raise DataError(f"{path}: {name} is not an object", hint)
+        for key in ("metrics", "predictions"):
+            if not isinstance(seed.get(key, {}), dict):
+                raise DataError(f"{path}: {name}.{key} is not an object of parts", hint)
+        for part, metrics in seed.get("metrics", {}).items():
+            if not (isinstance(metrics, dict) and all(map(_number, metrics.values()))):
+                raise DataError(f"{path}: {name}.metrics.{part} is not an object of numbers", hint)
+        for part, value in seed.get("predictions", {}).items():
+            kept = targets.get(part)
+            ids(f"{name}.predictions.{part}", value, len(kept) if isinstance(kept, list) else None)
 
 
 def load_one_result(path: Path) -> dict[str, Any]:

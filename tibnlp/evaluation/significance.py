@@ -163,6 +163,13 @@ def compare_rows(
     """`paired_bootstrap` of two results.json rows, refusing rows scored on different items."""
     true_a, preds_a = row_predictions(row_a, part)
     true_b, preds_b = row_predictions(row_b, part)
+    if row_a.get("dataset") != row_b.get("dataset"):  # as many items with the same labels
+        # (two sets sorted by label, a set in two text forms) would pass the check below
+        raise DataError(
+            f"{row_a['dataset']} {row_a['system']} and {row_b['dataset']} {row_b['system']} "
+            "were fine-tuned and scored on different datasets",
+            "compare results of one dataset and split",
+        )
     if true_a != true_b or row_a.get("labels") != row_b.get("labels"):
         raise DataError(
             f"{row_a['system']} and {row_b['system']} were not scored on the same {part} items "
@@ -215,10 +222,25 @@ def pool_rows(
         same = row["dataset"] == first["dataset"] and _recipe(row["system"]) == _recipe(
             first["system"]
         )
-        if not same or targets(row) != targets(first):
+        if not same or targets(row) != targets(first) or row.get("labels") != first.get("labels"):
             raise DataError(
                 f"{row['dataset']} {row['system']} cannot be pooled with "
                 f"{first['dataset']} {first['system']}" + (f" on {part}" if part else ""),
                 "pool runs of one system on one dataset and split",
             )
+        # fewer labelled examples (finetune.limit_train) make another system, not another
+        # run of it (`report.select_best` keeps them apart too): their seeds are not one mean
+        if _train_size(row) != _train_size(first):
+            raise DataError(
+                f"{row['dataset']} {row['system']} was fine-tuned on {_train_size(row)} "
+                f"labelled examples, {first['dataset']} {first['system']} on "
+                f"{_train_size(first)}: they cannot be pooled",
+                "pool runs fine-tuned on the same training examples (finetune.limit_train)",
+            )
     return {**first, "targets": targets(first), "seeds": [s for row in rows for s in row["seeds"]]}
+
+
+def _train_size(row: dict[str, Any]) -> int | None:
+    """The labelled training examples a results.json row was fine-tuned on (None: not kept)."""
+    sizes = (row.get("notes") or {}).get("sizes")
+    return sizes.get("train") if isinstance(sizes, dict) else None

@@ -33,7 +33,7 @@ from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.metrics import Metrics, aggregate, compute_metrics, majority_macro_f1
 from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.predict import predict_proba
-from tibnlp.evaluation.report import result_json, write_results
+from tibnlp.evaluation.report import RESULTS_JSON, RESULTS_MD, result_json, write_results
 from tibnlp.evaluation.robustness import suffix_flip_rates
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.classifier_io import (
@@ -62,6 +62,11 @@ from tibnlp.training.long_documents import prepare_reader
 from tibnlp.training.soup_run import cook_soup, fine_tune_copies
 
 SEED_FILE = "seed_result.json"
+# why a record kept without item-level predictions is not reported (`_rescore` gave None)
+RESCORE_FAILED = (
+    "was kept without item-level predictions, and its classifier is missing or no longer "
+    "gives the recorded scores"
+)
 ADVTS_TARGETS = {"tncc-title": "tncc", "tusa": "tusa"}
 
 
@@ -248,9 +253,13 @@ def _run_seed(
     weights = setup.pretrained_sha256
     data_sha256 = _data_sha256(setup, advts)
     done = _load_seed(directory, fingerprint, weights, data_sha256)
+    why = ""
     if done is not None and _lacks_predictions(done):
         done = _rescore(done, setup, ft, unseen, advts, fingerprint, weights)
-    _say_resume(seed, directory, done is not None)
+        why = "" if done is not None else RESCORE_FAILED
+    _say_resume(seed, directory, done is not None, why)
+    if done is None and (directory / SEED_FILE).is_file():
+        _drop_stale_results(directory.parent)
     if done is not None:
         if not done.record_id:  # a record from before record ids: it gets one now
             done.record_id = uuid.uuid4().hex
@@ -338,20 +347,30 @@ def _run_seed(
     return result
 
 
-def _say_resume(seed: int, directory: Path, reused: bool) -> None:
-    """A rerun says which seeds it reports from their records and which it trains again:
-    without it a resumed command and a fresh one print the same, and an overwrite is silent."""
+def _say_resume(seed: int, directory: Path, reused: bool, why: str = "") -> None:
+    """A rerun says which seeds it reports from their records and which it trains again
+    (`why`: the reason, when it is not that the record is of other settings): without it a
+    resumed command and a fresh one print the same, and an overwrite is silent."""
     record = directory / SEED_FILE
     if reused:
         message = f"seed {seed}: finished earlier ({record}): reported, not retrained"
     elif record.is_file():
         message = (
-            f"seed {seed}: {record} is from other settings, weights or data: "
+            f"seed {seed}: {record} {why or 'is from other settings, weights or data'}: "
             "training it again (its folder is replaced)"
         )
     else:
         return
     print(message, file=sys.stderr, flush=True)
+
+
+def _drop_stale_results(output: Path) -> None:
+    """Remove the results.json and results.md of an earlier run in `output` once one of its
+    seeds is trained again: they give that seed's old scores, and a run stopped before its
+    own results are written would leave them beside the new classifier (`finetune report`
+    showing the old scores and recipe as this folder's result)."""
+    for name in (RESULTS_JSON, RESULTS_MD):
+        (output / name).unlink(missing_ok=True)
 
 
 def _resegment(setup: Setup, ft: FinetuneConfig, seed: int) -> SampledSegmentation | None:
