@@ -130,3 +130,14 @@ def test_progress_counts_the_budget_not_the_planned_steps(capsys) -> None:  # ty
         bar.update(10, 5.0, 1000.0, budget_share=0.25)
     err = capsys.readouterr().err
     assert "step 10, 25.0% of budget" in err and "/100000" not in err
+
+
+def test_progress_of_a_budgeted_run_that_max_steps_ends(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A run with a time budget it never nears ends at max_steps: its bar counted the budget
+    alone and stayed near 0 % to the end (ETA hours too far)."""
+    settings = _settings(tmp_path, max_steps=6, time_budget_s=3600.0)
+    settings.progress = True
+    result = _loop(tmp_path, settings, []).run()
+    assert result.stopped_by == "max_steps"
+    err = " ".join(capsys.readouterr().err.split())
+    assert "step 6, 100.0% of budget" in err

@@ -372,7 +372,9 @@ class TrainLoop:
         self._targets = [t for t in self._targets if t > self.tokens]  # reached before resume
         show = s.progress and self.world.is_main
         budgeted = bool(s.time_budget_s or s.max_tokens)
-        share = self.budget_fraction if budgeted else lambda: None
+        # the bar shows how far the run is: by its budget, or by its planned steps where
+        # those end it first (a bar of the budget alone stayed near 0 % to the last step)
+        share = (lambda: max(self.budget_fraction(), self.step / s.max_steps)) if budgeted else None
         # a run resumed after its budget stopped it takes no step (the budget is checked after
         # a step, so each such resume trained one more step past it); every rank restored the
         # same tokens and seconds, so all decide alike
@@ -381,7 +383,8 @@ class TrainLoop:
         elif s.max_tokens and self.tokens >= s.max_tokens:
             result.stopped_by = result.spent_before = "token_budget"
         steps = s.max_steps if not result.spent_before else self.step
-        with TrainProgress(s.max_steps, self.step, show, s.progress_label, share()) as bar:
+        done = share() if share is not None else None
+        with TrainProgress(s.max_steps, self.step, show, s.progress_label, done) as bar:
             while self.step < steps:
                 self.train_seconds = self._agreed(seconds_before + s.clock() - start)
                 over = s.time_budget_s is not None and self.train_seconds > s.time_budget_s
@@ -410,9 +413,11 @@ class TrainLoop:
                         tracker.log_metrics(train, step=self.step)
                     if on_log is not None:
                         on_log(self.step, train)
-                    bar.update(self.step, train["train/loss"], tps, budget_share=share())
+                    bar.update(
+                        self.step, train["train/loss"], tps, budget_share=share() if share else None
+                    )
                 else:
-                    bar.update(self.step, budget_share=share())
+                    bar.update(self.step, budget_share=share() if share else None)
                 early = False
                 if self.step % s.eval_every == 0 or final:
                     scores = self.evaluate()
