@@ -286,3 +286,22 @@ def test_resume_with_changed_skipgram_settings_does_not_train_new_vectors(
     facts = read_extra(out / "model")
     assert facts["step"] == 4 and facts["skipgram_flops"] == first["skipgram_flops"]
     assert "keeps the skip-gram vectors the run started from" in capsys.readouterr().err
+
+
+def test_resume_with_another_batch_size_is_refused(
+    inputs: Path, finished: Path, tmp_path: Path
+) -> None:
+    """The checkpoint's place in the data counts batches of the saved size: resumed with
+    another, the run skipped or repeated examples with only a note among changed settings."""
+    from tibnlp.training.pretrain import run_pretraining
+
+    out = _copy(finished, tmp_path)
+    path = _config(inputs, out, max_steps=6, batch_size=16)
+    with pytest.raises(ConfigError, match=r"pretrain.batch_size 16 \(saved: 8\)") as err:
+        run_pretraining(load_config(path), resume=True)
+    assert "pretrain.init_from=" in (err.value.hint or "")
+    assert checkpoint.latest_tag(out / "checkpoints") == "step00000004"
+    # micro-batches of the same global batch may change
+    path = _config(inputs, out, max_steps=6, micro_batch_size=4)
+    run_pretraining(load_config(path), resume=True)
+    assert checkpoint.latest_tag(out / "checkpoints") == "step00000006"

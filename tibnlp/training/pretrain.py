@@ -160,6 +160,17 @@ def require_same_model(output: Path, cfg: Config, say: bool = True) -> None:
             f"for: {'; '.join(changed[:5])}{more}",
             f"resume with the settings in {saved_path}, or set pretrain.output to a new folder",
         )
+    if saved.pretrain.batch_size != cfg.pretrain.batch_size:
+        # the checkpoint's data position counts global batches of the saved size in an epoch
+        # plan built for that size: another size would skip or repeat examples unannounced
+        raise ConfigError(
+            f"--resume: pretrain.batch_size {cfg.pretrain.batch_size} (saved: "
+            f"{saved.pretrain.batch_size}): the checkpoints' place in the data counts batches "
+            "of the saved size",
+            f"resume with pretrain.batch_size={saved.pretrain.batch_size} (micro_batch_size "
+            "may change), or start a new run from this one's model: "
+            f"pretrain.init_from={output / 'model'}",
+        )
     # the others may change (a longer max_steps, another lr), but not unannounced
     old, new = flatten(to_dict(saved)), flatten(to_dict(cfg))
     other = [
