@@ -550,6 +550,26 @@ def test_vocab_switches_enter_the_key_only_when_set() -> None:
         assert output_settings(changed, ("vocab",))["vocab"] == {**before, key: True}
 
 
+def test_skipgram_settings_added_later_enter_the_key_only_when_set() -> None:
+    """pretrain.skipgram.ngram_* came after the skip-gram start: a pipeline that sets
+    skipgram.epochs (the main job) kept its corpus stage's key only while they stayed out of
+    the hashed skipgram section at their defaults; they went in, and an upgrade reran the
+    main job from its pretraining on."""
+    from tibnlp.config import Config
+    from tibnlp.config.core import to_dict
+    from tibnlp.config.identity import output_settings
+
+    config = to_dict(Config())
+    config["pretrain"]["skipgram"] = {**config["pretrain"]["skipgram"], "epochs": 5}
+    hashed = output_settings(config, ("pretrain",))["pretrain"]["skipgram"]
+    assert hashed["epochs"] == 5 and not {"ngram_buckets", "ngram_min", "ngram_max"} & set(hashed)
+    config["pretrain"]["skipgram"]["ngram_buckets"] = 1000
+    hashed = output_settings(config, ("pretrain",))["pretrain"]["skipgram"]
+    assert hashed["ngram_buckets"] == 1000 and "ngram_min" not in hashed
+    # at its defaults the whole section stays out, as before
+    assert "skipgram" not in output_settings(to_dict(Config()), ("pretrain",))["pretrain"]
+
+
 def test_paths_a_stage_sets_itself_stay_out_of_its_key(
     toy: tuple[Path, str], tmp_path: Path
 ) -> None:

@@ -41,6 +41,9 @@ ADDED_WHEN_SET = frozenset(
         "pretrain.generator_ratio",
         "pretrain.rtd_weight",
         "pretrain.skipgram",
+        "pretrain.skipgram.ngram_buckets",  # (a setting inside a set section, as well)
+        "pretrain.skipgram.ngram_min",
+        "pretrain.skipgram.ngram_max",
         "pretrain.word_lr",
         "pretrain.contrastive",
         "pretrain.contrastive_temperature",
@@ -79,6 +82,13 @@ def output_settings(
             added = section in ADDED_WHEN_SET or f"{section}.{name}" in ADDED_WHEN_SET
             if added and values[name] == defaults[section][name]:
                 del values[name]
+            elif isinstance(values[name], dict):  # settings added later inside a nested one
+                values[name] = {
+                    sub: value
+                    for sub, value in values[name].items()
+                    if f"{section}.{name}.{sub}" not in ADDED_WHEN_SET
+                    or value != defaults[section][name][sub]
+                }
         if section in ADDED_WHEN_SET and not values:
             continue
         out[section] = values
