@@ -7,6 +7,7 @@ designs are independent keys, so one config names exactly one model.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -51,9 +52,63 @@ class ScalesConfig:
 
     def validate(self, prefix: str) -> None:
         for i, w in enumerate(self.windows):
-            ok = w.isdigit() and int(w) >= 1 and int(w) % 2 == 1
-            ok = ok or (w.startswith("N/") and w[2:].isdigit() and int(w[2:]) >= 1)
+            ok = _digits(w) and int(w) >= 1 and int(w) % 2 == 1
+            ok = ok or _fraction(w)
             check(ok, f"{prefix}.windows[{i}]", f"{w!r} must be an odd integer or 'N/k'")
+        check(
+            self.ffn or self.enabled,
+            f"{prefix}.ffn",
+            "false (the paper's FFN-free layer) applies to multi-scale heads only: set "
+            "model.scales.windows too, or leave ffn at true",
+        )
+        # MODELS.md section 3: the candidate scales are ascending (w_0 < w_1 < ...), which is
+        # what gives alpha its meaning (alpha > 0: more small-scale heads in shallow layers).
+        # Constants compare by width, fractions by divisor; a constant and a fraction compare
+        # differently at different lengths, so either order of the two kinds is accepted.
+        widths = [(i, int(w)) for i, w in enumerate(self.windows) if _digits(w)]
+        # N/k widens as k falls: -k orders fractions by width
+        shares = [(i, -int(w[2:])) for i, w in enumerate(self.windows) if _fraction(w)]
+        for kind, seen in (("constant", widths), ("fraction", shares)):
+            for (_, a), (i, b) in itertools.pairwise(seen):
+                check(
+                    a < b,
+                    f"{prefix}.windows[{i}]",
+                    f"{self.windows[i]!r} is not wider than the {kind} scale before it: list the "
+                    "scales from the narrowest to the widest, each once",
+                )
+
+    def validate_shape(self, prefix: str, max_len: int, heads: int) -> None:
+        """What the scales must fit: `model.max_len` tokens and `heads` (the smaller route)."""
+        for i, w in enumerate(self.windows):
+            width = _width(w)
+            check(
+                width is None or width <= max_len,
+                f"{prefix}.windows[{i}]",
+                f"a window of {width} tokens is wider than model.max_len ({max_len}): no "
+                "sequence is that long",
+            )
+        check(
+            heads >= len(self.windows),
+            f"{prefix}.windows",
+            f"{len(self.windows)} scales need at least {len(self.windows)} heads, and "
+            f"model.heads.small is {heads}: the top layer spreads the heads evenly over the "
+            "scales, so a scale would get no head",
+        )
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit also takes '³' or '٣', which int() refuses or reads."""
+    return text.isascii() and text.isdigit()
+
+
+def _width(window: str) -> int | None:
+    """A constant window's width (None for 'N/k' or an unparsable entry)."""
+    return int(window) if _digits(window) else None
+
+
+def _fraction(window: str) -> bool:
+    """Whether `window` is a valid 'N/k'."""
+    return window.startswith("N/") and _digits(window[2:]) and int(window[2:]) >= 1
 
 
 @dataclass
@@ -148,11 +203,24 @@ class ModelConfig:
         self._validate_designs(prefix)
 
     def _validate_designs(self, prefix: str) -> None:
-        """Which of the section 4-6 designs compose (MODELS.md)."""
+        """Which of the section 4-6 designs compose (MODELS.md), and the values that fit the
+        shape: a setting that can never take effect is refused, not silently dropped."""
         rec, fus = self.recurrence, self.fusion
         check(rec.mem_len >= 0, f"{prefix}.recurrence.mem_len", "must be >= 0 (0 = off)")
         check(self.memory_tokens >= 0, f"{prefix}.memory_tokens", "must be >= 0 (0 = off)")
         check(fus.radius >= 1, f"{prefix}.fusion.radius", "must be >= 1")
+        if fus.enabled:
+            check(
+                fus.radius < self.max_len,
+                f"{prefix}.fusion.radius",
+                f"{fus.radius} is not below model.max_len ({self.max_len}): no two tokens are "
+                "that far apart",
+            )
+        if self.scales.enabled:
+            self.scales.validate_shape(f"{prefix}.scales", self.max_len, self.heads.small)
+        # (a threshold of max_len or more leaves the large route unused; it is not refused:
+        # `threshold: auto` resolves to the pretraining examples' median length, which can be
+        # max_len for packed examples, and a saved model must load as it was trained)
         if rec.enabled:
             check(
                 self.position == "relative",

@@ -39,12 +39,21 @@ def describe(cfg: ModelConfig) -> ModelSummary:
         return sum(p.numel() for p in module.parameters())  # type: ignore[attr-defined]
 
     params = {"embeddings": count(enc.embeddings)}
+    # a route's weights in every layer that owns one (one layer when layers are shared)
+    owners = [enc.layer, *enc.later_layers]
+    each = "" if len(owners) == 1 else f", {len(owners)} layers"
     for h in heads:
-        params[f"attention route h={h}"] = count(enc.layer.attention.route(h))
+        routes = sum(count(layer.attention.route(h)) for layer in owners)
+        params[f"attention route h={h}{each}"] = routes
     if cfg.share_layers:
         params["shared layer (all)"] = count(enc.layer)
     else:
         params[f"{cfg.num_layers} unshared layers"] = count(enc.layer) + count(enc.later_layers)
+    # the rest of the encoder, so the parts above add up to it
+    if enc.memory_tokens is not None:
+        params["memory tokens"] = count(enc.memory_tokens)
+    if enc.final_norm is not None:
+        params["final norm (norm: pre)"] = count(enc.final_norm)
     params["encoder"] = count(enc)
     params["pretraining heads (MLM + SOP)"] = count(model) - count(enc)
     params["total"] = count(model)
@@ -53,17 +62,29 @@ def describe(cfg: ModelConfig) -> ModelSummary:
 
 def training_flops_per_token(cfg: ModelConfig, seq_len: int, mask_prob: float) -> float:
     """Analytic training FLOPs per input token: 6 x the weights a token passes through, plus
-    attention scores and mixing (12 x layers x seq_len x hidden), the MLM head at the masked
-    share only. Dense upper bound: the sparse last layer and padding cuts are not counted.
+    attention scores and mixing (12 x layers x keys x hidden), the MLM head at the masked
+    share only. Dense upper bound: the sparse last layer, padding cuts and narrower windows
+    are not counted.
+
+    What a design adds: `fusion` runs three masked attentions (each its own Q/K/V and
+    output projection, each over every key) and the D -> 4D gate; `memory_tokens: k` runs the
+    layers over k more positions per sequence (k / seq_len more per input token); the
+    FFN-free multi-scale layer (`scales.ffn: false`) has no FFN. Segment recurrence's memory
+    keys are not counted.
 
     Why analytic: on a shared or varying CPU, a budget in FLOPs and tokens compares runs
     where wall-clock time cannot (issue 11's budget rule)."""
     d, e, f, layers = cfg.hidden_size, cfg.embedding_size, cfg.ffn_size, cfg.num_layers
-    per_layer = 4 * d * d + 2 * d * f  # Q, K, V, O and the FFN
-    weights = e * d + layers * per_layer + mask_prob * (d * e + e * cfg.vocab_size)
-    attention = 12.0 * layers * seq_len * d
+    attentions = 3 if cfg.fusion.enabled else 1
+    has_ffn = cfg.scales.ffn or not cfg.scales.enabled
+    per_layer = attentions * 4 * d * d  # Q, K, V, O of each attention
+    per_layer += (4 * d * d if cfg.fusion.enabled else 0) + (2 * d * f if has_ffn else 0)
+    positions = seq_len + cfg.memory_tokens  # what the layers run over, per sequence
+    share = positions / seq_len
+    weights = e * d + share * layers * per_layer + mask_prob * (d * e + e * cfg.vocab_size)
+    attention = 12.0 * attentions * layers * positions * d * share
     if cfg.position == "relative":
-        attention += 6.0 * layers * (2 * seq_len - 1) * d
+        attention += 6.0 * layers * (2 * positions - 1) * d * share
     return 6.0 * weights + attention
 
 

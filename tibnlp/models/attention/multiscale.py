@@ -74,7 +74,10 @@ def head_distribution(
     """
     out = []
     for layer in range(1, num_layers + 1):
-        z = [alpha * (num_layers - layer) * (num_scales - 1 - k) for k in range(num_scales)]
+        # a logit gap of 1e4 already gives softmax weights of exactly 0 and 1: capping the
+        # slope there keeps a huge |alpha| from overflowing to inf - inf = nan (same counts)
+        slope = max(-1e4, min(1e4, alpha * (num_layers - layer)))
+        z = [slope * (num_scales - 1 - k) for k in range(num_scales)]
         top = max(z)
         e = [math.exp(v - top) for v in z]
         share = [heads * v / sum(e) for v in e]
