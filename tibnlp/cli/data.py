@@ -10,9 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from tibnlp.cli.common import console
-from tibnlp.data.datadir import ENV_VAR, data_dir, link_into
+from tibnlp.data.datadir import check_data_dir, data_dir, link_into
 from tibnlp.data.manifests import all_manifests
-from tibnlp.errors import DataError
 
 app = typer.Typer(
     help="Datasets and corpora in the data directory ($TIBNLP_DATA).", no_args_is_help=True
@@ -21,34 +20,33 @@ app = typer.Typer(
 
 @app.command("list")
 def list_datasets(
-    verify: Annotated[bool, typer.Option(help="Check sha256 of every file.")] = True,
+    verify: Annotated[
+        bool, typer.Option(help="Check sha256 of every file (else only that each is there).")
+    ] = True,
 ) -> None:
     """Known datasets and corpora, and whether each is present with matching checksums; exits
-    1 when one is damaged (partial, or a checksum mismatch). A dataset absent is not an error:
-    each command names the one it needs."""
+    1 when one is damaged (partial, a checksum mismatch, a broken link, unreadable, a folder
+    without its files). A dataset absent is not an error: each command names the one it
+    needs."""
     root = data_dir()
-    if root.exists() and not root.is_dir():
-        raise DataError(
-            f"the data directory {root} is a file, not a folder",
-            f"point ${ENV_VAR} at a folder, or run `tibnlp data link SOURCE_DIR`",
-        )
+    check_data_dir(root)
     table = Table(title=f"data directory: {root}")
     for col in ("name", "kind", "folder", "status", "license"):
         table.add_column(col, overflow="fold")
-    damaged = []
+    damaged: list[str] = []
     for m in all_manifests().values():
-        status = m.status() if verify else ("present" if m.path.exists() else "missing")
-        if m.path.is_symlink() and not m.path.exists():  # its copy moved: not just absent
-            status = f"broken link to {m.path.readlink()}"
+        status = m.status(verify)
         style = "green" if status == "present" else "red" if status != "missing" else "yellow"
         table.add_row(m.name, m.kind, m.root, f"[{style}]{escape(status)}[/]", m.license)
         if status not in ("present", "missing"):
-            damaged.append(f"{m.name} ({status})")
+            damaged.append(f"{m.name} in {m.path}: {status}")
     console.print(table)
     if damaged:
+        console.print(f"[red]damaged:[/] {escape('; '.join(damaged))}", soft_wrap=True)
         console.print(
-            f"[red]damaged:[/] {escape('; '.join(damaged))}: copy or link these folders again "
-            "(`tibnlp data link SOURCE_DIR` replaces broken links)",
+            "[yellow]hint:[/] restore the files named (make them readable where it says "
+            "unreadable), or remove the entry and link a complete copy: `tibnlp data link "
+            "SOURCE_DIR` replaces broken links but leaves other existing entries alone",
             soft_wrap=True,
         )
         raise typer.Exit(1)
@@ -72,3 +70,9 @@ def link(
             f"left {len(kept)} existing entr{'y' if len(kept) == 1 else 'ies'} "
             f"alone: {'; '.join(parts)}"
         )
+        if len(same) < len(kept):  # an entry in the way of this copy: say how to replace it
+            console.print(
+                f"to use {escape(str(source))} for those, remove them from "
+                f"{escape(str(data_dir()))} and link again",
+                soft_wrap=True,
+            )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tibnlp.errors import DataError
-from tibnlp.fsutil import make_dirs, staged_dir
+from tibnlp.fsutil import blocking_file, make_dirs, staged_dir
 
 ENV_VAR = "TIBNLP_DATA"
 
@@ -41,6 +41,34 @@ def require(relative: str, what: str = "") -> Path:
     return path
 
 
+def check_data_dir(root: Path) -> None:
+    """A DataError naming the file or broken link that makes `root` unusable as the data
+    directory (`root` itself, or a part of its path), or the folder it cannot read; nothing
+    when it is a readable folder or absent."""
+    try:
+        blocker = blocking_file(root)
+        if blocker is None:
+            if root.is_dir():
+                with os.scandir(root) as entries:
+                    next(entries, None)
+            return
+    except OSError as exc:
+        raise DataError(
+            f"the data directory {root} cannot be read: {exc.filename or root}: "
+            f"{exc.strerror or exc}",
+            f"make it readable, or point ${ENV_VAR} at a folder you can read",
+        ) from exc
+    if blocker.is_symlink() and not blocker.exists():
+        what = f"{blocker} is a broken link to {os.readlink(blocker)}"
+        hint = f"restore {os.readlink(blocker)}, remove the link, or point ${ENV_VAR} at a folder"
+    else:
+        what = f"{blocker} is a file, not a folder"
+        hint = f"point ${ENV_VAR} at a folder, or move the file {blocker} away"
+    if blocker == root:
+        raise DataError(f"the data directory {what}", hint)
+    raise DataError(f"the data directory {root} cannot be read: {what}", hint)
+
+
 class LinkResult(NamedTuple):
     linked: list[str]  # folders linked now
     kept: dict[str, str]  # entries that were there already, left alone: name -> what it is
@@ -59,20 +87,29 @@ def link_into(
     """
     source = Path(source).expanduser().resolve()
     target = target or data_dir()
+    if not source.exists():
+        raise DataError(f"{source} does not exist", "give the folder that holds the datasets")
     if not source.is_dir():
         raise DataError(f"{source} is not a directory", "give the folder that holds the datasets")
     candidates: list[Path] = []
     for folder in (source, source / "data"):
-        if folder.is_dir():
-            candidates += [
-                p
-                for p in sorted(folder.iterdir())
-                if p.is_dir() and p.name != "data" and (names is None or p.name in names)
-            ]
+        try:
+            if folder.is_dir():
+                candidates += [
+                    p
+                    for p in sorted(folder.iterdir())
+                    if p.is_dir() and p.name != "data" and (names is None or p.name in names)
+                ]
+        except OSError as exc:
+            raise DataError(
+                f"cannot read {exc.filename or folder}: {exc.strerror or exc}",
+                "give a folder you can read, or make it readable",
+            ) from exc
     if not candidates:
-        raise DataError(
-            f"{source} holds no dataset folders", "expected folders like tncc/ or corpora/"
-        )
+        hint = "expected folders like tncc/ or corpora/"
+        if names is not None and source.name in names:  # the dataset's own folder was given
+            hint = f"{source} looks like the '{source.name}' folder itself: give {source.parent}"
+        raise DataError(f"{source} holds no dataset folders", hint)
     _make_data_dir(target)
     result = LinkResult([], {})
     for path in candidates:
@@ -88,7 +125,14 @@ def link_into(
         if dest.exists():
             result.kept[path.name] = "not a link"
             continue
-        dest.symlink_to(path, target_is_directory=True)
+        try:
+            dest.symlink_to(path, target_is_directory=True)
+        except OSError as exc:  # no write permission on the data directory, a read-only disk
+            raise DataError(
+                f"cannot link {path} as {dest}: {exc.strerror or exc}"
+                + (f" (linked before this: {', '.join(result.linked)})" if result.linked else ""),
+                f"make {target} writable, or set ${ENV_VAR} to a folder you can write to",
+            ) from exc
         result.linked.append(path.name)
     return result
 

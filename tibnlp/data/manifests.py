@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -64,19 +65,41 @@ class Manifest:
             raise DataError(f"dataset '{self.name}': {path} is missing", hint)
         return path
 
-    def status(self) -> str:
-        """'present', 'missing', 'partial' or 'checksum mismatch: FILE'."""
-        if not self.path.exists():
-            return "missing"
-        if not self.files:
-            return "present"
-        missing = [f for f in self.files if not (self.path / f).exists()]
-        if missing:
-            return "partial" if len(missing) < len(self.files) else "missing"
-        for rel, digest in self.files.items():
-            if sha256_file(self.path / rel) != digest:
-                return f"checksum mismatch: {rel}"
+    def status(self, verify: bool = True) -> str:
+        """'present', 'missing' (nothing at its folder), or what is wrong with what is there
+        ("broken link to X", "not a folder", "holds none of its N files", "partial: missing
+        A, B", "checksum mismatch: A, B", "unreadable: PATH (why)"). `verify`: also hash
+        every file; else only check that each is there."""
+        path = self.path
+        try:
+            if path.is_symlink() and not path.exists():  # its copy moved: not just absent
+                return f"broken link to {os.readlink(path)}"
+            if not path.exists():
+                return "missing"
+            if not path.is_dir():
+                return "not a folder"
+            if not self.files:
+                return "present"
+            absent = [f for f in self.files if not (path / f).is_file()]
+            if len(absent) == len(self.files):  # a wrong folder linked or copied here
+                return f"holds none of its {len(self.files)} files (e.g. {next(iter(self.files))})"
+            if absent:
+                named = [f if not (path / f).exists() else f"{f} (not a file)" for f in absent]
+                return f"partial: missing {_listed(named)}"
+            if verify:
+                changed = [
+                    rel for rel, digest in self.files.items() if sha256_file(path / rel) != digest
+                ]
+                if changed:
+                    return f"checksum mismatch: {_listed(changed)}"
+        except OSError as exc:  # no permission on the folder or a file, an I/O error
+            return f"unreadable: {exc.filename or path} ({exc.strerror or exc})"
         return "present"
+
+
+def _listed(names: list[str], most: int = 4) -> str:
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
 
 
 def check_label_list(labels: list[str], path: Path) -> list[str]:

@@ -43,7 +43,8 @@ def reading_of(ft: FinetuneConfig, model_cfg: ModelConfig, window: int) -> Readi
             f"config key 'finetune.long_document': {ft.long_document} needs the ALBERT encoder",
             "use finetune.long_document=truncate with encoder 'none'",
         )
-    reading = Reading(ft.long_document, window, max(window, ft.document_max_len))
+    # read as set, a cap below one window included (then one shorter window)
+    reading = Reading(ft.long_document, window, ft.document_max_len)
     if ft.long_document == "segments":
         return reading
     if ft.random_init:

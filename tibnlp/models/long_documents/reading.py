@@ -33,13 +33,19 @@ class Reading:
 
     def validate(self, prefix: str) -> None:
         check(self.window >= 0, f"{prefix}.window", "must be >= 0")
+        check(  # a window is [CLS] and at least one token of the document
+            self.mode == "truncate" or self.window != 1,
+            f"{prefix}.window",
+            "must be 0 (the classifier's max_len) or >= 2 ([CLS] and a token)",
+        )
         check(self.document_max_len >= 0, f"{prefix}.document_max_len", "must be >= 0")
 
     def read_length(self, window: int) -> int:
-        """Tokens of each text encoded: the window, or the long-document cap."""
+        """Tokens of each text encoded: the window, or the long-document cap (below one
+        window too: a document is read up to `document_max_len` tokens, as set)."""
         if self.mode == "truncate":
             return window
-        return max(window, self.document_max_len)
+        return self.document_max_len or window
 
 
 def build_reader(encoder: Encoder, reading: Reading, window: int) -> nn.Module:
