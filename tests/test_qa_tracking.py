@@ -242,3 +242,18 @@ def test_ui_whose_server_stops_by_itself_fails(tmp_path: Path, monkeypatch, own_
     assert "stopped by itself (exit code 0)" in str(result.exception)
     assert "worker crashed: out of memory" in str(result.exception)
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_sync_into_a_store_file_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    """A mistyped --tracking-uri sqlite path made a new empty store and replayed into it: the
+    runs seemed lost from the store the user meant."""
+    uri = sqlite_store(tmp_path)
+    path = _buffer(tmp_path / "buf", {"op": "header", "uri": uri, "version": 1})
+    typo = tmp_path / "mlfow.db"
+    code, said, exc = _sync(str(path), "--tracking-uri", f"sqlite:///{typo}")
+    assert code == 2 and isinstance(exc, DataError) and "no store at" in str(exc)
+    assert not typo.exists() and path.exists()  # nothing made, nothing replayed
+    typo.touch()  # a new store, on purpose
+    code, said, exc = _sync(str(path), "--tracking-uri", f"sqlite:///{typo}")
+    assert code == 0, said
+    assert _the_run(f"sqlite:///{typo}").info.status == "FINISHED"

@@ -13,6 +13,7 @@ from rich.table import Table
 from tibnlp.cli.common import console
 from tibnlp.errors import DataError
 from tibnlp.tracking import sync_buffers
+from tibnlp.tracking.buffer import sqlite_file
 from tibnlp.tracking.compare import compare_runs
 from tibnlp.tracking.curve import pipeline_parent, plot_curve
 
@@ -160,6 +161,13 @@ def sync(
     kept in BUFFER.unsent to repair and sync by name."""
     if buffer is not None and not buffer.exists():
         raise DataError(f"buffer {buffer} does not exist", "give a buffer file or folder")
+    target = sqlite_file(tracking_uri) if tracking_uri else None
+    if target is not None and not target.is_file():  # a mistyped path made a new empty store
+        raise DataError(
+            f"--tracking-uri {tracking_uri}: no store at {target.absolute()}",
+            "check the path; to replay into a new store there, create it first "
+            f"(touch {target}; MLflow sets it up on first use)",
+        )
     done = sync_buffers(buffer, tracking_uri)
     console.print(f"replayed {done.sent} buffered tracking calls; {done.left} buffer files left")
     for line in done.dropped:
