@@ -182,6 +182,7 @@ def test_runs_sync_leaves_a_file_that_is_not_a_buffer_alone(tmp_path: Path) -> N
         result = CliRunner().invoke(app, ["runs", "sync", str(path)])
         assert isinstance(result.exception, DataError), result.output
         assert "is not a tibnlp tracking buffer" in str(result.exception) and path.exists()
+    (tmp_path / "x.db").touch()  # the store to replay into (sync makes none)
     result = CliRunner().invoke(
         app, ["runs", "sync", str(tmp_path), "--tracking-uri", f"sqlite:///{tmp_path / 'x.db'}"]
     )
