@@ -35,6 +35,7 @@ from tibnlp.fsutil import atomic_write_text
 OFFLINE_PREFIX = "offline-"
 PARENT_TAG = "mlflow.parentRunId"
 IDS_FILE = "ids.json"
+_OFFLINE_ID = re.compile(re.escape(OFFLINE_PREFIX) + "[0-9a-f]{32}")  # `new_local_id`
 # MLflow 3 opens an experiment without this tag on its GenAI trace overview, where tibnlp's
 # runs are not shown; training experiments open on the runs table
 KIND = {"mlflow.experimentKind": "custom_model_development"}
@@ -230,28 +231,45 @@ class Applier:
             self.client.log_artifacts(run, str(path), rec.get("artifact_path"))
         else:
             self.client.log_artifact(run, str(path), rec.get("artifact_path"))
-        if rec.get("staged"):
-            shutil.rmtree(path if path.is_dir() else path.parent, ignore_errors=True)
+        if rec.get("staged"):  # a copy of its own (`Tracker._staged`): FOLDER/NAME
+            shutil.rmtree(path.parent, ignore_errors=True)
 
     def _op_register_model(self, rec: dict[str, Any]) -> None:
         run_id = self._run(rec)
         name = rec["name"]
+        run = self.client.get_run(run_id)
+        folder = rec["artifact_path"]
+        if not self.client.list_artifacts(run_id, folder):
+            # its upload failed (refused, or its files gone before a replay): a version
+            # would point at nothing, and `models:/NAME/N` download an empty folder
+            raise DataError(
+                f"run {run_id} has no artifacts under '{folder}': model '{name}' is not "
+                "registered from it"
+            )
         try:
             self.client.get_registered_model(name)
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
-            self.client.create_registered_model(name, description=rec.get("description") or None)
-        run = self.client.get_run(run_id)
-        source = f"{run.info.artifact_uri.rstrip('/')}/{rec['artifact_path']}"
+            about = rec.get("model_description", rec.get("description")) or None
+            try:
+                self.client.create_registered_model(name, description=about)
+            except MlflowException as race:  # another run created it meanwhile
+                if race.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+        source = f"{run.info.artifact_uri.rstrip('/')}/{folder}"
         for version in self.client.search_model_versions(f"name='{name}'"):
             if version.run_id == run_id and version.source == source:
                 return  # already registered (replay after a lost answer)
+        tags = {k: run.data.tags[k] for k in rec.get("run_tags") or () if k in run.data.tags}
+        for key, value in (rec.get("tags") or {}).items():
+            offline = _OFFLINE_ID.fullmatch(value)  # a run created offline: its real id
+            tags[key] = (self.ids.resolve(value) or value) if offline else value
         self.client.create_model_version(
             name,
             source,
             run_id=run_id,
-            tags=rec.get("tags") or None,
+            tags=tags or None,
             description=rec.get("description") or None,
         )
 

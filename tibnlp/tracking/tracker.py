@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,16 @@ _KEY_LIMIT = 250
 _BAD_KEY = re.compile(r"[^/\w.\- :]")  # what MLflow refuses in a param name (a whole batch)
 log = logging.getLogger("tibnlp.tracking")
 _WARNED: set[str] = set()  # stores already reported unreachable: warn once, not per run
+
+
+def _param_key(name: str, unique: bool = False) -> str:
+    """`name` as MLflow takes a param name: its refused characters replaced, cut to the
+    limit; `unique`: ending in a hash of the whole name, for one that meets another's."""
+    key = _BAD_KEY.sub("_", name)
+    if not unique:
+        return key[:_KEY_LIMIT]
+    tail = "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:10]
+    return key[: _KEY_LIMIT - len(tail)] + tail
 
 
 class TrackingOutageWarning(UserWarning):
@@ -244,9 +255,28 @@ class Tracker:
             return True
         return False
 
+    def _keep(self, rec: dict[str, Any]) -> None:
+        """Buffer `rec`. An artifact is uploaded from its path only when the buffer is
+        replayed, and by then a pipeline stage's partial folder has been renamed to its output
+        (and a file may be rewritten): the upload was dropped ("no longer exists") and a model
+        registered from it pointed at nothing. What is buffered is a copy, taken now."""
+        if rec.get("op") == "log_artifact" and not rec.get("staged"):
+            source = Path(rec["path"])
+            try:
+                copy = self._staged(source.name)
+                if source.is_dir():
+                    shutil.copytree(source, copy)
+                else:
+                    shutil.copy2(source, copy)
+            except OSError as exc:  # no room for a copy: the path itself, as before
+                log.warning("tracking: %s is buffered without a copy (%s)", source, exc)
+            else:
+                rec = {**rec, "path": str(copy.resolve()), "staged": True}
+        self.buffer.append(rec)
+
     def _submit(self, rec: dict[str, Any]) -> None:
         if self._offline and not self._maybe_reconnect():
-            self.buffer.append(rec)
+            self._keep(rec)
             return
         try:
             self._applier.apply(rec)
@@ -256,11 +286,11 @@ class Tracker:
                 # transaction may hold the file's lock), and the interrupt goes on
                 self._offline = True
                 self._interrupted = True
-                self.buffer.append(rec)
+                self._keep(rec)
                 raise KeyboardInterrupt from exc
             if is_outage(exc):
                 self._go_offline(exc)
-                self.buffer.append(rec)
+                self._keep(rec)
             else:  # the store said no (e.g. a param re-logged with another value)
                 log.warning("tracking: %s rejected by the store: %s", rec["op"], exc)
         self._refresh_run_id()
@@ -306,9 +336,13 @@ class Tracker:
         if not self.enabled:
             return
         flat = flatten(params)
-        pairs = [
-            [_BAD_KEY.sub("_", k)[:_KEY_LIMIT], str(v)[:_PARAM_LIMIT]] for k, v in flat.items()
-        ]
+        pairs = [[_param_key(k), str(v)[:_PARAM_LIMIT]] for k, v in flat.items()]
+        taken: set[str] = set()
+        for (k, _), pair in zip(flat.items(), pairs, strict=True):
+            if pair[0] in taken:  # two names made one ('a,b' and 'a_b', or cut alike): the
+                # store refused the whole batch as "duplicate keys", every other param with it
+                pair[0] = _param_key(k, unique=True)
+            taken.add(pair[0])
         renamed = [f"{k!r} as {p[0]!r}" for k, p in zip(flat, pairs, strict=True) if k != p[0]]
         if renamed:
             log.warning("tracking: run %s logs params %s", self.run_id, ", ".join(renamed))
@@ -396,11 +430,18 @@ class Tracker:
         metrics: Mapping[str, float] | None = None,
         artifact_path: str = "model",
         description: str = "",
+        tags: Mapping[str, str] | None = None,
+        run_tags: Sequence[str] = (),
+        model_description: str = "",
     ) -> None:
         """Log a model directory and register it as a new version of registered model `name`.
 
-        The version points at the run's artifact copy; its tags carry the given metrics so the
-        registry lists each version with its scores.
+        The version points at the run's artifact copy; its tags carry the given metrics (also
+        logged to the run) so the registry lists each version with its scores, then `tags`
+        (a value naming a run created offline is replaced by its real id), and the run's own
+        tags named in `run_tags` (provenance: read from the run when the version is made).
+        `description` is the version's; `model_description` the registered model's, when this
+        version creates it (`description` otherwise).
         """
         if not self.enabled:
             return
@@ -408,15 +449,18 @@ class Tracker:
         if metrics:
             self.log_metrics(metrics)
         self.log_artifact(Path(model_dir), artifact_path)
-        tags = {k: f"{float(v):.6g}" for k, v in metrics.items()}
+        version_tags = {k: f"{float(v):.6g}" for k, v in metrics.items()}
+        version_tags.update({k: str(v) for k, v in (tags or {}).items()})
         self._submit(
             {
                 "op": "register_model",
                 "run": self._rid,
                 "name": name,
                 "artifact_path": artifact_path,
-                "tags": tags,
+                "tags": version_tags,
+                "run_tags": list(run_tags),
                 "description": description,
+                "model_description": model_description or description,
             }
         )
 
@@ -429,19 +473,21 @@ class Tracker:
             self._submit(rec)
         if self._offline:
             self._last_try = 0.0  # one last try now, whatever the probe interval
-            if self._maybe_reconnect():
-                return
-            log.warning(
-                "tracking store %s %s: %d calls kept in %s; replay them with `tibnlp runs sync %s`",
-                self.uri,
-                "left alone after an interrupt" if self._interrupted else "still unreachable",
-                len(self.buffer),
-                self.buffer.path,
-                self.buffer.path,
-            )
+            if not self._maybe_reconnect():
+                self._say_kept()
         staging = self.buffer_dir / "files"
         if staging.is_dir() and not any(staging.iterdir()):
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _say_kept(self) -> None:
+        log.warning(
+            "tracking store %s %s: %d calls kept in %s; replay them with `tibnlp runs sync %s`",
+            self.uri,
+            "left alone after an interrupt" if self._interrupted else "still unreachable",
+            len(self.buffer),
+            self.buffer.path,
+            self.buffer.path,
+        )
 
 
 @dataclass
