@@ -20,7 +20,9 @@ class TrackingConfig:
     # Where calls are buffered while the store is unreachable (empty: .tibnlp/tracking-buffer)
     buffer_dir: str = ""
     retry_seconds: float = 30.0  # how often a buffering tracker probes the store again
-    register_model: str = ""  # fine-tuning: registered model name (empty: do not register)
+    # a pipeline fine-tuning stage registers its best seed under this name (empty: none);
+    # a standalone `tibnlp finetune` does not register (yet)
+    register_model: str = ""
 
     def validate(self, prefix: str) -> None:
         check(self.retry_seconds >= 0, f"{prefix}.retry_seconds", "must be >= 0")
