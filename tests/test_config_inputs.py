@@ -3,6 +3,8 @@ combinations fail at load (or before anything is written), and CLI mistakes exit
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -214,7 +216,10 @@ def test_runs_sync_drops_an_artifact_gone_since_and_finishes(
     tr.log_metrics({"m": 1.0}, step=1)
     tr.end()
     monkeypatch.setattr(Applier, "apply", real_apply)
-    art.unlink()
+    art.unlink()  # the file moved away: a copy taken when it was buffered is uploaded
+    lines = [line for f in buf.glob("*.jsonl") for line in f.read_text("utf-8").splitlines()]
+    (copy,) = [json.loads(line)["path"] for line in lines if '"log_artifact"' in line]
+    shutil.rmtree(Path(copy).parent)  # and that copy gone too: nothing left to send
     result = CliRunner().invoke(app, ["runs", "sync", str(buf)])
     # finished: the rest replayed, the lost artifact's call named and kept aside (exit 2)
     assert isinstance(result.exception, DataError), result.output
