@@ -69,12 +69,12 @@ def _refuse_blocker(folder: Path, target: Path, verb: str) -> None:
         )
 
 
-def check_new_folder(folder: Path) -> Path:
+def check_new_folder(folder: Path, hint: str = "choose a new --output") -> Path:
     """`folder` as given, or a DataError when it is a file or a folder with files in it: an
     output a command makes whole (vocabularies, exports) never mixes with an earlier one."""
     folder = check_folder_path(folder)
     if folder.is_dir() and any(folder.iterdir()):
-        raise DataError(f"{folder} already exists and is not empty", "choose a new --output")
+        raise DataError(f"{folder} already exists and is not empty", hint)
     return folder
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import yaml
 from safetensors import SafetensorError
-from safetensors.torch import load_file, safe_open, save_file
+from safetensors.torch import safe_open, save_file
 from torch import nn
 
 from tibnlp.config.core import from_dict, to_dict
@@ -145,9 +145,9 @@ def load_pretrained(model_dir: Path) -> tuple[ModelConfig, dict[str, torch.Tenso
     if not path.is_file():
         raise DataError(f"{path} does not exist", "the directory holds no saved weights")
     try:
-        with safe_open(path, framework="pt") as fh:
+        with safe_open(path, framework="pt") as fh:  # the tensors and the metadata, one open
             meta = fh.metadata() or {}
-        state = load_file(path)
+            state = {key: fh.get_tensor(key) for key in fh.keys()}  # noqa: SIM118 (no __iter__)
     except (SafetensorError, OSError, ValueError) as exc:
         raise DataError(f"{path} is corrupt or not a safetensors file ({exc})") from exc
     _check_depth(cfg, path, meta)

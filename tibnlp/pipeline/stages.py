@@ -9,6 +9,7 @@ reads: the pipeline file is checked against that when it loads.
 from __future__ import annotations
 
 import lzma
+import math
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -344,7 +345,7 @@ MODEL_ABOUT = (
 
 def _score(seed: Any, part: str, metric: str) -> float:
     value = float(seed.metrics[part].summary.get(metric, float("nan")))
-    return value if value == value else float("-inf")  # nan: never the best
+    return float("-inf") if math.isnan(value) else value  # nan: never the best
 
 
 def best_seed(seeds: list[Any]) -> Any | None:

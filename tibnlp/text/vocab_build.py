@@ -31,7 +31,7 @@ import sentencepiece as spm
 from tibnlp.config.core import dump_yaml, to_dict
 from tibnlp.config.text import VocabConfig
 from tibnlp.errors import DataError
-from tibnlp.fsutil import check_folder_path, staged_dir
+from tibnlp.fsutil import check_new_folder, staged_dir
 from tibnlp.text.sentences import SHADS
 from tibnlp.text.special import PAD_ID, UNK_ID
 from tibnlp.text.spm_log import Progress, TrainLog, c_stderr
@@ -348,9 +348,9 @@ def build_vocabulary(
     config.validate("vocab")  # a config built in code, not read: SentencePiece's bounds
     corpus_dir, output_dir = Path(corpus_dir), Path(output_dir)
     replace = force and (output_dir / MARKER).is_file()
-    if not replace and check_folder_path(output_dir).is_dir() and any(output_dir.iterdir()):
-        raise DataError(
-            f"{output_dir} already exists and is not empty",
+    if not replace:
+        check_new_folder(
+            output_dir,
             f"it is no vocabulary folder (it has no {MARKER}): choose a new --output"
             if force
             else "choose a new --output, or pass --force to replace that vocabulary",

@@ -47,7 +47,7 @@ from tibnlp.data.pretraining import (
 from tibnlp.errors import ConfigError, DataError, TibnlpError
 from tibnlp.evaluation.word_order import order_accuracies
 from tibnlp.folder_lock import hold_folder
-from tibnlp.fsutil import atomic_write_text
+from tibnlp.fsutil import atomic_write_text, blocking_file
 from tibnlp.models.electra import ElectraForPretraining
 from tibnlp.models.io import save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
@@ -221,22 +221,20 @@ def run_pretraining(
         return _pretrain(cfg, resume, world, eval_only)
 
 
-def _note(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def _require_folder_path(output: Path) -> None:
     """`pretrain.output` must be a folder, or a path one can be made at: a file there (or
     above it) failed with a FileExistsError traceback from the folder lock."""
-    for q in (output, *output.parents):
-        if q.exists():
-            if not q.is_dir():
-                where = "" if q == output else f" ({q}, above it, is a file)"
-                raise ConfigError(
-                    f"config key 'pretrain.output': {output} is not a folder{where}",
-                    "set pretrain.output to a folder path (it is made if absent)",
-                )
-            return
+    blocker = blocking_file(output)
+    if blocker is not None:
+        where = "" if blocker == output else f" ({blocker}, above it, is a file)"
+        raise ConfigError(
+            f"config key 'pretrain.output': {output} is not a folder{where}",
+            "set pretrain.output to a folder path (it is made if absent)",
+        )
+
+
+def _note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) -> Path:
