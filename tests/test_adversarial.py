@@ -110,4 +110,4 @@ def test_setting_is_validated_named_and_off_in_the_probe() -> None:
         load_config(None, ["finetune.adversarial=0.1", "finetune.long_document=segments"])
     cfg = load_config(None, ["finetune.adversarial=0.1", "finetune.probe_epochs=2"])
     assert probe_recipe(cfg.finetune).adversarial == 0.0
-    assert head_config(cfg.finetune).kind == "cnn"
+    assert head_config(cfg.finetune, cfg.model).kind == "cnn"

@@ -29,7 +29,7 @@ def test_embedding_lr_reaches_the_embeddings_inside_a_reader(mode: str) -> None:
         ],
     )
     reader = build_reader(Encoder(cfg.model), Reading(mode=mode), 16)
-    model = ClassifierLoss(Classifier(reader, 3, head_config(cfg.finetune)))
+    model = ClassifierLoss(Classifier(reader, 3, head_config(cfg.finetune, cfg.model)))
     groups = param_groups(model, 0.01, learning_rates(model.model, cfg.finetune))
     rate = {id(p): g.get("lr", 0.001) for g in groups for p in g["params"]}
     params = model.named_parameters()

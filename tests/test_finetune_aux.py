@@ -142,7 +142,7 @@ def test_layer_decay_puts_memory_tokens_at_the_embedding_depth() -> None:
             "finetune.cnn_channels=8",
         ],
     )
-    model = ClassifierLoss(Classifier(Encoder(cfg.model), 3, head_config(cfg.finetune)))
+    model = ClassifierLoss(Classifier(Encoder(cfg.model), 3, head_config(cfg.finetune, cfg.model)))
     groups = param_groups(model, 0.01, learning_rates(model.model, cfg.finetune))
     rate = {id(p): g.get("lr", 0.001) for g in groups for p in g["params"]}
     named = dict(model.named_parameters())

@@ -126,7 +126,7 @@ def test_finetune_pooling_reaches_the_head(kind: str) -> None:
     for pooling in ("cls", "cls_max"):
         ft = load_config(overrides=[f"finetune.head={kind}", f"finetune.pooling={pooling}"])
         torch.manual_seed(1)
-        model = Classifier(StandInEncoder(), 3, head_config(ft.finetune))
+        model = Classifier(StandInEncoder(), 3, head_config(ft.finetune, ft.model))
         inputs[pooling] = _head_input(model, x, m)
         hidden = model.encoder(x, m).hidden
     torch.testing.assert_close(inputs["cls"], hidden[:, 0])
@@ -141,6 +141,48 @@ def test_pooling_with_the_cnn_head_is_refused() -> None:
 
     with pytest.raises(ConfigError, match=r"finetune\.pooling"):
         load_config(overrides=["finetune.head=cnn", "finetune.pooling=cls_max"])
+    for pooling in ("auto", "cls"):  # neither asks the CNN head for anything
+        load_config(overrides=["finetune.head=cnn", f"finetune.pooling={pooling}"])
+
+
+WINDOWS = "model.scales.windows=['1','3',N/4]"
+
+
+@pytest.mark.parametrize(
+    ("model", "pooling", "expected"),
+    [
+        ([WINDOWS], "auto", "cls_max"),  # MODELS.md section 3's classification node
+        ([], "auto", "cls"),
+        ([WINDOWS], "cls", "cls"),  # an explicit setting wins
+        ([], "cls_max", "cls_max"),
+    ],
+)
+def test_auto_pooling_follows_the_encoder(model: list[str], pooling: str, expected: str) -> None:
+    from tibnlp.config import load_config
+    from tibnlp.models.classifier import head_config
+    from tibnlp.training.finetune_setup import system_name
+
+    cfg = load_config(overrides=[*model, "finetune.head=linear", f"finetune.pooling={pooling}"])
+    head = head_config(cfg.finetune, cfg.model)
+    assert head.pooling == expected
+    assert system_name(cfg.finetune, head.pooling).endswith(f"+linear-{expected}")
+
+
+def test_cnn_fine_tunings_keep_their_cache_key_under_auto_pooling() -> None:
+    """The default moved from cls to auto; a CNN head never reads it, so its runs' keys stay,
+    while a linear head's key tells auto from cls (they differ on multi-scale encoders)."""
+    from tibnlp.config import load_config
+    from tibnlp.config.core import to_dict
+    from tibnlp.config.identity import output_settings
+
+    def key(*sets: str) -> dict:
+        return output_settings(to_dict(load_config(overrides=list(sets))), ["finetune"])
+
+    assert key("finetune.head=cnn") == key("finetune.head=cnn", "finetune.pooling=cls")
+    assert key("finetune.head=cnn")["finetune"]["pooling"] == "cls"
+    linear = key("finetune.head=linear")
+    assert linear != key("finetune.head=linear", "finetune.pooling=cls")
+    assert linear["finetune"]["pooling"] == "auto"
 
 
 def test_mlp_head_is_two_layers_on_cls_and_max() -> None:

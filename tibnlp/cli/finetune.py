@@ -30,7 +30,7 @@ ModelOpt = Annotated[
 ]
 HeadOpt = Annotated[
     str | None,
-    typer.Option(help="cnn (TextCNN), linear or mlp (on finetune.pooling: cls or cls_max)."),
+    typer.Option(help="cnn (TextCNN), linear or mlp (on finetune.pooling: auto, cls or cls_max)."),
 ]
 EncoderOpt = Annotated[
     str | None,

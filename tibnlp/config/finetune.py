@@ -54,8 +54,10 @@ class FinetuneConfig:
     # two-layer MLP on it (with pooling cls_max: the multi-scale paper's classifier)
     head: Literal["cnn", "linear", "mlp"] = "cnn"
     # the sentence vector of the linear and mlp heads: [CLS], or [CLS] ++ max-pool over the
-    # real tokens (the one pooling setting; the CNN head pools by max-over-time itself)
-    pooling: Literal["cls", "cls_max"] = "cls"
+    # real tokens (the one pooling setting; the CNN head pools by max-over-time itself).
+    # auto: cls_max on a multi-scale encoder (MODELS.md section 3's classification node),
+    # cls on any other
+    pooling: Literal["auto", "cls", "cls_max"] = "auto"
     freeze_encoder: bool = False
     # > 0: LP-FT (Kumar et al. 2022): first this many epochs train the head alone on the frozen
     # encoder (at probe_lr; 0: the head's rate), then the whole classifier fine-tunes with
@@ -257,10 +259,10 @@ class FinetuneConfig:
         check(self.embedding_size >= 1, f"{prefix}.embedding_size", "must be >= 1")
         check(self.limit_train >= 0, f"{prefix}.limit_train", "must be >= 0 (0 = all)")
         check(
-            self.head != "cnn" or self.pooling == "cls",
+            self.head != "cnn" or self.pooling != "cls_max",
             f"{prefix}.pooling",
             "applies to the linear and mlp heads; the CNN head pools by max-over-time "
-            "(set finetune.head=linear or mlp, or leave pooling at cls)",
+            "(set finetune.head=linear or mlp, or leave pooling at auto)",
         )
         if self.encoder == "none":
             check(

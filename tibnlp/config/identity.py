@@ -89,6 +89,10 @@ def output_settings(
                     if f"{section}.{name}.{sub}" not in ADDED_WHEN_SET
                     or value != defaults[section][name][sub]
                 }
+        if section == "finetune" and values.get("head") == "cnn":
+            # pooling's default became "auto" (was "cls"); the CNN head never reads it, so
+            # its fine-tunings keep the key they had
+            values["pooling"] = "cls"
         if section in ADDED_WHEN_SET and not values:
             continue
         out[section] = values

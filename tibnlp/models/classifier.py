@@ -7,7 +7,8 @@ Three heads, as in the TNCC literature:
   (`mlp`: linear, ReLU, dropout, linear; with `cls_max` pooling the multi-scale paper's
   classifier, Guo et al. 2020).
 The sentence vector of the linear and MLP heads is `[CLS]` (`pooling: cls`) or `[CLS]`
-concatenated with a max-pool over the real tokens (`cls_max`); `finetune.pooling` sets it.
+concatenated with a max-pool over the real tokens (`cls_max`); `finetune.pooling` sets it,
+and its default (`auto`) is `cls_max` on a multi-scale encoder, as MODELS.md section 3 says.
 
 `Classifier` accepts any encoder module whose forward(input_ids, attention_mask) returns the
 hidden states as a tensor [B, N, D] or an object with `.hidden`, so the pretrained ALBERT, a
@@ -31,6 +32,7 @@ from torch import nn
 
 from tibnlp.config.core import check
 from tibnlp.config.finetune import FinetuneConfig, check_layers
+from tibnlp.config.model import ModelConfig
 from tibnlp.models.encoder import Encoder
 
 
@@ -143,10 +145,26 @@ def build_head(cfg: HeadConfig, hidden_size: int, num_labels: int) -> nn.Module:
     return LinearHead(hidden_size, num_labels, cfg.pooling, cfg.dropout, mlp=cfg.kind == "mlp")
 
 
-def head_config(ft: FinetuneConfig) -> HeadConfig:
-    """The head `finetune` settings describe (kind, CNN widths, dropout, pooling)."""
+def resolve_pooling(
+    pooling: Literal["auto", "cls", "cls_max"], model: ModelConfig
+) -> Literal["cls", "cls_max"]:
+    """`finetune.pooling` for an encoder of shape `model`: auto is the multi-scale paper's
+    [CLS] ++ max-pool on a multi-scale encoder (MODELS.md section 3), [CLS] on any other."""
+    if pooling == "auto":
+        return "cls_max" if model.scales.enabled else "cls"
+    return pooling
+
+
+def head_config(ft: FinetuneConfig, model: ModelConfig) -> HeadConfig:
+    """The head `finetune` settings describe (kind, CNN widths, dropout, pooling) on an
+    encoder of shape `model`."""
     return HeadConfig(
-        ft.head, list(ft.cnn_kernels), ft.cnn_channels, ft.dropout, ft.pooling, list(ft.layers)
+        ft.head,
+        list(ft.cnn_kernels),
+        ft.cnn_channels,
+        ft.dropout,
+        resolve_pooling(ft.pooling, model),
+        list(ft.layers),
     )
 
 

@@ -184,7 +184,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         "finetune.layers",
         f"-1 and {depth} are the same state (the last of {depth} layers): list it once",
     )
-    head = head_config(ft)
+    head = head_config(ft, model_cfg)
     static = None
     if ft.static_vectors:
         vectors = load_static_vectors(Path(ft.static_vectors), model_cfg.vocab_size)
@@ -220,7 +220,9 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     cut = {
         s: {"texts": sum(n > 0 for n in d), "tokens_dropped": sum(d)} for s, d in dropped.items()
     }
-    return Setup(data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft), cut, static)
+    return Setup(
+        data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft, head.pooling), cut, static
+    )
 
 
 def classes_left_out(data: LabelledSet, limit: int) -> str:
@@ -308,7 +310,9 @@ def texts(data: LabelledSet, split: str, form: str) -> list[str]:
     return [model_text(t, form, data.join_spaced_syllables) for t in data.texts(split)]
 
 
-def system_name(ft: FinetuneConfig) -> str:
+def system_name(ft: FinetuneConfig, pooling: str = "") -> str:
+    """The system's name in result tables; `pooling`: the resolved `finetune.pooling`
+    (auto names what it became)."""
     loss = f"+balance{ft.class_balance:g}" if ft.class_balance else ""  # the training loss's
     loss += f"+adv{ft.adversarial:g}" if ft.adversarial else ""  # levers, in the name,
     loss += f"+l2sp{ft.l2sp:g}" if ft.l2sp else ""
@@ -318,7 +322,7 @@ def system_name(ft: FinetuneConfig) -> str:
         return base + loss + (f"+soup{ft.soup}" if ft.soup > 1 else "")
     shape = f"({Path(ft.model_dir).name})" if ft.model_dir else ""
     base = f"albert-random{shape}" if ft.random_init else f"albert-pretrained{shape}"
-    head = ft.head if ft.head == "cnn" else f"{ft.head}-{ft.pooling}"
+    head = ft.head if ft.head == "cnn" else f"{ft.head}-{pooling or ft.pooling}"
     long = "" if ft.long_document == "truncate" else f"+long-{ft.long_document}"
     if ft.long_document == "memory" and ft.memory_selection == "frozen":
         long += "-frozen"
