@@ -306,3 +306,31 @@ def test_load_mlm_reads_models_pretrained_without_the_pair_task(env, options) ->
     assert not mlm.sop
     for key, value in mlm.state_dict().items():
         assert torch.equal(value, saved.state_dict()[key]), key
+
+
+@pytest.mark.parametrize(
+    ("mode", "sets", "unread"),
+    [
+        ("truncate", [], []),
+        ("memory", [*MEMORY, "finetune.memory_selection=frozen"], []),
+        (
+            "segments",
+            [*MEMORY, "finetune.memory_selection=frozen", "finetune.document_max_len=64"],
+            ["global_memory.threshold", "global_memory.budget", "memory_selection"],
+        ),
+        ("truncate", ["finetune.document_max_len=64"], ["document_max_len"]),
+    ],
+)
+def test_long_document_settings_a_reading_never_uses(mode, sets, unread) -> None:
+    """Settings for another reading are accepted (a grid over long_document shares them) but
+    named: memory's settings outside memory, the document cap under truncation."""
+    ft = load_config(None, [f"finetune.long_document={mode}", *sets]).finetune
+    assert ft.unread_settings() == [f"finetune.{name}" for name in unread]
+
+
+def test_fine_tuning_names_the_settings_it_does_not_read(env, capsys) -> None:
+    result = run_finetune(_cfg(env, "truncate", *MEMORY), "tncc")
+    unread = ["finetune.global_memory.threshold", "finetune.global_memory.budget"]
+    assert result.notes["unread_settings"] == unread
+    err = capsys.readouterr().err
+    assert f"note: {', '.join(unread)} set, but long_document=truncate does not read" in err

@@ -164,6 +164,22 @@ class FinetuneConfig:
         """The model directory read (weights, or only shape and vocabulary); "" when none."""
         return "" if self.model in ("", "none") else self.model
 
+    def unread_settings(self) -> list[str]:
+        """Long-document settings moved from their defaults that this reading never uses.
+        Not refused: a pipeline grid over `long_document` shares one memory setting among
+        its variants; `tibnlp finetune` says so instead."""
+        default = FinetuneConfig()
+        moved = []
+        if self.long_document != "memory":
+            for name in ("threshold", "budget"):
+                if getattr(self.global_memory, name) != getattr(default.global_memory, name):
+                    moved.append(f"global_memory.{name}")
+            if self.memory_selection != default.memory_selection:
+                moved.append("memory_selection")
+        if self.long_document == "truncate" and self.document_max_len != default.document_max_len:
+            moved.append("document_max_len")
+        return [f"finetune.{name}" for name in moved]
+
     def validate(self, prefix: str) -> None:
         check(bool(self.output.strip()), f"{prefix}.output", "must name a folder")
         check(self.max_len >= 0, f"{prefix}.max_len", "must be >= 0 (0 = task default)")

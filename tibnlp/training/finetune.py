@@ -163,6 +163,15 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     majority = majority_macro_f1(data.targets("validation"), len(data.labels))
     notes["validation_majority_macro_f1"] = majority
     notes["cut_at_read_length"] = {"read_length": read_length(setup.meta), **setup.cut}
+    if unread := ft.unread_settings():
+        notes["unread_settings"] = unread
+        print(
+            f"note: {', '.join(unread)} set, but long_document={ft.long_document} does not read "
+            "them (global_memory and memory_selection: memory only; document_max_len: "
+            "segments and memory)",
+            file=sys.stderr,
+            flush=True,
+        )
     if absent := classes_absent(data):
         notes["classes_absent"] = absent
         print(f"note: {absent}", file=sys.stderr, flush=True)
