@@ -16,7 +16,8 @@ from tibnlp.config import load_config
 from tibnlp.errors import ConfigError
 from tibnlp.evaluation.report import load_results
 from tibnlp.pipeline.grid import expand
-from tibnlp.pipeline.runner import Planner, run_pipeline
+from tibnlp.pipeline.planner import Planner
+from tibnlp.pipeline.runner import run_pipeline
 from tibnlp.pipeline.spec import load_pipeline
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training import finetune as ft_mod

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tibnlp.pipeline.grid import expand
-from tibnlp.pipeline.runner import Planner
+from tibnlp.pipeline.planner import Planner
 from tibnlp.pipeline.spec import load_pipeline
 
 SPEC = Path(__file__).resolve().parents[1] / "pipelines" / "designs.yaml"

@@ -496,7 +496,7 @@ def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path
     """Precision enters the pretraining and fine-tuning keys; log cadence and speed knobs do
     not; a default engine, or no init_from, leaves the key as it was before they existed."""
     from tibnlp.pipeline.cache import node_key
-    from tibnlp.pipeline.runner import Planner
+    from tibnlp.pipeline.planner import Planner
 
     path = tmp_path / "keys.yaml"
     path.write_text(KEYS.format(workdir=tmp_path / "work"), encoding="utf-8")
@@ -578,7 +578,7 @@ def test_paths_a_stage_sets_itself_stay_out_of_its_key(
     config never reaches the stage, and changing it reran the stage for nothing. A path no
     input fills still counts; a config that sets none keeps the key it had."""
     from tibnlp.pipeline.cache import node_key
-    from tibnlp.pipeline.runner import Planner
+    from tibnlp.pipeline.planner import Planner
 
     path = tmp_path / "keys.yaml"
     path.write_text(KEYS.format(workdir=tmp_path / "work"), encoding="utf-8")

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 from tibnlp.cli.main import app
 from tibnlp.folder_lock import FolderBusy, hold_folder
 from tibnlp.pipeline.context import StageContext
+from tibnlp.pipeline.planner import Planner
 from tibnlp.pipeline.registry import register_stage
-from tibnlp.pipeline.runner import Planner, run_pipeline
+from tibnlp.pipeline.runner import run_pipeline
 from tibnlp.pipeline.spec import load_pipeline
 
 

@@ -15,8 +15,9 @@ from tibnlp.errors import ConfigError
 from tibnlp.pipeline import cache
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.grid import expand
+from tibnlp.pipeline.planner import Planner
 from tibnlp.pipeline.registry import register_stage
-from tibnlp.pipeline.runner import Planner, run_pipeline
+from tibnlp.pipeline.runner import run_pipeline
 from tibnlp.pipeline.spec import load_pipeline
 
 READ: list[str] = []

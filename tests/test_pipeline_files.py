@@ -9,7 +9,7 @@ import pytest
 
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.grid import expand
-from tibnlp.pipeline.runner import Planner
+from tibnlp.pipeline.planner import Planner
 from tibnlp.pipeline.spec import load_pipeline
 from tibnlp.pipeline.stages import slice_corpus
 

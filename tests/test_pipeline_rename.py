@@ -9,8 +9,9 @@ from typing import Any
 import yaml
 
 from tibnlp.pipeline.context import StageContext
+from tibnlp.pipeline.planner import Planner
 from tibnlp.pipeline.registry import register_stage
-from tibnlp.pipeline.runner import Planner, run_pipeline
+from tibnlp.pipeline.runner import run_pipeline
 from tibnlp.pipeline.spec import load_pipeline
 
 RUNS: list[str] = []

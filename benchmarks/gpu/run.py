@@ -575,7 +575,7 @@ def loop(mode: Mode, env: dict[str, str]) -> str:
 
     from tibnlp.config.core import deep_merge
     from tibnlp.data.datadir import require
-    from tibnlp.pipeline.runner import DATA_PREFIX
+    from tibnlp.pipeline.planner import DATA_PREFIX
     from tibnlp.pipeline.spec import load_pipeline
 
     start = _start(mode, "loop")

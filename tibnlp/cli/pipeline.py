@@ -81,7 +81,7 @@ def clean(
     interrupted runs); --yes removes them. Give the same --set as the runs to keep."""
     from tibnlp.folder_lock import hold_folder
     from tibnlp.pipeline.clean import remove, unused_outputs
-    from tibnlp.pipeline.runner import Planner
+    from tibnlp.pipeline.planner import Planner
 
     planner = Planner(load_pipeline(file, overrides or []), workdir)
     if not planner.workdir.is_dir():

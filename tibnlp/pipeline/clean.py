@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tibnlp.pipeline.cache import MANIFEST, explain_change
-from tibnlp.pipeline.runner import Planner, Step
+from tibnlp.pipeline.planner import Planner, Step
 
 _KEYED = re.compile(r".+-[0-9a-f]{12}(\.partial)?")
 _ASIDE = re.compile(r"\..+\.old(-\d+)?")  # a republish's old output, left by a crash

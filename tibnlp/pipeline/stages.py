@@ -158,7 +158,7 @@ def vocab(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
 
 # The config settings each adapter sets itself, and from what: the input of that name, or ""
 # for the stage's own output folder. What the pipeline's config says for them never reaches the
-# stage, so they stay out of its cache key (`tibnlp.pipeline.runner`): keep these in step with
+# stage, so they stay out of its cache key (`tibnlp.pipeline.planner`): keep these in step with
 # the adapters below.
 PRETRAIN_FILLS = (
     ("pretrain.corpus", "corpus"),
