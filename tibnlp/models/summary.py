@@ -69,8 +69,10 @@ def training_flops_per_token(cfg: ModelConfig, seq_len: int, mask_prob: float) -
     What a design adds: `fusion` runs three masked attentions (each its own Q/K/V and
     output projection, each over every key) and the D -> 4D gate; `memory_tokens: k` runs the
     layers over k more positions per sequence (k / seq_len more per input token); the
-    FFN-free multi-scale layer (`scales.ffn: false`) has no FFN. Segment recurrence's memory
-    keys are not counted.
+    FFN-free multi-scale layer (`scales.ffn: false`) has no FFN; segment recurrence
+    (`recurrence.mem_len: M`) gives every layer M more keys (`_recurrence_flops`). `W_R`'s
+    projection of the relative distance table runs once per batch, not per token, and is not
+    counted (0.1 % of the quickstart shape's count at batch 64).
 
     Why analytic: on a shared or varying CPU, a budget in FLOPs and tokens compares runs
     where wall-clock time cannot (issue 11's budget rule)."""
@@ -85,7 +87,31 @@ def training_flops_per_token(cfg: ModelConfig, seq_len: int, mask_prob: float) -
     attention = 12.0 * attentions * layers * positions * d * share
     if cfg.position == "relative":
         attention += 6.0 * layers * (2 * positions - 1) * d * share
-    return 6.0 * weights + attention
+    return 6.0 * weights + attention + _recurrence_flops(cfg, seq_len)
+
+
+def _recurrence_flops(cfg: ModelConfig, seq_len: int) -> float:
+    """What segment recurrence's memory adds per input token: 0 without it.
+
+    Every layer's attention reads `mem_len` more keys (the previous segment's states, gradient
+    stopped, concatenated before the segment's own): each query of the segment scores them
+    and mixes their values (12 x layers x M x hidden per query, as for the segment's keys),
+    their relative-position term covers M more distances (6 x layers x M x hidden per query),
+    and their keys and values are projected again at every segment (2 D x D weights for M
+    states per sequence; the backward pass computes those rows' input gradient too, since
+    they enter the same matmul as the segment, so 6 x as for any weight). Why count them: a
+    recurrent run reads M more keys than a plain one of the same `seq_len`, and a FLOPs
+    budget that ignored them compared it with the others at a discount. Upper bound: the
+    memory is counted full (`mem_len` states) for every segment, where a chain's first
+    segment has none and its second at most one segment's worth."""
+    m = cfg.recurrence.mem_len
+    if m == 0:
+        return 0.0
+    d, layers = cfg.hidden_size, cfg.num_layers
+    share = (seq_len + cfg.memory_tokens) / seq_len  # queries per input token
+    per_query = 12.0 * m * d + (6.0 * m * d if cfg.position == "relative" else 0.0)
+    projection = 6.0 * 2 * d * d * m / seq_len
+    return layers * (share * per_query + projection)
 
 
 def electra_flops_per_token(
