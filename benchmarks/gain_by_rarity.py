@@ -4,9 +4,12 @@ A twin learns each piece's meaning from the labelled titles alone, so it can kno
 as well as the training titles teach it; pretraining can add what the corpus says of pieces
 the training titles hold rarely or never. This script splits the test (or validation) titles
 by how well their rarest piece is covered in the training titles: the number of training
-titles that contain it (0: a piece no training title has). Per bucket it gives both systems'
-accuracy (mean over seeds), A - B with its 95 % interval over the bucket's titles (paired
-bootstrap, `tibnlp finetune compare`'s), and the share of the whole lead the bucket holds.
+titles that contain it (0: a piece no training title has). The training titles are those the
+systems were fine-tuned on (the first N with `finetune.limit_train`), cut into pieces in the
+input form they read and by the vocabulary they read (refused when --vocab is another). Per
+bucket it gives both systems' accuracy (mean over seeds), A - B with its 95 % interval over the
+bucket's titles (paired bootstrap, `tibnlp finetune compare`'s), and the share of the whole
+lead the bucket holds.
 Accuracy, not macro-F1: a bucket misses whole classes, and F1 is not a sum over items.
 `--by share` splits instead by the share of a title's pieces that are rare in the training
 titles, so that one rare piece beside common ones does not decide a title's bucket.
@@ -23,10 +26,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from tibnlp.data.tasks import load_tncc
+from tibnlp.data.tasks import STORED_TEXT_FORM, TEXT_FORMS, LabelledSet, load_tncc, model_text
 from tibnlp.errors import run_script
 from tibnlp.evaluation.report import load_one_result
 from tibnlp.evaluation.significance import paired_bootstrap, pool_rows, row_predictions
@@ -38,8 +42,8 @@ SHARE_CUT = 0.2  # --by share: the buckets' edge on a title's share of rare piec
 
 
 def piece_sets(vocab: Vocabulary, texts: Sequence[str]) -> list[set[int]]:
-    """The distinct regular pieces of each text (given in the model's input form, as
-    `load_tncc` gives them)."""
+    """The distinct regular pieces of each text (given in the model's input form,
+    `input_form`)."""
     special = set(vocab.special_ids) - {vocab.unk_id}  # [UNK] stays: a piece no one knows
     return [set(vocab.encode(t)) - special for t in texts]
 
@@ -90,6 +94,66 @@ def share_buckets(shares: np.ndarray) -> tuple[np.ndarray, list[str]]:
     return buckets, ["none", f"over 0, up to {cut}", f"over {cut}"]
 
 
+def _one(rows: Sequence[dict[str, Any]], what: str, value: Any) -> Any:
+    """The one `value(row)` every row that records it gives (None when none does)."""
+    found = {row_value for row in rows if (row_value := value(row)) is not None}
+    if len(found) > 1:
+        names = ", ".join(f"{r['system']}: {value(r)}" for r in rows)
+        raise SystemExit(f"the systems differ in their {what} ({names}): no common rarity")
+    return found.pop() if found else None
+
+
+def _notes(row: dict[str, Any]) -> dict[str, Any]:
+    notes = row.get("notes")
+    return notes if isinstance(notes, dict) else {}
+
+
+def _input_form(row: dict[str, Any]) -> str:
+    """The text form the row's classifiers read (notes.input_form starts with it); results
+    written before the form was recorded read the stored form."""
+    recorded = _notes(row).get("input_form")
+    form = recorded.split(" ", 1)[0] if isinstance(recorded, str) else STORED_TEXT_FORM
+    if form not in TEXT_FORMS:
+        raise SystemExit(f"{row['system']}: unknown input form {recorded!r} in its notes")
+    return form
+
+
+def _train_size(row: dict[str, Any]) -> int | None:
+    sizes = _notes(row).get("sizes")
+    return sizes.get("train") if isinstance(sizes, dict) else None
+
+
+def model_texts(
+    rows: Sequence[dict[str, Any]], data: LabelledSet, vocab: Vocabulary, part: str
+) -> tuple[list[str], list[str]]:
+    """The training titles every system was fine-tuned on (the first `finetune.limit_train`
+    of them, when set) and the `part` titles, in the input form they read: a piece's rarity
+    is what the systems' own training titles teach of it, in the pieces `vocab` cuts them
+    into, which must be the vocabulary the systems read."""
+    sha = _one(rows, "vocabularies", lambda r: _notes(r).get("vocab_sha256"))
+    if sha is not None and sha != vocab.sha256:
+        raise SystemExit(
+            f"--vocab: not the vocabulary the systems read (sha256 "
+            f"{vocab.sha256[:12]}, theirs {sha[:12]}); give the model or vocab folder they used"
+        )
+    train = data.splits["train"]
+    size = _one(rows, "numbers of training titles (finetune.limit_train)", _train_size)
+    if size is not None and size > len(train):
+        raise SystemExit(
+            f"the systems were fine-tuned on {size} training titles, {data.name} has "
+            f"{len(train)}: another version of the data"
+        )
+    form = _one(rows, "input forms", _input_form)
+
+    def in_form(texts: list[str]) -> list[str]:
+        if form == STORED_TEXT_FORM:  # loaded texts are in it already
+            return texts
+        return [model_text(t, form, data.join_spaced_syllables) for t in texts]
+
+    used = train[:size] if size is not None else train
+    return in_form([e.text for e in used]), in_form(data.texts(part))
+
+
 def _seeds(n: int) -> str:
     return f"{n} seed" if n == 1 else f"{n} seeds"
 
@@ -114,16 +178,18 @@ def main() -> None:
     args = ap.parse_args()
 
     row_b = load_one_result(args.b)
-    row_a = pool_rows([load_one_result(p) for p in [args.a, *args.pool]], args.part, row_b)
+    runs_a = [load_one_result(p) for p in [args.a, *args.pool]]
+    row_a = pool_rows(runs_a, args.part, row_b)
     true_a, preds_a = row_predictions(row_a, args.part)
     true_b, preds_b = row_predictions(row_b, args.part)
     data = load_tncc("title")
-    examples = data.splits[args.part]
-    if true_a != true_b or true_a != [e.label for e in examples]:
+    if not row_a.get("labels") == row_b.get("labels") == data.labels:
+        raise SystemExit("the two systems and TNCC's titles differ in their label lists")
+    if true_a != true_b or true_a != data.targets(args.part):
         raise SystemExit(f"the two systems and TNCC's {args.part} titles differ in their items")
     vocab = Vocabulary.load(args.vocab)
-    train = piece_sets(vocab, [e.text for e in data.splits["train"]])
-    items = piece_sets(vocab, [e.text for e in examples])
+    train_texts, texts = model_texts([*runs_a, row_b], data, vocab, args.part)
+    train, items = piece_sets(vocab, train_texts), piece_sets(vocab, texts)
     if args.by == "share":
         buckets, names = share_buckets(rare_shares(train, items))
         column = f"share of pieces in < {RARE_BELOW} training titles"

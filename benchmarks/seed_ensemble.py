@@ -8,6 +8,10 @@ script scores each system's ensemble on validation and test (macro-F1) and gives
 its 95 % interval over the items (the paired bootstrap of `tibnlp finetune compare`).
 
     python benchmarks/seed_ensemble.py SYSTEM_A SYSTEM_B    # folders holding seed-*/
+
+Each system's ensemble is of the seeds its results.json reports (all seed-*/ without one);
+both are scored on the same titles in the same order, their probabilities in the dataset's
+label order (a classifier of another label order is refused).
 """
 
 from __future__ import annotations
@@ -18,17 +22,34 @@ from pathlib import Path
 from tibnlp.data.tasks import load_tncc
 from tibnlp.errors import run_script
 from tibnlp.evaluation.predict import mean_proba
+from tibnlp.evaluation.report import RESULTS_JSON, load_one_result
 from tibnlp.evaluation.significance import paired_bootstrap
 
 PARTS = ("validation", "test")
 
 
+def seed_folders(system: Path) -> list[Path]:
+    """The classifiers of the seeds `system`'s results.json reports (the seed-mean's), or,
+    without one, every `seed-*` classifier folder. A folder fine-tuned again with fewer or
+    other seeds keeps the old seed folders: globbing them mixed another run into the mean."""
+    results = system / RESULTS_JSON
+    if not results.is_file():
+        seeds = sorted(p for p in system.glob("seed-*") if (p / "classifier.yaml").is_file())
+        if not seeds:
+            raise SystemExit(f"{system}: no results.json and no seed-* classifier folders")
+        return seeds
+    seeds = [system / f"seed-{s['seed']}" for s in load_one_result(results)["seeds"]]
+    missing = [p.name for p in seeds if not (p / "classifier.yaml").is_file()]
+    if not seeds or missing:
+        raise SystemExit(
+            f"{results}: its seeds' classifiers are missing ({', '.join(missing) or 'no seeds'})"
+        )
+    return seeds
+
+
 def ensemble_predictions(system: Path, texts: list[str]) -> tuple[list[int], list[str]]:
-    """Argmax of the mean class probabilities of every `seed-*` classifier under `system`."""
-    seeds = sorted(system.glob("seed-*"))
-    if not seeds:
-        raise SystemExit(f"{system}: no seed-* classifier folders")
-    probs, labels = mean_proba(seeds, texts)
+    """Argmax of the mean class probabilities of `system`'s seed classifiers."""
+    probs, labels = mean_proba(seed_folders(system), texts)
     return probs.argmax(1).tolist(), labels
 
 

@@ -163,7 +163,10 @@ def compare(
     seed: Annotated[int, typer.Option(help="The resampling's random seed.")] = 0,
     pool: Annotated[
         list[Path] | None,
-        typer.Option(help="More runs of system A (e.g. other pretraining seeds): seeds pooled."),
+        typer.Option(
+            help="More runs of system A (e.g. other pretraining seeds): A's score is the mean "
+            "over all their seeds, each weighing the same; seeds are not paired with B's."
+        ),
     ] = None,
 ) -> None:
     """Is A above B? The difference of their seed-mean scores, with a paired-bootstrap interval

@@ -7,6 +7,12 @@ systems are scored on the same resamples of the items (paired), each resample's 
 mean over a system's seeds, and the percentiles of the differences give the interval (Efron
 and Tibshirani 1993; Koehn 2004 and Dror et al. 2018 for its use in NLP). The seeds themselves
 are not resampled: three of them make a poor bootstrap sample.
+
+Seeds are not paired by number: A - B is the difference of the two seed-means, which is the
+mean over every (A seed, B seed) pair, and equals the mean of seed-k-against-seed-k
+differences whenever both have the same seeds. Pooled runs (`--pool`) add their seeds to A's
+mean, each seed weighing the same. The resampling is seeded (`seed`, 0 by default), so an
+interval printed once reads the same on every rerun.
 """
 
 from __future__ import annotations
@@ -170,7 +176,13 @@ def compare_rows(
             "were fine-tuned and scored on different datasets",
             "compare results of one dataset and split",
         )
-    if true_a != true_b or row_a.get("labels") != row_b.get("labels"):
+    if row_a.get("labels") != row_b.get("labels"):  # ids that name other classes
+        raise DataError(
+            f"{row_a['system']} and {row_b['system']} number their labels differently "
+            f"({', '.join(row_a['labels'])} against {', '.join(row_b['labels'])})",
+            "compare results fine-tuned on one dataset's label list",
+        )
+    if true_a != true_b:
         raise DataError(
             f"{row_a['system']} and {row_b['system']} were not scored on the same {part} items "
             f"({row_a['dataset']}: {len(true_a)}, {row_b['dataset']}: {len(true_b)})",
