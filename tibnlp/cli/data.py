@@ -11,7 +11,7 @@ from rich.table import Table
 
 from tibnlp.cli.common import console
 from tibnlp.data.datadir import check_data_dir, data_dir, link_into
-from tibnlp.data.manifests import all_manifests
+from tibnlp.data.manifests import all_manifests, status_ok
 
 app = typer.Typer(
     help="Datasets and corpora in the data directory ($TIBNLP_DATA).", no_args_is_help=True
@@ -26,20 +26,25 @@ def list_datasets(
 ) -> None:
     """Known datasets and corpora, and whether each is present with matching checksums; exits
     1 when one is damaged (partial, a checksum mismatch, a broken link, unreadable, a folder
-    without its files). A dataset absent is not an error: each command names the one it
-    needs."""
+    without its files; for a set you download, which has no checksums: some split files
+    only, several archives, a damaged archive). A dataset absent is not an error: each
+    command names the one it needs."""
     root = data_dir()
     check_data_dir(root)
     table = Table(title=f"data directory: {root}")
     for col in ("name", "kind", "folder", "status", "license"):
         table.add_column(col, overflow="fold")
     damaged: list[str] = []
+    downloads: list[str] = []  # what to do for a damaged set no copy holds (tncc_document)
     for m in all_manifests().values():
         status = m.status(verify)
-        style = "green" if status == "present" else "red" if status != "missing" else "yellow"
+        ok = status_ok(status)
+        style = "green" if ok else "red" if status != "missing" else "yellow"
         table.add_row(m.name, m.kind, m.root, f"[{style}]{escape(status)}[/]", m.license)
-        if status not in ("present", "missing"):
+        if not ok and status != "missing":
             damaged.append(f"{m.name} in {m.path}: {status}")
+            if not m.files and m.download:
+                downloads.append(f"{m.name}: {m.download}")
     console.print(table)
     if damaged:
         console.print(f"[red]damaged:[/] {escape('; '.join(damaged))}", soft_wrap=True)
@@ -49,6 +54,8 @@ def list_datasets(
             "SOURCE_DIR` replaces broken links but leaves other existing entries alone",
             soft_wrap=True,
         )
+        for line in downloads:
+            console.print(f"[yellow]hint:[/] {escape(line)}", soft_wrap=True)
         raise typer.Exit(1)
 
 

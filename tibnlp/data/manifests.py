@@ -10,16 +10,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
 from tibnlp.config.core import from_dict
 from tibnlp.data.datadir import data_dir
 from tibnlp.errors import DataError
+
+if TYPE_CHECKING:  # importlib.resources.abc is new in Python 3.11
+    from importlib.resources.abc import Traversable
+
+# Sets that are not redistributed (a user downloads them, so `files` lists no checksums): the
+# archive the loader cuts into splits when none of the split files is there, as (pattern in the
+# dataset's folder, the file inside it that is read).
+ARCHIVES: dict[str, tuple[str, str]] = {"tncc_document": ("*.zip", "document-tibetan.txt")}
 
 
 @dataclass
@@ -51,19 +61,46 @@ class Manifest:
         if isinstance(data, dict) and "labels" in data:
             data = data["labels"]
         if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
-            raise DataError(f"{path}: expected a list of label names (or {{'labels': [...]}})")
+            raise DataError(
+                f"{path}: expected a list of label names (or {{'labels': [...]}})",
+                "restore the file: the class names as strings, in label-id order",
+            )
         return check_label_list(data, path)
 
     def require(self, relative: str) -> Path:
-        """A file of this dataset, or an error saying what to download and where."""
+        """A file of this dataset, or an error saying what is wrong and what to do: download
+        the set (its folder is absent), or restore the file (the folder is there without it:
+        `tibnlp data link` leaves an existing folder alone, so linking again would not)."""
         path = self.path / relative
-        if not path.exists():
+        if path.is_file():
+            return path
+        if path.is_symlink() and not path.exists():
+            what = f"is a broken link to {os.readlink(path)}"
+        elif path.exists():
+            what = "is not a file"
+        else:
+            what = "is missing"
+        if self.path.is_dir():
+            hint = (
+                f"restore {relative} in {self.path} (`tibnlp data list` names every missing "
+                f"or changed file), or remove {self.path} and link a complete copy: "
+                "`tibnlp data link SOURCE_DIR`"
+            )
+            if self.download:
+                hint = f"{hint}; {self.download}"
+        else:
             hint = self.download or (
                 f"put the '{self.name}' files in {self.path} (data directory: {data_dir()}; "
                 "set $TIBNLP_DATA or run `tibnlp data link SOURCE_DIR`)"
             )
-            raise DataError(f"dataset '{self.name}': {path} is missing", hint)
-        return path
+        raise DataError(f"dataset '{self.name}': {path} {what}", hint)
+
+    def archives(self) -> list[Path]:
+        """The archives in this set's folder that its loader may cut into splits (`ARCHIVES`;
+        none for a set that is not downloaded by the user)."""
+        if self.name not in ARCHIVES or not self.path.is_dir():
+            return []
+        return sorted(p for p in self.path.glob(ARCHIVES[self.name][0]) if p.is_file())
 
     def status(self, verify: bool = True) -> str:
         """'present', 'missing' (nothing at its folder), or what is wrong with what is there
@@ -78,8 +115,8 @@ class Manifest:
                 return "missing"
             if not path.is_dir():
                 return "not a folder"
-            if not self.files:
-                return "present"
+            if not self.files:  # a set the user downloads: its split files or its archive
+                return self._downloaded_status(verify) if self.splits else "present"
             absent = [f for f in self.files if not (path / f).is_file()]
             if len(absent) == len(self.files):  # a wrong folder linked or copied here
                 return f"holds none of its {len(self.files)} files (e.g. {next(iter(self.files))})"
@@ -95,6 +132,62 @@ class Manifest:
         except OSError as exc:  # no permission on the folder or a file, an I/O error
             return f"unreadable: {exc.filename or path} ({exc.strerror or exc})"
         return "present"
+
+    def _downloaded_status(self, verify: bool) -> str:
+        """`status` of a set without checksums: what its loader would read (the split files,
+        else the one archive) or why it would refuse (some split files only, several
+        archives, none of either), in the loader's terms (`tibnlp.data.tasks`)."""
+        rels = list(self.splits.values())
+        absent = [rel for rel in rels if not (self.path / rel).is_file()]
+        if not absent:
+            return f"present: {_listed(rels)} (no checksums: a set you download)"
+        if len(absent) < len(rels):
+            named = [r if not (self.path / r).exists() else f"{r} (not a file)" for r in absent]
+            return f"partial: missing {_listed(named)}"
+        archives = self.archives()
+        if len(archives) > 1:
+            return f"ambiguous: {len(archives)} archives ({_listed([a.name for a in archives])})"
+        if not archives:
+            pattern = ARCHIVES[self.name][0] if self.name in ARCHIVES else ""
+            return f"holds none of its files ({_listed(rels)}{' or ' + pattern if pattern else ''})"
+        if verify:
+            try:
+                archive_member(self, archives[0], check_crc=True)
+            except DataError as exc:
+                return f"damaged: {exc.message}"
+        return f"present: {archives[0].name} (cut 8:1:1 at load; no checksums: a set you download)"
+
+
+def status_ok(status: str) -> bool:
+    """Whether a `Manifest.status` says the set is usable as it is."""
+    return status == "present" or status.startswith("present:")
+
+
+def archive_member(manifest: Manifest, path: Path, check_crc: bool = False) -> str:
+    """The name of the file inside `path` (a zip in the folder of `manifest`) that its loader
+    reads (`ARCHIVES`), or an error naming the zip: not a zip, no such file, several.
+    Entries under `__MACOSX/` (a Mac's resource forks, "._NAME") are not candidates.
+    `check_crc`: also read every entry and check its CRC (a truncated download)."""
+    wanted = ARCHIVES[manifest.name][1]
+    hint = f"download the archive again; {manifest.download}"
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = [
+                n for n in zf.namelist() if Path(n).name == wanted and not n.startswith("__MACOSX/")
+            ]
+            bad = zf.testzip() if check_crc and names else None
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:  # zlib: a damaged member
+        raise DataError(f"{path}: not a readable zip ({exc})", hint) from exc
+    if bad is not None:
+        raise DataError(f"{path}: {bad} is damaged (CRC mismatch)", hint)
+    if not names:
+        raise DataError(f"{path}: holds no {wanted}", hint)
+    if len(names) > 1:
+        raise DataError(
+            f"{path}: holds {len(names)} files named {wanted} ({', '.join(names)})",
+            "keep the archive of the release alone in the folder",
+        )
+    return names[0]
 
 
 def _listed(names: list[str], most: int = 4) -> str:
@@ -126,19 +219,20 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def _manifest_files() -> list[tuple[str, str]]:
-    """From the source checkout's `corpora/` if there is one, else the installed copy."""
+def manifest_folder() -> Traversable:
+    """Where the manifests are read from: the source checkout's `corpora/` if there is one,
+    else the installed copy (`tibnlp.manifests`)."""
     checkout = Path(__file__).resolve().parents[2] / "corpora"
-    if checkout.is_dir():
-        entries = [(p.name, p.read_text(encoding="utf-8")) for p in checkout.glob("*.yaml")]
-    else:
-        folder = resources.files("tibnlp.manifests")
-        entries = [
-            (e.name, e.read_text(encoding="utf-8"))
-            for e in folder.iterdir()
-            if e.name.endswith(".yaml")
-        ]
-    return sorted(entries)
+    return checkout if checkout.is_dir() else resources.files("tibnlp.manifests")
+
+
+def _manifest_files() -> list[tuple[str, str]]:
+    folder = manifest_folder()
+    return sorted(
+        (e.name, e.read_text(encoding="utf-8"))
+        for e in folder.iterdir()
+        if e.name.endswith(".yaml")
+    )
 
 
 def all_manifests() -> dict[str, Manifest]:
@@ -156,10 +250,15 @@ def get_manifest(name: str, kind: str | None = None) -> Manifest:
     manifests = all_manifests()
     candidates = {n: m for n, m in manifests.items() if kind is None or m.kind == kind}
     if name not in candidates:
-        raise DataError(
-            f"unknown dataset '{name}'",
-            f"known{' ' + kind if kind else ''} datasets: {', '.join(sorted(candidates))}",
-        )
+        known = f"known{' ' + kind if kind else ''} datasets: {', '.join(sorted(candidates))}"
+        if "/" in name or Path(name).suffix in (".jsonl", ".json", ".txt", ".tsv", ".csv"):
+            raise DataError(
+                f"unknown dataset '{name}': a dataset is named by its manifest, not by a file",
+                f"{known}. A labelled set of your own needs a manifest: copy tusa.yaml in "
+                f"{manifest_folder()} to NAME.yaml, set name, root (its folder in the data "
+                "directory), splits and labels_file, and replace its files: entry by {}",
+            )
+        raise DataError(f"unknown dataset '{name}'", known)
     return candidates[name]
 
 

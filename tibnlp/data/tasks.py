@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from tibnlp.data.manifests import (
     Manifest,
     all_manifests,
+    archive_member,
     check_label_list,
     get_manifest,
     read_json,
@@ -38,7 +40,6 @@ from tibnlp.text.normalize import normalize, remove_word_spaces, strip_closing_m
 STORED_TEXT_FORM = "tsheg"
 TEXT_FORMS = ("tsheg", "tsheg-trimmed")
 TNCC_TASKS = {"title": "tncc", "document": "tncc_document"}
-DOCUMENT_FILE = "document-tibetan.txt"  # inside the FudanNLP zip
 
 
 def joins_spaced_syllables(source_form: str) -> bool:
@@ -131,25 +132,29 @@ def load_dataset(name: str) -> LabelledSet:
         # and names the set as `finetune tncc --task document` does (one output folder)
         return _load_tncc_document()
     manifest = get_manifest(name, kind="classification")
+    for split in ("train", "validation", "test"):
+        if split not in manifest.splits:
+            raise DataError(
+                f"dataset '{name}': its manifest names no '{split}' split",
+                "`finetune classify` takes the sets with train, validation and test splits: "
+                + ", ".join(classification_datasets()),
+            )
+    files = _split_files(manifest)
     labels = manifest.labels()
     join = joins_spaced_syllables(manifest.text_form)
     splits = {
         split: read_jsonl(
-            manifest.require(rel),
+            path,
             labels,
             manifest.text_field,
             manifest.label_field,
             join,
             skip_blank=split == "train",
         )
-        for split, rel in manifest.splits.items()
+        for split, path in files.items()
     }
-    for split in ("train", "validation", "test"):
-        if split not in splits:
-            raise DataError(f"dataset '{name}': its manifest names no '{split}' split")
-    _check_ids_across_splits(
-        name, {s: manifest.path / rel for s, rel in manifest.splits.items()}, splits
-    )
+    _check_ids_across_splits(name, files, splits)
+    _warn_classes_not_in_train(name, files, splits, labels)
     return LabelledSet(
         name=name,
         labels=labels,
@@ -203,53 +208,98 @@ def read_jsonl(
     ids: dict[str, int] = {}  # id -> line
     skipped: list[int] = []
     label_ids = _LabelIds(label_field)
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: invalid UTF-8 ({exc.reason})") from exc
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object")
-            for key in (text_field, label_field):
-                if key not in record:
-                    raise DataError(f"{path}:{lineno}: the record has no '{key}' field")
-            if not isinstance(record[text_field], str):
-                raise DataError(f"{path}:{lineno}: the '{text_field}' field is not a string")
-            label = str(record[label_field])
-            if label not in index:
+    for lineno, line in enumerate(_jsonl_lines(path), 1):
+        if not line.strip():
+            continue
+        record = _record(line, path, lineno, (text_field, label_field))
+        label = str(record[label_field])
+        if label not in index:
+            said = "" if isinstance(record[label_field], str) else " (labels are class names)"
+            raise DataError(
+                f"{path}:{lineno}: label '{label}' is not in the label list{said}",
+                f"known labels: {', '.join(labels)}; fix the record or the labels file",
+            )
+        label_ids.check(record, label, path, lineno)
+        rid = str(record.get("id", f"{path.stem}-{lineno}"))
+        if rid in ids:
+            raise DataError(
+                f"{path}:{lineno}: id '{rid}' repeats the record of line {ids[rid]}",
+                "a record was duplicated or two files were merged; keep one of them",
+            )
+        ids[rid] = lineno
+        text = model_text(record[text_field], join_spaced_syllables=join_spaced_syllables)
+        if not text.strip():
+            if not skip_blank:
                 raise DataError(
-                    f"{path}:{lineno}: label '{label}' is not in the label list",
-                    f"known labels: {', '.join(labels)}; fix the record or the labels file",
+                    f"{path}:{lineno}: the '{text_field}' field is blank",
+                    "an evaluation item needs a text; fix or remove the record",
                 )
-            label_ids.check(record, label, path, lineno)
-            rid = str(record.get("id", f"{path.stem}-{lineno}"))
-            if rid in ids:
-                raise DataError(
-                    f"{path}:{lineno}: id '{rid}' repeats the record of line {ids[rid]}",
-                    "a record was duplicated or two files were merged; keep one of them",
-                )
-            ids[rid] = lineno
-            text = model_text(record[text_field], join_spaced_syllables=join_spaced_syllables)
-            if not text.strip():
-                if not skip_blank:
-                    raise DataError(
-                        f"{path}:{lineno}: the '{text_field}' field is blank",
-                        "an evaluation item needs a text; fix or remove the record",
-                    )
-                skipped.append(lineno)
-                continue
-            out.append(Example(rid, text, index[label]))
+            skipped.append(lineno)
+            continue
+        out.append(Example(rid, text, index[label]))
     _warn_left_out(path, f"record(s) with a blank '{text_field}' left out of training", skipped)
     if not out:
-        raise DataError(f"{path}: holds no records")
+        what = f"every record's '{text_field}' is blank" if skipped else "it is empty or blank"
+        raise DataError(
+            f"{path}: holds no records ({what})",
+            "restore the file (`tibnlp data list` names a dataset's changed files), or "
+            "fill it: one JSON object per line",
+        )
     return out
+
+
+def _few(names: list[str], most: int = 8) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _jsonl_lines(path: Path) -> list[str]:
+    """The lines of a JSONL file, ended by LF, CRLF or a lone CR (`text_lines`: line numbers
+    as an editor shows them), each without a byte-order mark at its start: Windows editors
+    write one, and two such files joined hold one inside."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = len(text_lines(raw[: exc.start].decode("utf-8") + "x"))
+        raise DataError(
+            f"{path}:{lineno}: invalid UTF-8 ({exc.reason})",
+            "save the file as UTF-8, or restore it",
+        ) from exc
+    return [line.removeprefix("\ufeff") for line in text_lines(text)]
+
+
+def _record(line: str, path: Path, lineno: int, fields: tuple[str, str]) -> dict[str, Any]:
+    """One JSONL line as a record holding `fields` (text, label), the text a string; else an
+    error naming the file, the line and what the record holds instead."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(
+            f"{path}:{lineno}: not valid JSON ({exc.msg}, column {exc.colno})",
+            "one JSON object per line; a line cut short or two records on one line: fix or "
+            "restore the file",
+        ) from exc
+    if not isinstance(record, dict):
+        raise DataError(
+            f"{path}:{lineno}: expected a JSON object, found {type(record).__name__}",
+            'one object per line, e.g. {"id": "...", "text": "...", "label": "..."}',
+        )
+    text_field, label_field = fields
+    for key in fields:
+        if key not in record:
+            raise DataError(
+                f"{path}:{lineno}: the record has no '{key}' field "
+                f"(it has: {_few(list(map(repr, record))) or 'none'})",
+                f"each record needs '{text_field}' (the text) and '{label_field}' (the class "
+                "name); rename the field, or restore the file",
+            )
+    if not isinstance(record[text_field], str):
+        raise DataError(
+            f"{path}:{lineno}: the '{text_field}' field is not a string "
+            f"({type(record[text_field]).__name__})",
+            "give the text as a JSON string, or remove the record",
+        )
+    return record
 
 
 class _LabelIds:
@@ -285,6 +335,51 @@ class _LabelIds:
         )
 
 
+def _split_files(manifest: Manifest) -> dict[str, Path]:
+    """The split files of `manifest`, all of them there, or one error naming every one that
+    is missing (before any is read)."""
+    errors: list[DataError] = []
+    files: dict[str, Path] = {}
+    for split, rel in manifest.splits.items():
+        try:
+            files[split] = manifest.require(rel)
+        except DataError as exc:
+            errors.append(exc)
+    if len(errors) > 1:
+        missing = [rel for split, rel in manifest.splits.items() if split not in files]
+        raise DataError(
+            f"dataset '{manifest.name}': {manifest.path} lacks {', '.join(missing)}",
+            errors[0].hint,
+        )
+    if errors:
+        raise errors[0]
+    return files
+
+
+def _warn_classes_not_in_train(
+    name: str, files: dict[str, Path] | Path, splits: dict[str, list[Example]], labels: list[str]
+) -> None:
+    """A class with validation or test items but no training item: the classifier cannot
+    learn it, so each of them is scored wrong. Said (a warning, not an error: a set may hold
+    such a class on purpose), naming the file and the first such record."""
+    trained = {e.label for e in splits.get("train", [])}
+    for split in ("validation", "test"):
+        unseen: dict[int, str] = {}
+        for example in splits.get(split, []):
+            if example.label not in trained:
+                unseen.setdefault(example.label, example.id)
+        if unseen:
+            where = files[split] if isinstance(files, dict) else files
+            classes = ", ".join(f"'{labels[c]}' (first: id '{rid}')" for c, rid in unseen.items())
+            print(
+                f"warning: dataset '{name}': {where} ({split}) holds class(es) that no "
+                f"training record has: {classes}; the classifier cannot predict them, so "
+                "these items score as errors",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def _check_ids_across_splits(
     name: str, files: dict[str, Path], splits: dict[str, list[Example]]
 ) -> None:
@@ -309,40 +404,53 @@ def _advts_labels(manifest: Manifest, key: str) -> list[str]:
     if isinstance(entry, dict):
         entry = entry.get("labels")
     if not isinstance(entry, list) or not all(isinstance(x, str) for x in entry):
-        raise DataError(f"{path}: no label list for '{key}'")
+        raise DataError(
+            f"{path}: no label list for '{key}'",
+            f'restore the file: {{"{key}": {{"labels": [class names in label-id order]}}, ...}}',
+        )
     return check_label_list(entry, path)
 
 
 def _load_tncc_document() -> LabelledSet:
-    """Split JSONL files if present, else the FudanNLP zip cut in order 8:1:1, else an error."""
+    """Its split JSONL files, all three, else the one FudanNLP zip cut in order 8:1:1 (said on
+    stderr, naming the zip), else an error saying what is there and what to add."""
     manifest = get_manifest("tncc_document")
-    labels = get_manifest("tncc").labels()  # the same 12 classes in the same order
-    if (manifest.path / manifest.labels_file).exists():
-        labels = manifest.labels()
-    folder = manifest.path
-    if all((folder / rel).exists() for rel in manifest.splits.values()):
+    labels = _document_labels(manifest)
+    files, archive = _document_source(manifest)
+    source: dict[str, Path] | Path
+    if archive is None:
+        source = files
         splits = {
             split: read_jsonl(
-                folder / rel,
+                path,
                 labels,
                 manifest.text_field,
                 manifest.label_field,
                 skip_blank=split == "train",
             )
-            for split, rel in manifest.splits.items()
+            for split, path in files.items()
         }
-        _check_ids_across_splits(
-            manifest.name, {s: folder / rel for s, rel in manifest.splits.items()}, splits
-        )
+        _check_ids_across_splits(manifest.name, files, splits)
     else:
-        zips = sorted(folder.glob("*.zip")) if folder.is_dir() else []
-        if not zips:
+        member = archive_member(manifest, archive)
+        source = Path(f"{archive}!{member}")
+        documents = _read_fudan_zip(archive, member, labels)
+        splits = _split_in_order(documents)
+        if not splits["test"]:
             raise DataError(
-                f"the TNCC document task is not in the data directory ({folder} has neither "
-                "train/validation/test JSONL files nor the FudanNLP zip)",
-                manifest.download,
+                f"{source}: {len(documents)} document(s), too few to cut into "
+                "train/validation/test",
+                "download the FudanNLP zip again",
             )
-        splits = _split_in_order(_read_fudan_zip(zips[0], labels))
+        sizes = "/".join(str(len(splits[s])) for s in ("train", "validation", "test"))
+        print(
+            f"dataset '{manifest.name}': reading {archive} ({member}), cut in order 8:1:1 into "
+            f"train/validation/test {sizes} (no {', '.join(manifest.splits.values())} in "
+            f"{manifest.path})",
+            file=sys.stderr,
+            flush=True,
+        )
+    _warn_classes_not_in_train(manifest.name, source, splits, labels)
     return LabelledSet(
         name="tncc-document",
         labels=labels,
@@ -353,30 +461,101 @@ def _load_tncc_document() -> LabelledSet:
     )
 
 
-def _read_fudan_zip(path: Path, labels: list[str]) -> list[Example]:
-    """The zip's documents; as in `read_jsonl`, a byte-order mark is dropped, bad UTF-8 names
-    its line, and a document with no text is left out with a warning (the zip is cut into
-    splits after reading, so it cannot be refused in evaluation splits only)."""
+def _document_labels(manifest: Manifest) -> list[str]:
+    """Its own labels file if there is one, else the title task's: the same 12 classes in the
+    same order."""
+    if (manifest.path / manifest.labels_file).exists():
+        return manifest.labels()
+    try:
+        return get_manifest("tncc").labels()
+    except DataError as exc:
+        raise DataError(
+            f"the TNCC document task reads the title task's labels: {exc.message}",
+            f"{exc.hint}; or put {manifest.labels_file} (the class names in label-id order) "
+            f"in {manifest.path}",
+        ) from exc
+
+
+def _document_source(manifest: Manifest) -> tuple[dict[str, Path], Path | None]:
+    """What the document task reads: (its split files, None) when all of them are there, or
+    ({}, the zip) when none is and one zip is. Some split files only is refused rather than
+    read from the zip: the files were meant to be the split, and the zip's cut differs."""
+    folder = manifest.path
+    rels = manifest.splits
+    present = {s: folder / rel for s, rel in rels.items() if (folder / rel).is_file()}
+    if len(present) == len(rels):
+        return present, None
+    archives = manifest.archives()
+    if present:
+        missing = [rel for s, rel in rels.items() if s not in present]
+        also = (
+            f", or remove {', '.join(rels[s] for s in present)} to read {archives[0].name} cut "
+            "in order 8:1:1 instead"
+            if len(archives) == 1
+            else ""
+        )
+        raise DataError(
+            f"dataset '{manifest.name}': {folder} holds "
+            f"{', '.join(rels[s] for s in present)} but not {', '.join(missing)}",
+            f"add {', '.join(missing)} (JSONL with '{manifest.text_field}' and "
+            f"'{manifest.label_field}' fields){also}",
+        )
+    if len(archives) > 1:
+        raise DataError(
+            f"dataset '{manifest.name}': {folder} holds {len(archives)} zips "
+            f"({', '.join(a.name for a in archives)}); which one to read is unclear",
+            "keep the FudanNLP release zip alone in the folder",
+        )
+    if not archives:
+        raise DataError(
+            f"the TNCC document task is not in the data directory ({folder} has neither "
+            f"{', '.join(rels.values())} nor the FudanNLP zip)",
+            manifest.download + _text_splits_hint(folder),
+        )
+    return {}, archives[0]
+
+
+def _text_splits_hint(folder: Path) -> str:
+    """A pointer for a copy of the metaphors split (train.txt ...: 'Label<TAB>text' lines),
+    which the loader does not read as it is."""
+    found = sorted(p.name for p in folder.glob("*.txt")) if folder.is_dir() else []
+    if not found:
+        return ""
+    return (
+        f" ({folder} holds {', '.join(found)}: 'Label<TAB>text' files are read only inside the "
+        'FudanNLP zip; write each split as JSONL, one {"text": ..., "label": ...} per line)'
+    )
+
+
+def _read_fudan_zip(path: Path, member: str, labels: list[str]) -> list[Example]:
+    """The documents of `member` in the zip; as in `read_jsonl`, a byte-order mark is dropped,
+    bad UTF-8 names its line, and a document with no text is left out with a warning (the zip
+    is cut into splits after reading, so it cannot be refused in evaluation splits only)."""
     index = {name: i for i, name in enumerate(labels)}
-    with zipfile.ZipFile(path) as zf:
-        names = [n for n in zf.namelist() if n.endswith(DOCUMENT_FILE)]
-        if not names:
-            raise DataError(f"{path}: holds no {DOCUMENT_FILE}", "use the FudanNLP release zip")
-        raw = zf.read(names[0])
-    where = f"{path}!{names[0]}"
+    where = f"{path}!{member}"
+    try:
+        with zipfile.ZipFile(path) as zf:
+            raw = zf.read(member)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:  # a damaged download
+        raise DataError(
+            f"{where}: cannot be read ({exc})", "download the FudanNLP zip again"
+        ) from exc
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        bad = raw[: exc.start].count(b"\n") + 1
-        raise DataError(f"{where}:{bad}: invalid UTF-8 ({exc.reason})") from exc
+        bad = len(text_lines(raw[: exc.start].decode("utf-8-sig") + "x"))
+        raise DataError(
+            f"{where}:{bad}: invalid UTF-8 ({exc.reason})", "download the FudanNLP zip again"
+        ) from exc
     out, blank = [], []
     for lineno, line in enumerate(text_lines(text), 1):
         if not line.strip():
             continue
         label, sep, body = line.partition("\t")
         if not sep or label not in index:
+            found = f"label '{label}'" if sep else "no tab"
             raise DataError(
-                f"{where}:{lineno}: expected 'Label<TAB>text' with a known label",
+                f"{where}:{lineno}: expected 'Label<TAB>text' with a known label ({found})",
                 f"known labels: {', '.join(labels)}",
             )
         doc = model_text(body)
@@ -385,6 +564,8 @@ def _read_fudan_zip(path: Path, labels: list[str]) -> list[Example]:
             continue
         out.append(Example(f"tncc-document-{lineno - 1:05d}", doc, index[label]))
     _warn_left_out(where, "document(s) with no text left out", blank)
+    if not out:
+        raise DataError(f"{where}: holds no documents", "download the FudanNLP zip again")
     return out
 
 
