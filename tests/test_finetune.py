@@ -15,6 +15,7 @@ from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.significance import compare_rows
 from tibnlp.tracking import PrefixedRun
 from tibnlp.training import finetune as ft_mod
+from tibnlp.training import finetune_seeds as seeds_mod
 from tibnlp.training.finetune import run_finetune
 
 
@@ -133,8 +134,8 @@ def test_best_epoch_is_restored(env, monkeypatch) -> None:
     )
     history = [m["eval/macro_f1"] for m in logged if "eval/macro_f1" in m]
     assert ran == 4 and best == int(np.argmax(history)) + 1
-    probs = ft_mod.predict_proba(model, setup.ids["validation"])
-    final = ft_mod.compute_metrics(
+    probs = seeds_mod.predict_proba(model, setup.ids["validation"])
+    final = seeds_mod.compute_metrics(
         data.targets("validation"), probs.argmax(1).tolist(), data.labels
     )["macro_f1"]
     assert final == pytest.approx(max(history))
@@ -151,7 +152,7 @@ def test_half_precision_training_is_scored_as_predict_loads_it(env, monkeypatch)
     cast is simulated on the CPU after training; every part must be scored in fp32."""
     from tibnlp.evaluation.predict import Predictor
 
-    real_train, real_predict = ft_mod.train_one_seed, ft_mod.predict_proba
+    real_train, real_predict = ft_mod.train_one_seed, seeds_mod.predict_proba
     dtypes: list[torch.dtype] = []
 
     def train_then_half(model, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -164,7 +165,7 @@ def test_half_precision_training_is_scored_as_predict_loads_it(env, monkeypatch)
         return real_predict(model, *args, **kwargs)
 
     monkeypatch.setattr(ft_mod, "train_one_seed", train_then_half)
-    monkeypatch.setattr(ft_mod, "predict_proba", predict)
+    monkeypatch.setattr(seeds_mod, "predict_proba", predict)
     result = run_finetune(_cfg(env, "finetune.epochs=1"), "tncc")
     assert dtypes and set(dtypes) == {torch.float32}
     seed = result.seeds[0]
@@ -427,9 +428,9 @@ def test_rerun_after_the_data_changed_trains_again(env) -> None:
     first = run_finetune(cfg, "tncc")
     one, two = (s.directory for s in first.seeds)
     stamps = [(d / "model.safetensors").stat().st_mtime_ns for d in (one, two)]
-    record = json.loads((two / ft_mod.SEED_FILE).read_text())
+    record = json.loads((two / seeds_mod.SEED_FILE).read_text())
     record.pop("data_sha256")
-    (two / ft_mod.SEED_FILE).write_text(json.dumps(record))
+    (two / seeds_mod.SEED_FILE).write_text(json.dumps(record))
     train = env.tmp / "data" / "tncc" / "tncc_title_train.jsonl"
     rows = [json.loads(line) for line in train.read_text("utf-8").splitlines()]
     assert rows[0]["label"] != rows[1]["label"]
@@ -460,7 +461,7 @@ def test_rerun_after_the_advts_labels_changed_trains_again(env) -> None:
 
 def _strip_predictions(seed_dir, macro_f1: float | None = None) -> None:
     """Rewrite a seed record as versions before item-level predictions wrote it."""
-    path = seed_dir / ft_mod.SEED_FILE
+    path = seed_dir / seeds_mod.SEED_FILE
     record = json.loads(path.read_text())
     for m in record["metrics"].values():
         m.pop("targets"), m.pop("predictions")
@@ -486,7 +487,7 @@ def test_rerun_rescores_a_seed_recorded_without_predictions(env) -> None:
         for part, m in old.metrics.items():
             assert new.metrics[part].predictions == m.predictions and m.predictions
             assert new.metrics[part].summary == pytest.approx(m.summary)
-    kept = json.loads((one / ft_mod.SEED_FILE).read_text())["metrics"]["test"]["predictions"]
+    kept = json.loads((one / seeds_mod.SEED_FILE).read_text())["metrics"]["test"]["predictions"]
     assert kept == first.seeds[0].metrics["test"].predictions  # written back
     row = json.loads((again.output / "results.json").read_text())
     assert compare_rows(row, row).diff == 0.0
@@ -497,7 +498,7 @@ def test_seed_fingerprint_holds_precision_not_speed_knobs(env) -> None:
     setup = ft_mod.prepare(_cfg(env), ft_mod.load_task_data("tncc", "title"))
 
     def fingerprint(*extra: str) -> str:
-        return ft_mod._fingerprint(setup, _cfg(env, *extra), 1, False)
+        return seeds_mod.seed_fingerprint(setup, _cfg(env, *extra), 1, False)
 
     base = fingerprint()
     assert (

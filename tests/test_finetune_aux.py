@@ -30,6 +30,7 @@ from tibnlp.models.io import save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training import finetune as ft_mod
+from tibnlp.training import finetune_seeds as seeds_mod
 from tibnlp.training.aux_mlm import HEAD_KEYS, TokenMasker
 from tibnlp.training.classification import ClassifierLoss
 from tibnlp.training.finetune import run_finetune
@@ -235,8 +236,8 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
     setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
 
     def hashed(*extra: str) -> dict:
-        with mock.patch.object(ft_mod.json, "dumps", wraps=json.dumps) as spy:
-            ft_mod._fingerprint(setup, _cfg(env, *TINY_MODEL, *extra), 1, False)
+        with mock.patch.object(seeds_mod.json, "dumps", wraps=json.dumps) as spy:
+            seeds_mod.seed_fingerprint(setup, _cfg(env, *TINY_MODEL, *extra), 1, False)
         return spy.call_args.args[0]["finetune"]
 
     new = {"layer_decay", "mlm_weight", "mlm_prob", "static_vectors", "class_balance"}
@@ -254,12 +255,12 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
 def test_static_size_enters_the_seed_key_only_when_there_is_a_channel(env) -> None:
     cfg = _cfg(env, *TINY_MODEL)
     setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
-    with mock.patch.object(ft_mod.json, "dumps", wraps=json.dumps) as spy:
-        ft_mod._fingerprint(setup, cfg, 1, False)
+    with mock.patch.object(seeds_mod.json, "dumps", wraps=json.dumps) as spy:
+        seeds_mod.seed_fingerprint(setup, cfg, 1, False)
     assert "static_size" not in spy.call_args.args[0]["meta"]["head"]
     setup.meta.head.static_size = 6
-    with mock.patch.object(ft_mod.json, "dumps", wraps=json.dumps) as spy:
-        ft_mod._fingerprint(setup, cfg, 1, False)
+    with mock.patch.object(seeds_mod.json, "dumps", wraps=json.dumps) as spy:
+        seeds_mod.seed_fingerprint(setup, cfg, 1, False)
     assert spy.call_args.args[0]["meta"]["head"]["static_size"] == 6
 
 

@@ -20,6 +20,7 @@ from tibnlp.errors import DataError
 from tibnlp.evaluation.report import load_results
 from tibnlp.evaluation.significance import compare_rows, pool_rows
 from tibnlp.training import finetune as ft_mod
+from tibnlp.training import finetune_seeds as seeds_mod
 from tibnlp.training.finetune import run_finetune
 
 LABELS = ["a", "b", "c"]
@@ -262,10 +263,10 @@ def test_a_record_whose_classifier_is_gone_says_why_it_is_retrained(env, capsys)
     again with "is from other settings, weights or data": the settings were the same."""
     cfg = _cfg(env, "runs", "finetune.epochs=1")
     seed_dir = run_finetune(cfg, "tncc").seeds[0].directory
-    record = json.loads((seed_dir / ft_mod.SEED_FILE).read_text())
+    record = json.loads((seed_dir / seeds_mod.SEED_FILE).read_text())
     for m in record["metrics"].values():
         m.pop("targets"), m.pop("predictions")
-    (seed_dir / ft_mod.SEED_FILE).write_text(json.dumps(record))
+    (seed_dir / seeds_mod.SEED_FILE).write_text(json.dumps(record))
     (seed_dir / "model.safetensors").unlink()
     capsys.readouterr()
     again = run_finetune(cfg, "tncc")
