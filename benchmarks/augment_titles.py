@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from tibnlp.data.datadir import derive
-from tibnlp.data.tasks import model_text
+from tibnlp.data.labelled import model_text
 from tibnlp.errors import run_script
 from tibnlp.models.memory_report import load_mlm
 from tibnlp.models.pretraining import AlbertForPretraining

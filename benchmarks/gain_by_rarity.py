@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from tibnlp.data.tasks import STORED_TEXT_FORM, TEXT_FORMS, LabelledSet, load_tncc, model_text
+from tibnlp.data.labelled import STORED_TEXT_FORM, TEXT_FORMS, LabelledSet, model_text
+from tibnlp.data.tasks import load_tncc
 from tibnlp.errors import run_script
 from tibnlp.evaluation.report import load_one_result
 from tibnlp.evaluation.significance import paired_bootstrap, pool_rows, row_predictions

@@ -21,7 +21,8 @@ import math
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from tibnlp.data.tasks import load_tncc, model_text
+from tibnlp.data.labelled import model_text
+from tibnlp.data.tasks import load_tncc
 from tibnlp.errors import run_script
 from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.predict import Predictor

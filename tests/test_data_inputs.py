@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tibnlp.data.tasks import read_jsonl
+from tibnlp.data.labelled import read_jsonl
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 

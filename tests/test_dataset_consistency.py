@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.ft_fixtures import make_data_dir
-from tibnlp.data.tasks import load_dataset, read_jsonl
+from tibnlp.data.labelled import read_jsonl
+from tibnlp.data.tasks import load_dataset
 from tibnlp.errors import DataError
 
 

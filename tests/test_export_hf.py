@@ -20,7 +20,7 @@ from conftest import _require_data
 
 from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
 from tibnlp.config.text import CorpusConfig, VocabConfig
-from tibnlp.data.tasks import model_text
+from tibnlp.data.labelled import model_text
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.io import save_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining

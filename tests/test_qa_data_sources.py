@@ -17,8 +17,9 @@ from tests.ft_fixtures import LABELS, make_data_dir
 from tibnlp.cli.main import app
 from tibnlp.data import manifests
 from tibnlp.data.datadir import data_dir
+from tibnlp.data.labelled import read_jsonl
 from tibnlp.data.manifests import all_manifests, get_manifest, status_ok
-from tibnlp.data.tasks import load_dataset, load_tncc, read_jsonl
+from tibnlp.data.tasks import load_dataset, load_tncc
 from tibnlp.errors import DataError
 
 ZIP = "Tibetan News Classification Corpus.zip"

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from tests.ft_fixtures import LABELS, make_data_dir, make_vocab, tiny_textcnn
 from tibnlp.cli.main import app
 from tibnlp.config import load_config
-from tibnlp.data.tasks import LabelledSet, load_advts, load_dataset, load_tncc, read_jsonl
+from tibnlp.data.labelled import LabelledSet, read_jsonl
+from tibnlp.data.tasks import load_advts, load_dataset, load_tncc
 from tibnlp.errors import DataError
 from tibnlp.training.finetune import run_finetune
 from tibnlp.training.finetune_setup import classes_absent
@@ -90,7 +91,7 @@ def test_load_dataset_skips_blank_training_texts_and_refuses_blank_test_texts(
 
 
 def test_classes_absent_from_a_split_are_said_with_the_macro_ceiling() -> None:
-    from tibnlp.data.tasks import Example
+    from tibnlp.data.labelled import Example
 
     def split(labels: list[int]) -> list[Example]:
         return [Example(str(i), "ཀ", y) for i, y in enumerate(labels)]

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tests.ft_fixtures import CLASS_SYLLABLES, trained_textcnn
 from tibnlp.cli.main import app
-from tibnlp.data.tasks import model_text
+from tibnlp.data.labelled import model_text
 from tibnlp.errors import DataError
 from tibnlp.evaluation.predict import Predictor, predict_file, read_inputs
 from tibnlp.text.vocab import Vocabulary

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from tests.ft_fixtures import LABELS as FT_LABELS
 from tests.ft_fixtures import make_data_dir, make_vocab
 from tibnlp.cli.main import app
-from tibnlp.data.tasks import load_tncc, model_text
+from tibnlp.data.labelled import model_text
+from tibnlp.data.tasks import load_tncc
 from tibnlp.errors import DataError
 from tibnlp.evaluation.metrics import aggregate, compute_metrics
 from tibnlp.evaluation.report import markdown_table

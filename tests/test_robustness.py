@@ -9,7 +9,8 @@ import pytest
 from tests.ft_fixtures import make_data_dir, make_vocab, tiny_textcnn
 from tibnlp.config import load_config
 from tibnlp.data.collate import encode_texts
-from tibnlp.data.tasks import load_tncc, model_text
+from tibnlp.data.labelled import model_text
+from tibnlp.data.tasks import load_tncc
 from tibnlp.errors import DataError
 from tibnlp.evaluation.predict import Predictor
 from tibnlp.evaluation.robustness import SUFFIXES, flip_rate, suffix_flip_rates, typed

@@ -8,13 +8,8 @@ import zipfile
 import pytest
 
 from tests.ft_fixtures import LABELS, make_data_dir, make_word_segmented_set
-from tibnlp.data.tasks import (
-    classification_datasets,
-    load_advts,
-    load_dataset,
-    load_tncc,
-    model_text,
-)
+from tibnlp.data.labelled import model_text
+from tibnlp.data.tasks import classification_datasets, load_advts, load_dataset, load_tncc
 from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
 

@@ -80,7 +80,7 @@ class FinetuneConfig:
     # see tibnlp.training.long_documents
     long_document: Literal["truncate", "segments", "memory"] = "truncate"
     document_max_len: int = 2048  # tokens read per document when long_document != truncate
-    # the classifier's input form (tibnlp.data.tasks.model_text), applied at fine-tuning and
+    # the classifier's input form (tibnlp.data.labelled.model_text), applied at fine-tuning and
     # recorded for `predict`: "tsheg-trimmed" drops closing shads/tshegs, so a title typed
     # with a final shad gets the prediction it gets without; "tsheg" keeps them (as before)
     text_form: Literal["tsheg", "tsheg-trimmed"] = "tsheg-trimmed"

@@ -1,99 +1,25 @@
-"""Labelled classification sets from the manifests, in the text form the model sees.
-
-Every set is read the same way: the per-split JSONL files named by its manifest in `corpora/`,
-the label order from its `labels.json`. Texts are normalised once, here (form "tsheg": NFC,
-U+0F0C -> U+0F0B, syllables separated by spaces, the TNCC title form, joined with tsheg,
-which is how the pretraining corpus and the vocabulary spell them; in a word-segmented set,
-manifest `text_form: word_segmented`, the spaces between words are removed instead, see
-`model_text`). Fine-tuning encodes them in the classifier's input form (`model_text`, by
-default also without closing shads/tshegs: TNCC titles never end with a shad, texts typed by
-users do), and prediction uses the same function with the form recorded in the classifier,
-so training and inference cannot drift apart.
+"""Labelled classification sets by name: the manifests in `corpora/`, each split read by
+`tibnlp.data.labelled` (the text form and the JSONL checks), TNCC's document task by
+`tibnlp.data.tncc_document`, AdvTS for a target set.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import zipfile
-import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from tibnlp.data.manifests import (
-    Manifest,
-    all_manifests,
-    archive_member,
-    check_label_list,
-    get_manifest,
-    read_json,
+from tibnlp.data.labelled import (
+    LabelledSet,
+    check_ids_across_splits,
+    joins_spaced_syllables,
+    read_jsonl,
+    read_splits,
+    warn_classes_not_in_train,
 )
+from tibnlp.data.manifests import Manifest, all_manifests, check_label_list, get_manifest, read_json
+from tibnlp.data.tncc_document import load_tncc_document
 from tibnlp.errors import DataError
-from tibnlp.fsutil import text_lines
-from tibnlp.text.normalize import normalize, remove_word_spaces, strip_closing_marks
 
-# Input forms, recorded in reports and in every fine-tuned classifier directory: "tsheg":
-# normalised, spaced syllables joined with tsheg (also the form texts are loaded in, and that of
-# classifiers trained before closing marks were trimmed); "tsheg-trimmed": the same without
-# closing shads/tshegs (config `finetune.text_form`, the default).
-STORED_TEXT_FORM = "tsheg"
-TEXT_FORMS = ("tsheg", "tsheg-trimmed")
 TNCC_TASKS = {"title": "tncc", "document": "tncc_document"}
-
-
-def joins_spaced_syllables(source_form: str) -> bool:
-    """Whether a stored form's spaces are syllable boundaries (`model_text` joins them with
-    tsheg), not the word boundaries of a `word_segmented` set (which it removes)."""
-    return source_form != "word_segmented"
-
-
-@dataclass(frozen=True)
-class Example:
-    id: str
-    text: str  # already in the model's input form
-    label: int
-
-
-@dataclass
-class LabelledSet:
-    name: str  # e.g. "tncc-title", "tusa"
-    labels: list[str]
-    splits: dict[str, list[Example]] = field(default_factory=dict)
-    source_form: str = "tsheg"  # text form as stored in the data directory
-    max_len: int = 0  # manifest default (tokens); 0: none given
-    manifest: str = ""
-
-    @property
-    def join_spaced_syllables(self) -> bool:
-        """How `model_text` reads its spaces (False: they separate words)."""
-        return joins_spaced_syllables(self.source_form)
-
-    def texts(self, split: str) -> list[str]:
-        return [e.text for e in self.splits[split]]
-
-    def targets(self, split: str) -> list[int]:
-        return [e.label for e in self.splits[split]]
-
-
-def model_text(text: str, form: str = STORED_TEXT_FORM, join_spaced_syllables: bool = True) -> str:
-    """The model's input form of any spelling of a text (training and `predict` both use it;
-    `predict` passes the form the classifier was trained with).
-
-    `join_spaced_syllables`: a space between two syllables is a syllable boundary, as in
-    TNCC titles, and becomes a tsheg. False for word-segmented text (a classifier trained on
-    a `word_segmented` set), whose spaces separate words that keep their tshegs: there a
-    space between two letters splits a particle off its syllable ("དྲ་བ འི" for "དྲ་བའི"),
-    so it is removed (`remove_word_spaces`); joining would make "བ་འི", two syllables.
-    """
-    if form not in TEXT_FORMS:
-        raise DataError(
-            f"unknown model input form {form!r}", f"known forms: {', '.join(TEXT_FORMS)}"
-        )
-    text = normalize(text, join_spaced_syllables=join_spaced_syllables)
-    if not join_spaced_syllables:
-        text = remove_word_spaces(text)
-    return strip_closing_marks(text) if form == "tsheg-trimmed" else text
 
 
 def classification_datasets() -> list[str]:
@@ -119,7 +45,7 @@ def load_tncc(task: str) -> LabelledSet:
             f"unknown TNCC task '{task}'", f"known tasks: {', '.join(sorted(TNCC_TASKS))}"
         )
     if task == "document":
-        return _load_tncc_document()
+        return load_tncc_document()
     data = load_dataset("tncc")
     data.name = "tncc-title"
     return data
@@ -130,7 +56,7 @@ def load_dataset(name: str) -> LabelledSet:
     if name == TNCC_TASKS["document"]:
         # the document task's own loader: it also reads the FudanNLP zip the hint asks for,
         # and names the set as `finetune tncc --task document` does (one output folder)
-        return _load_tncc_document()
+        return load_tncc_document()
     manifest = get_manifest(name, kind="classification")
     for split in ("train", "validation", "test"):
         if split not in manifest.splits:
@@ -142,19 +68,9 @@ def load_dataset(name: str) -> LabelledSet:
     files = _split_files(manifest)
     labels = manifest.labels()
     join = joins_spaced_syllables(manifest.text_form)
-    splits = {
-        split: read_jsonl(
-            path,
-            labels,
-            manifest.text_field,
-            manifest.label_field,
-            join,
-            skip_blank=split == "train",
-        )
-        for split, path in files.items()
-    }
-    _check_ids_across_splits(name, files, splits)
-    _warn_classes_not_in_train(name, files, splits, labels)
+    splits = read_splits(files, labels, manifest.text_field, manifest.label_field, join)
+    check_ids_across_splits(name, files, splits)
+    warn_classes_not_in_train(name, files, splits, labels)
     return LabelledSet(
         name=name,
         labels=labels,
@@ -188,153 +104,6 @@ def load_advts(target: str) -> LabelledSet:
     )
 
 
-def read_jsonl(
-    path: Path,
-    labels: list[str],
-    text_field: str,
-    label_field: str,
-    join_spaced_syllables: bool = True,
-    skip_blank: bool = False,
-) -> list[Example]:
-    """Records of one split, texts in `model_text`'s stored form; a bad line, an unknown
-    label, a repeated id or a blank text names the file and line.
-
-    A byte-order mark (Windows editors write one) is dropped, as `tibnlp predict` does. A
-    blank text is refused in an evaluation split (its prediction would read no text); with
-    `skip_blank` (training splits) it is left out with a warning instead: it teaches nothing
-    but its label, and shajiu_news_culture's train split has one upstream (SOURCE.md)."""
-    index = {name: i for i, name in enumerate(labels)}
-    out = []
-    ids: dict[str, int] = {}  # id -> line
-    skipped: list[int] = []
-    label_ids = _LabelIds(label_field)
-    for lineno, line in enumerate(_jsonl_lines(path), 1):
-        if not line.strip():
-            continue
-        record = _record(line, path, lineno, (text_field, label_field))
-        label = str(record[label_field])
-        if label not in index:
-            said = "" if isinstance(record[label_field], str) else " (labels are class names)"
-            raise DataError(
-                f"{path}:{lineno}: label '{label}' is not in the label list{said}",
-                f"known labels: {', '.join(labels)}; fix the record or the labels file",
-            )
-        label_ids.check(record, label, path, lineno)
-        rid = str(record.get("id", f"{path.stem}-{lineno}"))
-        if rid in ids:
-            raise DataError(
-                f"{path}:{lineno}: id '{rid}' repeats the record of line {ids[rid]}",
-                "a record was duplicated or two files were merged; keep one of them",
-            )
-        ids[rid] = lineno
-        text = model_text(record[text_field], join_spaced_syllables=join_spaced_syllables)
-        if not text.strip():
-            if not skip_blank:
-                raise DataError(
-                    f"{path}:{lineno}: the '{text_field}' field is blank",
-                    "an evaluation item needs a text; fix or remove the record",
-                )
-            skipped.append(lineno)
-            continue
-        out.append(Example(rid, text, index[label]))
-    _warn_left_out(path, f"record(s) with a blank '{text_field}' left out of training", skipped)
-    if not out:
-        what = f"every record's '{text_field}' is blank" if skipped else "it is empty or blank"
-        raise DataError(
-            f"{path}: holds no records ({what})",
-            "restore the file (`tibnlp data list` names a dataset's changed files), or "
-            "fill it: one JSON object per line",
-        )
-    return out
-
-
-def _few(names: list[str], most: int = 8) -> str:
-    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
-
-
-def _jsonl_lines(path: Path) -> list[str]:
-    """The lines of a JSONL file, ended by LF, CRLF or a lone CR (`text_lines`: line numbers
-    as an editor shows them), each without a byte-order mark at its start: Windows editors
-    write one, and two such files joined hold one inside."""
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = len(text_lines(raw[: exc.start].decode("utf-8") + "x"))
-        raise DataError(
-            f"{path}:{lineno}: invalid UTF-8 ({exc.reason})",
-            "save the file as UTF-8, or restore it",
-        ) from exc
-    return [line.removeprefix("\ufeff") for line in text_lines(text)]
-
-
-def _record(line: str, path: Path, lineno: int, fields: tuple[str, str]) -> dict[str, Any]:
-    """One JSONL line as a record holding `fields` (text, label), the text a string; else an
-    error naming the file, the line and what the record holds instead."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataError(
-            f"{path}:{lineno}: not valid JSON ({exc.msg}, column {exc.colno})",
-            "one JSON object per line; a line cut short or two records on one line: fix or "
-            "restore the file",
-        ) from exc
-    if not isinstance(record, dict):
-        raise DataError(
-            f"{path}:{lineno}: expected a JSON object, found {type(record).__name__}",
-            'one object per line, e.g. {"id": "...", "text": "...", "label": "..."}',
-        )
-    text_field, label_field = fields
-    for key in fields:
-        if key not in record:
-            raise DataError(
-                f"{path}:{lineno}: the record has no '{key}' field "
-                f"(it has: {_few(list(map(repr, record))) or 'none'})",
-                f"each record needs '{text_field}' (the text) and '{label_field}' (the class "
-                "name); rename the field, or restore the file",
-            )
-    if not isinstance(record[text_field], str):
-        raise DataError(
-            f"{path}:{lineno}: the '{text_field}' field is not a string "
-            f"({type(record[text_field]).__name__})",
-            "give the text as a JSON string, or remove the record",
-        )
-    return record
-
-
-class _LabelIds:
-    """A file's `label` <-> `label_id` pairs must be one mapping: the loader reads the label,
-    so a record edited on one field only would train silently on the other reading. Any
-    consistent numbering passes (another order than the labels file, 1-based ids); records
-    without a `label_id`, and sets labelled by id, are not checked."""
-
-    def __init__(self, label_field: str) -> None:
-        self.on = label_field != "label_id"
-        self.id_of: dict[str, tuple[Any, int]] = {}  # label -> (label_id, line)
-        self.label_of: dict[str, tuple[str, int]] = {}  # label_id as JSON -> (label, line)
-
-    def check(self, record: dict[str, Any], label: str, where: Path, lineno: int) -> None:
-        if not self.on or "label_id" not in record:
-            return
-        given = record["label_id"]
-        key = json.dumps(given)
-        first_id, id_line = self.id_of.setdefault(label, (given, lineno))
-        first_label, label_line = self.label_of.setdefault(key, (label, lineno))
-        if json.dumps(first_id) != key:
-            said = f"label '{label}' has label_id {key}, and {first_id!r} on line {id_line}"
-        elif first_label != label:
-            said = (
-                f"label_id {key} is label '{label}' here and '{first_label}' on line {label_line}"
-            )
-        else:
-            return
-        raise DataError(
-            f"{where}:{lineno}: {said}",
-            "a record was edited on one field only; the loader reads the label: fix the "
-            "record's label or label_id",
-        )
-
-
 def _split_files(manifest: Manifest) -> dict[str, Path]:
     """The split files of `manifest`, all of them there, or one error naming every one that
     is missing (before any is read)."""
@@ -356,47 +125,6 @@ def _split_files(manifest: Manifest) -> dict[str, Path]:
     return files
 
 
-def _warn_classes_not_in_train(
-    name: str, files: dict[str, Path] | Path, splits: dict[str, list[Example]], labels: list[str]
-) -> None:
-    """A class with validation or test items but no training item: the classifier cannot
-    learn it, so each of them is scored wrong. Said (a warning, not an error: a set may hold
-    such a class on purpose), naming the file and the first such record."""
-    trained = {e.label for e in splits.get("train", [])}
-    for split in ("validation", "test"):
-        unseen: dict[int, str] = {}
-        for example in splits.get(split, []):
-            if example.label not in trained:
-                unseen.setdefault(example.label, example.id)
-        if unseen:
-            where = files[split] if isinstance(files, dict) else files
-            classes = ", ".join(f"'{labels[c]}' (first: id '{rid}')" for c, rid in unseen.items())
-            print(
-                f"warning: dataset '{name}': {where} ({split}) holds class(es) that no "
-                f"training record has: {classes}; the classifier cannot predict them, so "
-                "these items score as errors",
-                file=sys.stderr,
-                flush=True,
-            )
-
-
-def _check_ids_across_splits(
-    name: str, files: dict[str, Path], splits: dict[str, list[Example]]
-) -> None:
-    """An id in two splits is one record evaluated on what it trained on (a split was cut
-    twice or files were merged): refused, naming both files."""
-    seen: dict[str, str] = {}
-    for split, examples in splits.items():
-        for example in examples:
-            other = seen.setdefault(example.id, split)
-            if other != split:
-                raise DataError(
-                    f"dataset '{name}': id '{example.id}' is in both {files[other]} "
-                    f"({other}) and {files[split]} ({split})",
-                    "each record belongs to one split; remove it from one of the files",
-                )
-
-
 def _advts_labels(manifest: Manifest, key: str) -> list[str]:
     path = manifest.require(manifest.labels_file)
     data = read_json(path)
@@ -409,175 +137,3 @@ def _advts_labels(manifest: Manifest, key: str) -> list[str]:
             f'restore the file: {{"{key}": {{"labels": [class names in label-id order]}}, ...}}',
         )
     return check_label_list(entry, path)
-
-
-def _load_tncc_document() -> LabelledSet:
-    """Its split JSONL files, all three, else the one FudanNLP zip cut in order 8:1:1 (said on
-    stderr, naming the zip), else an error saying what is there and what to add."""
-    manifest = get_manifest("tncc_document")
-    labels = _document_labels(manifest)
-    files, archive = _document_source(manifest)
-    source: dict[str, Path] | Path
-    if archive is None:
-        source = files
-        splits = {
-            split: read_jsonl(
-                path,
-                labels,
-                manifest.text_field,
-                manifest.label_field,
-                skip_blank=split == "train",
-            )
-            for split, path in files.items()
-        }
-        _check_ids_across_splits(manifest.name, files, splits)
-    else:
-        member = archive_member(manifest, archive)
-        source = Path(f"{archive}!{member}")
-        documents = _read_fudan_zip(archive, member, labels)
-        splits = _split_in_order(documents)
-        if not splits["test"]:
-            raise DataError(
-                f"{source}: {len(documents)} document(s), too few to cut into "
-                "train/validation/test",
-                "download the FudanNLP zip again",
-            )
-        sizes = "/".join(str(len(splits[s])) for s in ("train", "validation", "test"))
-        print(
-            f"dataset '{manifest.name}': reading {archive} ({member}), cut in order 8:1:1 into "
-            f"train/validation/test {sizes} (no {', '.join(manifest.splits.values())} in "
-            f"{manifest.path})",
-            file=sys.stderr,
-            flush=True,
-        )
-    _warn_classes_not_in_train(manifest.name, source, splits, labels)
-    return LabelledSet(
-        name="tncc-document",
-        labels=labels,
-        splits=splits,
-        source_form=manifest.text_form,
-        max_len=manifest.max_len,
-        manifest=manifest.name,
-    )
-
-
-def _document_labels(manifest: Manifest) -> list[str]:
-    """Its own labels file if there is one, else the title task's: the same 12 classes in the
-    same order."""
-    if (manifest.path / manifest.labels_file).exists():
-        return manifest.labels()
-    try:
-        return get_manifest("tncc").labels()
-    except DataError as exc:
-        raise DataError(
-            f"the TNCC document task reads the title task's labels: {exc.message}",
-            f"{exc.hint}; or put {manifest.labels_file} (the class names in label-id order) "
-            f"in {manifest.path}",
-        ) from exc
-
-
-def _document_source(manifest: Manifest) -> tuple[dict[str, Path], Path | None]:
-    """What the document task reads: (its split files, None) when all of them are there, or
-    ({}, the zip) when none is and one zip is. Some split files only is refused rather than
-    read from the zip: the files were meant to be the split, and the zip's cut differs."""
-    folder = manifest.path
-    rels = manifest.splits
-    present = {s: folder / rel for s, rel in rels.items() if (folder / rel).is_file()}
-    if len(present) == len(rels):
-        return present, None
-    archives = manifest.archives()
-    if present:
-        missing = [rel for s, rel in rels.items() if s not in present]
-        also = (
-            f", or remove {', '.join(rels[s] for s in present)} to read {archives[0].name} cut "
-            "in order 8:1:1 instead"
-            if len(archives) == 1
-            else ""
-        )
-        raise DataError(
-            f"dataset '{manifest.name}': {folder} holds "
-            f"{', '.join(rels[s] for s in present)} but not {', '.join(missing)}",
-            f"add {', '.join(missing)} (JSONL with '{manifest.text_field}' and "
-            f"'{manifest.label_field}' fields){also}",
-        )
-    if len(archives) > 1:
-        raise DataError(
-            f"dataset '{manifest.name}': {folder} holds {len(archives)} zips "
-            f"({', '.join(a.name for a in archives)}); which one to read is unclear",
-            "keep the FudanNLP release zip alone in the folder",
-        )
-    if not archives:
-        raise DataError(
-            f"the TNCC document task is not in the data directory ({folder} has neither "
-            f"{', '.join(rels.values())} nor the FudanNLP zip)",
-            manifest.download + _text_splits_hint(folder),
-        )
-    return {}, archives[0]
-
-
-def _text_splits_hint(folder: Path) -> str:
-    """A pointer for a copy of the metaphors split (train.txt ...: 'Label<TAB>text' lines),
-    which the loader does not read as it is."""
-    found = sorted(p.name for p in folder.glob("*.txt")) if folder.is_dir() else []
-    if not found:
-        return ""
-    return (
-        f" ({folder} holds {', '.join(found)}: 'Label<TAB>text' files are read only inside the "
-        'FudanNLP zip; write each split as JSONL, one {"text": ..., "label": ...} per line)'
-    )
-
-
-def _read_fudan_zip(path: Path, member: str, labels: list[str]) -> list[Example]:
-    """The documents of `member` in the zip; as in `read_jsonl`, a byte-order mark is dropped,
-    bad UTF-8 names its line, and a document with no text is left out with a warning (the zip
-    is cut into splits after reading, so it cannot be refused in evaluation splits only)."""
-    index = {name: i for i, name in enumerate(labels)}
-    where = f"{path}!{member}"
-    try:
-        with zipfile.ZipFile(path) as zf:
-            raw = zf.read(member)
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:  # a damaged download
-        raise DataError(
-            f"{where}: cannot be read ({exc})", "download the FudanNLP zip again"
-        ) from exc
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        bad = len(text_lines(raw[: exc.start].decode("utf-8-sig") + "x"))
-        raise DataError(
-            f"{where}:{bad}: invalid UTF-8 ({exc.reason})", "download the FudanNLP zip again"
-        ) from exc
-    out, blank = [], []
-    for lineno, line in enumerate(text_lines(text), 1):
-        if not line.strip():
-            continue
-        label, sep, body = line.partition("\t")
-        if not sep or label not in index:
-            found = f"label '{label}'" if sep else "no tab"
-            raise DataError(
-                f"{where}:{lineno}: expected 'Label<TAB>text' with a known label ({found})",
-                f"known labels: {', '.join(labels)}",
-            )
-        doc = model_text(body)
-        if not doc.strip():
-            blank.append(lineno)
-            continue
-        out.append(Example(f"tncc-document-{lineno - 1:05d}", doc, index[label]))
-    _warn_left_out(where, "document(s) with no text left out", blank)
-    if not out:
-        raise DataError(f"{where}: holds no documents", "download the FudanNLP zip again")
-    return out
-
-
-def _warn_left_out(where: object, what: str, lines: list[int]) -> None:
-    """One warning for the records a reader left out, naming their first lines."""
-    if lines:
-        shown = ", ".join(map(str, lines[:10])) + (" ..." if len(lines) > 10 else "")
-        print(f"warning: {where}: {len(lines)} {what} (line {shown})", file=sys.stderr, flush=True)
-
-
-def _split_in_order(examples: list[Example]) -> dict[str, list[Example]]:
-    """The title split's convention: the (already shuffled) file cut in order, 8:1:1."""
-    n = len(examples)
-    a, b = round(n * 0.8), round(n * 0.9)
-    return {"train": examples[:a], "validation": examples[a:b], "test": examples[b:]}

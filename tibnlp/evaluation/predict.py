@@ -1,6 +1,6 @@
 """Inference with a fine-tuned classifier directory (`tibnlp predict`) and for evaluation.
 
-Texts go through `tibnlp.data.tasks.model_text`, the function training used, in the input form
+Texts go through `tibnlp.data.labelled.model_text`, the function training used, in the input form
 the classifier records, so every Unicode-equivalent spelling of a text (NFC or not, U+0F0C or
 U+0F0B, syllables separated by spaces or by tsheg, with or without a closing shad) becomes the
 same ids and gets the same prediction.
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from tibnlp.data.collate import encode_counting_cuts, pad_batch
-from tibnlp.data.tasks import model_text
+from tibnlp.data.labelled import model_text
 from tibnlp.errors import DataError
 from tibnlp.fsutil import atomic_write_text, check_file_path, text_lines
 from tibnlp.models.attention.dynamic import per_text_routing

@@ -45,7 +45,7 @@ class ClassifierMeta:
     head: HeadConfig = field(default_factory=HeadConfig)
     model: ModelConfig = field(default_factory=ModelConfig)  # encoder == "albert"
     embedding_size: int = 128  # encoder == "embedding"
-    text_form: str = "tsheg"  # the model's input form (see tibnlp.data.tasks.model_text)
+    text_form: str = "tsheg"  # the model's input form (see tibnlp.data.labelled.model_text)
     # False: trained on a word-segmented set, whose spaces `model_text` removes, not joins
     join_spaced_syllables: bool = True
     dataset: str = ""
@@ -57,7 +57,7 @@ class ClassifierMeta:
     def validate(self, prefix: str) -> None:
         """What an edited classifier.yaml may break that loading the weights does not catch:
         a read length of no text, classes that collapse in `probabilities`, an unknown form."""
-        from tibnlp.data.tasks import TEXT_FORMS
+        from tibnlp.data.labelled import TEXT_FORMS
 
         check(self.max_len >= 3, f"{prefix}.max_len", "must be >= 3 ([CLS], a piece, [SEP])")
         check(bool(self.labels), f"{prefix}.labels", "must name at least one class")

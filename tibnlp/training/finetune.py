@@ -23,7 +23,8 @@ import torch
 from tibnlp.config import Config, to_dict
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.data.collate import SampledSegmentation
-from tibnlp.data.tasks import LabelledSet, load_advts
+from tibnlp.data.labelled import LabelledSet
+from tibnlp.data.tasks import load_advts
 from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.metrics import Metrics, aggregate, majority_macro_f1

@@ -26,7 +26,7 @@ from tibnlp.config import Config, to_dict
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.identity import output_settings
 from tibnlp.data.collate import encode_texts
-from tibnlp.data.tasks import LabelledSet, model_text
+from tibnlp.data.labelled import LabelledSet, model_text
 from tibnlp.errors import DataError
 from tibnlp.evaluation.metrics import Metrics, compute_metrics
 from tibnlp.evaluation.predict import predict_proba

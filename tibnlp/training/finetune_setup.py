@@ -22,13 +22,8 @@ from tibnlp.config.core import check
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.collate import encode_counting_cuts
-from tibnlp.data.tasks import (
-    STORED_TEXT_FORM,
-    LabelledSet,
-    load_dataset,
-    load_tncc,
-    model_text,
-)
+from tibnlp.data.labelled import STORED_TEXT_FORM, LabelledSet, model_text
+from tibnlp.data.tasks import load_dataset, load_tncc
 from tibnlp.errors import DataError
 from tibnlp.models.classifier import head_config
 from tibnlp.models.classifier_io import ClassifierMeta

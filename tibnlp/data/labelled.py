@@ -1,0 +1,303 @@
+"""Labelled records in the text form the model sees: the set, its examples, and how a split's
+JSONL file is read and checked (`tibnlp.data.tasks` names the sets).
+
+Every set is read the same way: the per-split JSONL files named by its manifest in `corpora/`,
+the label order from its `labels.json`. Texts are normalised once, here (form "tsheg": NFC,
+U+0F0C -> U+0F0B, syllables separated by spaces, the TNCC title form, joined with tsheg,
+which is how the pretraining corpus and the vocabulary spell them; in a word-segmented set,
+manifest `text_form: word_segmented`, the spaces between words are removed instead, see
+`model_text`). Fine-tuning encodes them in the classifier's input form (`model_text`, by
+default also without closing shads/tshegs: TNCC titles never end with a shad, texts typed by
+users do), and prediction uses the same function with the form recorded in the classifier,
+so training and inference cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tibnlp.errors import DataError
+from tibnlp.fsutil import text_lines
+from tibnlp.text.normalize import normalize, remove_word_spaces, strip_closing_marks
+
+# Input forms, recorded in reports and in every fine-tuned classifier directory: "tsheg":
+# normalised, spaced syllables joined with tsheg (also the form texts are loaded in, and that of
+# classifiers trained before closing marks were trimmed); "tsheg-trimmed": the same without
+# closing shads/tshegs (config `finetune.text_form`, the default).
+STORED_TEXT_FORM = "tsheg"
+TEXT_FORMS = ("tsheg", "tsheg-trimmed")
+
+
+def joins_spaced_syllables(source_form: str) -> bool:
+    """Whether a stored form's spaces are syllable boundaries (`model_text` joins them with
+    tsheg), not the word boundaries of a `word_segmented` set (which it removes)."""
+    return source_form != "word_segmented"
+
+
+@dataclass(frozen=True)
+class Example:
+    id: str
+    text: str  # already in the model's input form
+    label: int
+
+
+@dataclass
+class LabelledSet:
+    name: str  # e.g. "tncc-title", "tusa"
+    labels: list[str]
+    splits: dict[str, list[Example]] = field(default_factory=dict)
+    source_form: str = "tsheg"  # text form as stored in the data directory
+    max_len: int = 0  # manifest default (tokens); 0: none given
+    manifest: str = ""
+
+    @property
+    def join_spaced_syllables(self) -> bool:
+        """How `model_text` reads its spaces (False: they separate words)."""
+        return joins_spaced_syllables(self.source_form)
+
+    def texts(self, split: str) -> list[str]:
+        return [e.text for e in self.splits[split]]
+
+    def targets(self, split: str) -> list[int]:
+        return [e.label for e in self.splits[split]]
+
+
+def model_text(text: str, form: str = STORED_TEXT_FORM, join_spaced_syllables: bool = True) -> str:
+    """The model's input form of any spelling of a text (training and `predict` both use it;
+    `predict` passes the form the classifier was trained with).
+
+    `join_spaced_syllables`: a space between two syllables is a syllable boundary, as in
+    TNCC titles, and becomes a tsheg. False for word-segmented text (a classifier trained on
+    a `word_segmented` set), whose spaces separate words that keep their tshegs: there a
+    space between two letters splits a particle off its syllable ("དྲ་བ འི" for "དྲ་བའི"),
+    so it is removed (`remove_word_spaces`); joining would make "བ་འི", two syllables.
+    """
+    if form not in TEXT_FORMS:
+        raise DataError(
+            f"unknown model input form {form!r}", f"known forms: {', '.join(TEXT_FORMS)}"
+        )
+    text = normalize(text, join_spaced_syllables=join_spaced_syllables)
+    if not join_spaced_syllables:
+        text = remove_word_spaces(text)
+    return strip_closing_marks(text) if form == "tsheg-trimmed" else text
+
+
+def read_jsonl(
+    path: Path,
+    labels: list[str],
+    text_field: str,
+    label_field: str,
+    join_spaced_syllables: bool = True,
+    skip_blank: bool = False,
+) -> list[Example]:
+    """Records of one split, texts in `model_text`'s stored form; a bad line, an unknown
+    label, a repeated id or a blank text names the file and line.
+
+    A byte-order mark (Windows editors write one) is dropped, as `tibnlp predict` does. A
+    blank text is refused in an evaluation split (its prediction would read no text); with
+    `skip_blank` (training splits) it is left out with a warning instead: it teaches nothing
+    but its label, and shajiu_news_culture's train split has one upstream (SOURCE.md)."""
+    index = {name: i for i, name in enumerate(labels)}
+    out = []
+    ids: dict[str, int] = {}  # id -> line
+    skipped: list[int] = []
+    label_ids = _LabelIds(label_field)
+    for lineno, line in enumerate(_jsonl_lines(path), 1):
+        if not line.strip():
+            continue
+        record = _record(line, path, lineno, (text_field, label_field))
+        label = str(record[label_field])
+        if label not in index:
+            said = "" if isinstance(record[label_field], str) else " (labels are class names)"
+            raise DataError(
+                f"{path}:{lineno}: label '{label}' is not in the label list{said}",
+                f"known labels: {', '.join(labels)}; fix the record or the labels file",
+            )
+        label_ids.check(record, label, path, lineno)
+        rid = str(record.get("id", f"{path.stem}-{lineno}"))
+        if rid in ids:
+            raise DataError(
+                f"{path}:{lineno}: id '{rid}' repeats the record of line {ids[rid]}",
+                "a record was duplicated or two files were merged; keep one of them",
+            )
+        ids[rid] = lineno
+        text = model_text(record[text_field], join_spaced_syllables=join_spaced_syllables)
+        if not text.strip():
+            if not skip_blank:
+                raise DataError(
+                    f"{path}:{lineno}: the '{text_field}' field is blank",
+                    "an evaluation item needs a text; fix or remove the record",
+                )
+            skipped.append(lineno)
+            continue
+        out.append(Example(rid, text, index[label]))
+    warn_left_out(path, f"record(s) with a blank '{text_field}' left out of training", skipped)
+    if not out:
+        what = f"every record's '{text_field}' is blank" if skipped else "it is empty or blank"
+        raise DataError(
+            f"{path}: holds no records ({what})",
+            "restore the file (`tibnlp data list` names a dataset's changed files), or "
+            "fill it: one JSON object per line",
+        )
+    return out
+
+
+def read_splits(
+    files: dict[str, Path],
+    labels: list[str],
+    text_field: str,
+    label_field: str,
+    join_spaced_syllables: bool = True,
+) -> dict[str, list[Example]]:
+    """Each split's records (`read_jsonl`); a blank text is left out of training only, where
+    an evaluation split refuses it."""
+    return {
+        split: read_jsonl(
+            path,
+            labels,
+            text_field,
+            label_field,
+            join_spaced_syllables,
+            skip_blank=split == "train",
+        )
+        for split, path in files.items()
+    }
+
+
+def _few(names: list[str], most: int = 8) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _jsonl_lines(path: Path) -> list[str]:
+    """The lines of a JSONL file, ended by LF, CRLF or a lone CR (`text_lines`: line numbers
+    as an editor shows them), each without a byte-order mark at its start: Windows editors
+    write one, and two such files joined hold one inside."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = len(text_lines(raw[: exc.start].decode("utf-8") + "x"))
+        raise DataError(
+            f"{path}:{lineno}: invalid UTF-8 ({exc.reason})",
+            "save the file as UTF-8, or restore it",
+        ) from exc
+    return [line.removeprefix("\ufeff") for line in text_lines(text)]
+
+
+def _record(line: str, path: Path, lineno: int, fields: tuple[str, str]) -> dict[str, Any]:
+    """One JSONL line as a record holding `fields` (text, label), the text a string; else an
+    error naming the file, the line and what the record holds instead."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(
+            f"{path}:{lineno}: not valid JSON ({exc.msg}, column {exc.colno})",
+            "one JSON object per line; a line cut short or two records on one line: fix or "
+            "restore the file",
+        ) from exc
+    if not isinstance(record, dict):
+        raise DataError(
+            f"{path}:{lineno}: expected a JSON object, found {type(record).__name__}",
+            'one object per line, e.g. {"id": "...", "text": "...", "label": "..."}',
+        )
+    text_field, label_field = fields
+    for key in fields:
+        if key not in record:
+            raise DataError(
+                f"{path}:{lineno}: the record has no '{key}' field "
+                f"(it has: {_few(list(map(repr, record))) or 'none'})",
+                f"each record needs '{text_field}' (the text) and '{label_field}' (the class "
+                "name); rename the field, or restore the file",
+            )
+    if not isinstance(record[text_field], str):
+        raise DataError(
+            f"{path}:{lineno}: the '{text_field}' field is not a string "
+            f"({type(record[text_field]).__name__})",
+            "give the text as a JSON string, or remove the record",
+        )
+    return record
+
+
+class _LabelIds:
+    """A file's `label` <-> `label_id` pairs must be one mapping: the loader reads the label,
+    so a record edited on one field only would train silently on the other reading. Any
+    consistent numbering passes (another order than the labels file, 1-based ids); records
+    without a `label_id`, and sets labelled by id, are not checked."""
+
+    def __init__(self, label_field: str) -> None:
+        self.on = label_field != "label_id"
+        self.id_of: dict[str, tuple[Any, int]] = {}  # label -> (label_id, line)
+        self.label_of: dict[str, tuple[str, int]] = {}  # label_id as JSON -> (label, line)
+
+    def check(self, record: dict[str, Any], label: str, where: Path, lineno: int) -> None:
+        if not self.on or "label_id" not in record:
+            return
+        given = record["label_id"]
+        key = json.dumps(given)
+        first_id, id_line = self.id_of.setdefault(label, (given, lineno))
+        first_label, label_line = self.label_of.setdefault(key, (label, lineno))
+        if json.dumps(first_id) != key:
+            said = f"label '{label}' has label_id {key}, and {first_id!r} on line {id_line}"
+        elif first_label != label:
+            said = (
+                f"label_id {key} is label '{label}' here and '{first_label}' on line {label_line}"
+            )
+        else:
+            return
+        raise DataError(
+            f"{where}:{lineno}: {said}",
+            "a record was edited on one field only; the loader reads the label: fix the "
+            "record's label or label_id",
+        )
+
+
+def warn_classes_not_in_train(
+    name: str, files: dict[str, Path] | Path, splits: dict[str, list[Example]], labels: list[str]
+) -> None:
+    """A class with validation or test items but no training item: the classifier cannot
+    learn it, so each of them is scored wrong. Said (a warning, not an error: a set may hold
+    such a class on purpose), naming the file and the first such record."""
+    trained = {e.label for e in splits.get("train", [])}
+    for split in ("validation", "test"):
+        unseen: dict[int, str] = {}
+        for example in splits.get(split, []):
+            if example.label not in trained:
+                unseen.setdefault(example.label, example.id)
+        if unseen:
+            where = files[split] if isinstance(files, dict) else files
+            classes = ", ".join(f"'{labels[c]}' (first: id '{rid}')" for c, rid in unseen.items())
+            print(
+                f"warning: dataset '{name}': {where} ({split}) holds class(es) that no "
+                f"training record has: {classes}; the classifier cannot predict them, so "
+                "these items score as errors",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def check_ids_across_splits(
+    name: str, files: dict[str, Path], splits: dict[str, list[Example]]
+) -> None:
+    """An id in two splits is one record evaluated on what it trained on (a split was cut
+    twice or files were merged): refused, naming both files."""
+    seen: dict[str, str] = {}
+    for split, examples in splits.items():
+        for example in examples:
+            other = seen.setdefault(example.id, split)
+            if other != split:
+                raise DataError(
+                    f"dataset '{name}': id '{example.id}' is in both {files[other]} "
+                    f"({other}) and {files[split]} ({split})",
+                    "each record belongs to one split; remove it from one of the files",
+                )
+
+
+def warn_left_out(where: object, what: str, lines: list[int]) -> None:
+    """One warning for the records a reader left out, naming their first lines."""
+    if lines:
+        shown = ", ".join(map(str, lines[:10])) + (" ..." if len(lines) > 10 else "")
+        print(f"warning: {where}: {len(lines)} {what} (line {shown})", file=sys.stderr, flush=True)
