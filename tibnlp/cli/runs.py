@@ -13,7 +13,7 @@ from rich.table import Table
 from tibnlp.cli.common import console
 from tibnlp.errors import DataError
 from tibnlp.tracking import sync_buffers
-from tibnlp.tracking.buffer import sqlite_file
+from tibnlp.tracking.buffer import default_buffer_dir, sqlite_file
 from tibnlp.tracking.compare import compare_runs
 from tibnlp.tracking.curve import pipeline_parent, plot_curve
 
@@ -158,7 +158,9 @@ def sync(
 
     Exit status: 0 when every call was sent; 1 when some wait for the store (run this again
     later); 2 when some could not be sent (damaged lines, calls the store refused): they are
-    kept in BUFFER.unsent to repair and sync by name."""
+    kept in BUFFER.unsent to repair and sync by name; 2 too when the folder's ids.json is
+    damaged (nothing is sent), or when calls wait on a run created offline that no sync can
+    find."""
     if buffer is not None and not buffer.exists():
         raise DataError(f"buffer {buffer} does not exist", "give a buffer file or folder")
     target = sqlite_file(tracking_uri) if tracking_uri else None
@@ -170,12 +172,36 @@ def sync(
         )
     done = sync_buffers(buffer, tracking_uri)
     console.print(f"replayed {done.sent} buffered tracking calls; {done.left} buffer files left")
+    if not done.buffers:
+        where = buffer or default_buffer_dir()
+        console.print(
+            f"no buffer files in {escape(str(where))}"
+            + ("" if where.exists() else " (no such folder: nothing was buffered)"),
+            highlight=False,
+        )
+    for path in done.skipped:
+        console.print(
+            f"[yellow]skipped {escape(str(path))}: not a tracking buffer (its first line is no "
+            "buffer header)[/]",
+            soft_wrap=True,
+        )
     for line in done.dropped:
         console.print(f"[yellow]not sent, the store refused it: {escape(line)}[/]", soft_wrap=True)
     for line in done.damaged:
         console.print(f"[yellow]not sent, damaged in the buffer: {escape(line)}[/]", soft_wrap=True)
     for line in done.waiting:
         console.print(f"[yellow]kept: {escape(line)}; run this again later[/]", soft_wrap=True)
+    for line in done.lost:
+        console.print(f"[yellow]cannot be sent: {escape(line)}[/]", soft_wrap=True)
+    if done.lost and not (done.dropped or done.damaged):
+        raise DataError(
+            f"{len(done.lost)} buffer file(s) wait on a run that no sync can find (listed "
+            "above); they are kept as they are"
+            + ("; the other calls were replayed" if done.sent else ""),
+            'add the run\'s entry ("offline-...": "RUN_ID", the id the store gave it) to '
+            "ids.json beside the buffers, or repair the file named, and sync again; or delete "
+            "the buffer file if its calls are not needed",
+        )
     if done.dropped or done.damaged:
         count = len(done.dropped) + len(done.damaged)
         files = ", ".join(str(p) for p in done.unsent)

@@ -5,6 +5,9 @@ A record is a self-contained operation (`create_run`, `log_batch`, `log_artifact
 writes exactly what would have been written live. Runs created while the server was away get
 a local id (`offline-...`); replay maps them to real ids and remembers the mapping in
 `ids.json` beside the buffers, so nested runs buffered in other files resolve their parent.
+Every run also carries its local id as a tag (`TAG_LOCAL_ID`): a replayed `create_run` whose
+answer was lost, or whose mapping is, finds its run instead of making a second one. A damaged
+`ids.json` is never read as empty nor overwritten: it stops the replay (`DamagedIds`).
 
 Metric records keep their original timestamp: MLflow's SQL store treats (key, step,
 timestamp, value) as one row, so a record replayed twice (the server took it but the answer
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -30,20 +34,41 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from tibnlp.errors import DataError
-from tibnlp.fsutil import atomic_write_text
+from tibnlp.fsutil import atomic_write_text, text_lines
 
 OFFLINE_PREFIX = "offline-"
 PARENT_TAG = "mlflow.parentRunId"
 IDS_FILE = "ids.json"
+# on every run tibnlp creates: its local id, so a replayed `create_run` whose answer was lost
+# (or whose `ids.json` entry is) finds the run it made instead of making a second one
+TAG_LOCAL_ID = "tibnlp.local_id"
 _OFFLINE_ID = re.compile(re.escape(OFFLINE_PREFIX) + "[0-9a-f]{32}")  # `new_local_id`
 # MLflow 3 opens an experiment without this tag on its GenAI trace overview, where tibnlp's
 # runs are not shown; training experiments open on the runs table
 KIND = {"mlflow.experimentKind": "custom_model_development"}
 _BATCH = 100  # MLflow accepts at most 100 params / 1000 metrics per log_batch
+log = logging.getLogger("tibnlp.tracking")
+_SAID: set[Path] = set()  # damaged `ids.json` files already reported by this process
 
 
 class PendingParent(Exception):
     """A record names a run that was created offline and is not replayed yet."""
+
+
+class DamagedIds(DataError):
+    """`ids.json` cannot be read: the runs it mapped are unknown, and it must not be
+    overwritten (their buffered calls would wait forever, or create their runs again)."""
+
+    def __init__(self, path: Path, why: str, needed: str = "") -> None:
+        super().__init__(
+            f"{path} is damaged ({why}); it maps runs created offline to their ids in the "
+            "tracking store: no buffered call was sent, and the file was left as it is"
+            + (f"; the buffers left need it for {needed}" if needed else ""),
+            'repair it (one JSON object: {"offline-...": "RUN_ID", ...}), or move it away: '
+            f"then a run it mapped is found in the store by its tag {TAG_LOCAL_ID}, and "
+            "`tibnlp runs sync` names the buffered calls whose run cannot be found",
+        )
+        self.path, self.why = path, why
 
 
 def default_buffer_dir(configured: str = "") -> Path:
@@ -81,7 +106,7 @@ def is_outage(exc: BaseException) -> bool:
 
     if isinstance(exc, (requests.RequestException, ConnectionError, TimeoutError, OSError)):
         return True
-    if isinstance(exc, PendingParent):
+    if isinstance(exc, (PendingParent, DamagedIds)):  # kept, in order, until it can be sent
         return True
     if isinstance(exc, MlflowException):
         if exc.error_code in {
@@ -98,31 +123,76 @@ def is_outage(exc: BaseException) -> bool:
 
 
 class IdMap:
-    """offline id -> real run id, shared by all buffers of one directory."""
+    """offline id -> real run id, shared by all buffers of one directory (and by the
+    processes that replay them: `add` merges into the file under a lock, never over it).
+
+    A damaged file is never ignored nor overwritten: `check`, a `resolve` that needs it and
+    a persisted `add` raise `DamagedIds`, which stops a replay as an outage does."""
 
     def __init__(self, folder: Path) -> None:
-        self.path = Path(folder) / IDS_FILE
+        self.folder = Path(folder)
+        self.path = self.folder / IDS_FILE
         self.ids: dict[str, str] = {}
-        if self.path.is_file():
-            with contextlib.suppress(ValueError, OSError):
-                self.ids = json.loads(self.path.read_text(encoding="utf-8"))
+        # a live tracker starts whatever the file holds: it is needed only by a replay
+        with contextlib.suppress(DamagedIds):
+            self.ids.update(self._read())
+
+    def _read(self) -> dict[str, str]:
+        """The file's mapping ({} when there is none); `DamagedIds` when it is no mapping."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DamagedIds(self.path, f"unreadable: {exc}") from exc
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise DamagedIds(self.path, f"not JSON: {exc}") from exc
+        if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in data.items()
+        ):
+            raise DamagedIds(self.path, 'not an object of "offline-..." ids to run ids')
+        return data
+
+    def check(self) -> None:
+        """Raise `DamagedIds` when the file is damaged (re-read: it may have been repaired)."""
+        self.ids.update(self._read())
 
     def resolve(self, run_id: str | None) -> str | None:
         if run_id is None or not run_id.startswith(OFFLINE_PREFIX):
             return run_id
-        if run_id in self.ids:
-            return self.ids[run_id]
-        if self.path.is_file():  # another tracker (a parent) may have replayed it meanwhile
-            with contextlib.suppress(ValueError, OSError):
-                self.ids.update(json.loads(self.path.read_text(encoding="utf-8")))
+        if run_id not in self.ids:  # another tracker (a parent) may have replayed it meanwhile
+            self.ids.update(self._read())
         if run_id in self.ids:
             return self.ids[run_id]
         raise PendingParent(run_id)
 
     def add(self, local: str, real: str, persist: bool) -> None:
-        self.ids[local] = real
         if persist:  # only runs created from a buffer can be named by other buffers
-            atomic_write_text(self.path, json.dumps(self.ids, indent=1))
+            with _locked(self.folder):  # read-merge-write: another process's entries stay
+                merged = {**self._read(), local: real}
+                atomic_write_text(self.path, json.dumps(merged, indent=1))
+            self.ids.update(merged)
+        self.ids[local] = real
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """`folder` locked (flock on the folder itself) against other processes; nothing is
+    locked where flock does not exist."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def sqlite_file(uri: str) -> Path | None:
@@ -181,27 +251,63 @@ class Applier:
         getattr(self, "_op_" + rec["op"])(rec)
 
     def _run(self, rec: dict[str, Any]) -> str:
-        run = self.ids.resolve(rec["run"])
+        run = self.resolve(rec["run"])
         assert run is not None
         return run
+
+    def resolve(self, run_id: str | None) -> str | None:
+        """The real id of `run_id`; replaying, a run created offline whose mapping is not in
+        `ids.json` (lost, or the file moved away) is looked up in the store by its tag."""
+        try:
+            return self.ids.resolve(run_id)
+        except PendingParent:
+            found = self.find_local(str(run_id)) if self.replaying else None
+            if found is None:
+                raise
+            self.ids.add(str(run_id), found, persist=True)
+            return found
+
+    def find_local(self, local_id: str, experiment: str | None = None) -> str | None:
+        """The run tibnlp created for `local_id` (its tag `TAG_LOCAL_ID`), in `experiment`'s
+        id or any experiment; None when there is none."""
+        if not _OFFLINE_ID.fullmatch(local_id):  # a damaged record: no filter from it
+            return None
+        if experiment is not None:
+            ids = [experiment]
+        else:
+            ids = [e.experiment_id for e in self.client.search_experiments()]
+        if not ids:
+            return None
+        runs = self.client.search_runs(ids, f"tags.`{TAG_LOCAL_ID}` = '{local_id}'", max_results=1)
+        return runs[0].info.run_id if runs else None
 
     def _op_header(self, rec: dict[str, Any]) -> None:
         pass
 
     def _op_create_run(self, rec: dict[str, Any]) -> None:
-        if rec["local_id"] in self.ids.ids:
+        local = rec["local_id"]
+        if self.replaying:
+            # re-read (another process's replay may have made it); and its id must be kept
+            # for the other buffers: not into a damaged ids.json
+            self.ids.check()
+        if local in self.ids.ids:
             return  # created by an earlier replay whose bookkeeping was interrupted
-        tags = dict(rec.get("tags") or {})
-        parent = self.ids.resolve(rec.get("parent"))
+        tags = dict(rec.get("tags") or {}) | {TAG_LOCAL_ID: local}
+        parent = self.resolve(rec.get("parent"))
         if parent:
             tags[PARENT_TAG] = parent
-        run = self.client.create_run(
-            self.experiment_id(rec["experiment"]),
-            run_name=rec.get("run_name") or None,
-            start_time=rec.get("time"),
-            tags=tags,
-        )
-        self.ids.add(rec["local_id"], run.info.run_id, persist=self.replaying)
+        experiment = self.experiment_id(rec["experiment"])
+        # replayed: made already when the store took the call but its answer was lost
+        found = self.find_local(local, experiment) if self.replaying else None
+        if found is None:
+            run = self.client.create_run(
+                experiment,
+                run_name=rec.get("run_name") or None,
+                start_time=rec.get("time"),
+                tags=tags,
+            )
+            found = run.info.run_id
+        self.ids.add(local, found, persist=self.replaying)
 
     def _op_update_run(self, rec: dict[str, Any]) -> None:
         self.client.update_run(self._run(rec), status=rec["status"])
@@ -211,9 +317,7 @@ class Applier:
         metrics = [Metric(k, float(v), int(ts), int(step)) for k, v, step, ts in rec["metrics"]]
         params = [Param(k, v) for k, v in rec["params"]]
         # a parent tag may name a run created offline: its real id, once that is replayed
-        tags = [
-            RunTag(k, (self.ids.resolve(v) or v) if k == PARENT_TAG else v) for k, v in rec["tags"]
-        ]
+        tags = [RunTag(k, (self.resolve(v) or v) if k == PARENT_TAG else v) for k, v in rec["tags"]]
         for i in range(0, max(len(metrics), len(params), len(tags)), _BATCH):
             self.client.log_batch(
                 run,
@@ -225,14 +329,26 @@ class Applier:
 
     def _op_log_artifact(self, rec: dict[str, Any]) -> None:
         run, path = self._run(rec), Path(rec["path"])
+        if not path.exists() and rec.get("staged") and self._uploaded(run, rec):
+            return  # its copy goes once uploaded: a replay stopped before its bookkeeping
         if not path.exists():  # not an OSError: a local file gone is no store outage
-            raise DataError(f"artifact {path} no longer exists; its log_artifact is dropped")
+            raise DataError(
+                f"artifact {path} no longer exists (moved or deleted after it was buffered); "
+                "nothing was uploaded"
+            )
         if path.is_dir():
             self.client.log_artifacts(run, str(path), rec.get("artifact_path"))
         else:
             self.client.log_artifact(run, str(path), rec.get("artifact_path"))
         if rec.get("staged"):  # a copy of its own (`Tracker._staged`): FOLDER/NAME
             shutil.rmtree(path.parent, ignore_errors=True)
+
+    def _uploaded(self, run: str, rec: dict[str, Any]) -> bool:
+        """Whether `run` holds the file `rec` uploads. (A folder's files are uploaded under
+        `artifact_path` with their own names: a gone folder cannot be told, and is not.)"""
+        folder = rec.get("artifact_path") or None
+        path = "/".join(filter(None, [folder, Path(rec["path"]).name]))
+        return any(a.path == path and not a.is_dir for a in self.client.list_artifacts(run, folder))
 
     def _op_register_model(self, rec: dict[str, Any]) -> None:
         run_id = self._run(rec)
@@ -264,7 +380,7 @@ class Applier:
         tags = {k: run.data.tags[k] for k in rec.get("run_tags") or () if k in run.data.tags}
         for key, value in (rec.get("tags") or {}).items():
             offline = _OFFLINE_ID.fullmatch(value)  # a run created offline: its real id
-            tags[key] = (self.ids.resolve(value) or value) if offline else value
+            tags[key] = (self.resolve(value) or value) if offline else value
         self.client.create_model_version(
             name,
             source,
@@ -327,8 +443,11 @@ class Buffer:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with held(self.path, create=True) as fh:
             assert fh is not None
-            if fh.seek(0, os.SEEK_END) == 0:  # a new file (or one a replay emptied and removed)
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:  # a new file (or one a replay emptied and removed)
                 fh.write(json.dumps({"op": "header", "uri": self.uri, "version": 1}) + "\n")
+            elif os.pread(fh.fileno(), 1, size - 1) != b"\n":
+                fh.write("\n")  # a write cut short (disk full): it must not swallow this record
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
             fh.flush()
 
@@ -379,13 +498,14 @@ def _parse(path: Path, torn: bool = False) -> tuple[list[dict[str, Any]], list[D
     if not Path(path).is_file():
         return [], []
     text = Path(path).read_text(encoding="utf-8", errors="replace")
-    lines = text.splitlines()
+    # not `str.splitlines`: a record may hold U+2028 or U+0085 raw (ensure_ascii=False)
+    lines = text_lines(text)
     records: list[dict[str, Any]] = []
     damaged: list[Damaged] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        last = number == len(lines) and not text.endswith("\n")
+        last = number == len(lines) and not text.endswith(("\n", "\r"))
         try:
             rec = json.loads(line)
         except ValueError:
@@ -421,6 +541,7 @@ class Replayed:
     waiting: BaseException | None = None
     damaged: list[str] = field(default_factory=list)  # lines or records no replay can send
     unsent: Path | None = None  # where the damaged and refused ones are kept (None: none)
+    store: str = ""  # the store replayed into (set by `sync_buffers`)
 
 
 def replay(path: Path, applier: Applier) -> Replayed:
@@ -450,6 +571,7 @@ def _replay(path: Path, applier: Applier) -> Replayed:
             except Exception as exc:
                 if is_outage(exc):
                     out.waiting = exc
+                    _say_damaged(exc)
                     break
                 if isinstance(exc, (KeyError, TypeError, ValueError)):  # a field gone or garbled
                     out.damaged.append(f"a {todo[pos]['op']} record is damaged ({exc!r})")
@@ -475,6 +597,13 @@ def _replay(path: Path, applier: Applier) -> Replayed:
         else:
             Path(path).unlink(missing_ok=True)
     return out
+
+
+def _say_damaged(exc: BaseException) -> None:
+    """Log a damaged `ids.json` once (a live tracker retries its replay, each time held)."""
+    if isinstance(exc, DamagedIds) and exc.path not in _SAID:
+        _SAID.add(exc.path)
+        log.warning("tracking: buffered calls are kept: %s", exc)
 
 
 def _keep_unsent(keep: Path, header: list[dict[str, Any]], lines: list[str]) -> None:
@@ -513,3 +642,38 @@ def buffer_files(target: Path) -> Iterator[Path]:
         yield target
     elif target.is_dir():
         yield from (p for p in sorted(target.glob("*.jsonl")) if is_buffer(p))
+
+
+def local_ids(path: Path) -> tuple[set[str], set[str]]:
+    """The offline run ids a buffer file creates, and all those it names (its own too)."""
+    if not Path(path).is_file():
+        return set(), set()
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    made = {
+        r["local_id"]
+        for r in _parse(path)[0]
+        if r.get("op") == "create_run" and isinstance(r.get("local_id"), str)
+    }
+    return made, set(_OFFLINE_ID.findall(text))
+
+
+def creators(folder: Path) -> dict[str, Path]:
+    """offline id -> the file of `folder` that creates its run: a buffer, or a `.unsent`
+    file where a replay kept its `create_run`."""
+    found: dict[str, Path] = {}
+    for path in sorted(Path(folder).glob("*.jsonl")) + sorted(Path(folder).glob("*" + UNSENT)):
+        if is_buffer(path):
+            found.update(dict.fromkeys(local_ids(path)[0], path))
+    return found
+
+
+def unmapped(folder: Path, ids: IdMap) -> dict[str, Path]:
+    """The offline ids the buffers of `folder` name that no file there creates and `ids` does
+    not map (their runs were made by buffers replayed and gone), with a file naming each."""
+    made = creators(folder)
+    needed: dict[str, Path] = {}
+    for path in sorted(Path(folder).glob("*.jsonl")) + sorted(Path(folder).glob("*" + UNSENT)):
+        if is_buffer(path):
+            for run in sorted(local_ids(path)[1] - made.keys() - ids.ids.keys()):
+                needed.setdefault(run, path)
+    return needed

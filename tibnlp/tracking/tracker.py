@@ -37,16 +37,25 @@ from tibnlp.errors import ConfigError, DataError
 from tibnlp.tracking.buffer import (
     OFFLINE_PREFIX,
     PARENT_TAG,
+    TAG_LOCAL_ID,
     Applier,
     Buffer,
+    DamagedIds,
     IdMap,
+    PendingParent,
+    Replayed,
+    buffer_files,
+    buffer_uri,
+    creators,
     default_buffer_dir,
     interrupted,
+    is_buffer,
     is_outage,
     new_local_id,
     now_ms,
     replay,
     sqlite_file,
+    unmapped,
 )
 from tibnlp.tracking.conventions import TAG_GIT_COMMIT, env_default, git_commit
 
@@ -494,7 +503,9 @@ class Tracker:
 class SyncResult:
     """What `sync_buffers` did: calls sent, buffer files left, calls the store refused (not
     sent, with why), why the calls left wait (an outage, or a parent run not replayed yet),
-    damaged lines, and the `.unsent` files where the refused and damaged ones are kept."""
+    damaged lines, the `.unsent` files where the refused and damaged ones are kept, calls
+    that wait on a run no later sync can find without help (`lost`), and the `*.jsonl` files
+    of the folder that are no buffer (`skipped`)."""
 
     sent: int = 0
     left: int = 0
@@ -502,6 +513,9 @@ class SyncResult:
     waiting: list[str] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)  # lines no replay can send
     unsent: list[Path] = field(default_factory=list)  # where dropped and damaged ones are kept
+    lost: list[str] = field(default_factory=list)  # waiting on a run nothing here creates
+    skipped: list[Path] = field(default_factory=list)
+    buffers: int = 0  # buffer files found
 
 
 def _sync_applier(store: str, ids: IdMap, path: Path) -> Applier | BaseException:
@@ -524,14 +538,20 @@ def _sync_applier(store: str, ids: IdMap, path: Path) -> Applier | BaseException
 
 
 def sync_buffers(target: Path | None = None, uri: str = "") -> SyncResult:
-    """Replay buffer files (a file or a folder of them), each as far as the store allows."""
-    from tibnlp.tracking.buffer import PendingParent, Replayed, buffer_files, buffer_uri
+    """Replay buffer files (a file or a folder of them), each as far as the store allows.
 
+    Refused (`DamagedIds`, nothing sent) when the folder's `ids.json` is damaged. A file that
+    waits on a run created by a file replayed after it is replayed again; once a store did not
+    answer, its other files wait without a try each (each try waits for the store)."""
     folder = Path(target) if target else default_buffer_dir()
+    home = folder if folder.is_dir() else folder.parent
     result = SyncResult()
-    ids = IdMap(folder if folder.is_dir() else folder.parent)
+    if folder.is_dir():
+        result.skipped = [p for p in sorted(folder.glob("*.jsonl")) if not is_buffer(p)]
+    ids = IdMap(home)
     appliers: dict[str, Applier | BaseException] = {}
     paths = list(buffer_files(folder))
+    result.buffers = len(paths)
     stores = {path: uri or buffer_uri(path) for path in paths}
     unnamed = [str(path) for path, store in stores.items() if not store]
     if unnamed:  # checked before any is replayed: the default store may be another one
@@ -541,31 +561,97 @@ def sync_buffers(target: Path | None = None, uri: str = "") -> SyncResult:
             "name the store its runs belong to: tibnlp runs sync BUFFER --tracking-uri "
             "sqlite:///PATH/mlflow.db (or http://HOST:PORT)",
         )
-    for path in paths:
-        store = default_tracking_uri(stores[path] or "")
-        _short_http_retries(store)
-        if store not in appliers:  # a store that did not open is not tried again per file
-            appliers[store] = _sync_applier(store, ids, path)
-        applier = appliers[store]
-        if isinstance(applier, BaseException):
-            done = Replayed(waiting=applier)
-        else:
-            done = replay(path, applier)
-        result.sent += done.sent
-        result.dropped += [f"{path.name}: {why}" for why in done.refused]
-        result.damaged += [f"{path.name}: {why}" for why in done.damaged]
-        if done.unsent is not None and done.unsent not in result.unsent:
-            result.unsent.append(done.unsent)
-        why = done.waiting
-        if why is not None:
-            result.left += 1
-            result.waiting.append(
-                f"{path.name}: its parent run ({why}) is in a buffer not replayed yet"
-                if isinstance(why, PendingParent)
-                else f"{path.name}: the store did not answer ({type(why).__name__}: "
-                f"{(str(why).splitlines() or [''])[0][:120]})"
+    if paths:
+        try:
+            ids.check()
+        except DamagedIds as exc:  # before anything is sent: no run is created twice
+            needed = ", ".join(
+                f"{run} (named in {f.name})" for run, f in unmapped(home, ids).items()
             )
+            raise DamagedIds(exc.path, exc.why, needed) from None
+    last: dict[Path, Replayed] = {}
+    todo = paths
+    while todo:
+        before = result.sent
+        for path in todo:
+            last[path] = _sync_one(path, default_tracking_uri(stores[path] or ""), ids, appliers)
+            _count(result, path, last[path])
+        # a file that waited on a run whose create_run was sent since: again
+        todo = [p for p in todo if _pending(last[p])] if result.sent > before else []
+    for path, done in last.items():
+        _say_waiting(result, path, done, home, ids)
     return result
+
+
+def _sync_one(
+    path: Path, store: str, ids: IdMap, appliers: dict[str, Applier | BaseException]
+) -> Replayed:
+    """Replay one buffer file into `store` (its Applier, or its outage, kept in `appliers`)."""
+    _short_http_retries(store)
+    if store not in appliers:  # a store that did not open is not tried again per file
+        appliers[store] = _sync_applier(store, ids, path)
+    applier = appliers[store]
+    if isinstance(applier, BaseException):
+        return Replayed(waiting=applier, store=store)
+    done = replay(path, applier)
+    done.store = store
+    if done.waiting is not None and not isinstance(done.waiting, PendingParent):
+        appliers[store] = done.waiting  # away (or ids.json damaged): its other files wait
+    return done
+
+
+def _pending(done: Replayed) -> bool:
+    return isinstance(done.waiting, PendingParent)
+
+
+def _count(result: SyncResult, path: Path, done: Replayed) -> None:
+    result.sent += done.sent
+    result.dropped += [f"{path.name}: {why}" for why in done.refused]
+    result.damaged += [f"{path.name}: {why}" for why in done.damaged]
+    if done.unsent is not None and done.unsent not in result.unsent:
+        result.unsent.append(done.unsent)
+
+
+def _say_waiting(result: SyncResult, path: Path, done: Replayed, home: Path, ids: IdMap) -> None:
+    """Why `path` is left: an outage (sync again later), or a run that only the user can
+    bring back (`lost`: its create_run is kept in a `.unsent` file, or no file creates it)."""
+    why = done.waiting
+    if why is None:
+        return
+    result.left += 1
+    if isinstance(why, DamagedIds):
+        result.lost.append(f"{path.name}: {why.message}")
+    elif isinstance(why, PendingParent):
+        run = str(why.args[0]) if why.args else "?"
+        made = creators(home).get(run)
+        if made is not None and made.suffix == ".jsonl":
+            result.waiting.append(
+                f"{path.name}: run {run} is created in {made.name}, not replayed yet"
+            )
+        elif made is not None:
+            result.lost.append(
+                f"{path.name}: run {run} is created by a call kept in {made.name}: repair "
+                f"and sync that file first"
+            )
+        else:
+            result.lost.append(
+                f"{path.name}: run {run} was created by a buffer no longer in {home}, and "
+                f"{ids.path} does not map it to its run in the store (and no run there is "
+                f"tagged {TAG_LOCAL_ID}={run}): its calls cannot be sent"
+            )
+    else:
+        result.waiting.append(
+            f"{path.name}: the store {done.store or '?'} did not answer ({_outage_reason(why)})"
+        )
+
+
+def _outage_reason(exc: BaseException) -> str:
+    """What an outage comes down to: MLflow wraps the socket's error ("Connection refused",
+    "Read timed out") at the end of a long line about retries, past any sensible cut."""
+    text = (str(exc).splitlines() or [""])[0]
+    if "Caused by" in text:
+        text = text.rsplit(": ", 1)[-1].rstrip("\"')")
+    return f"{type(exc).__name__}: {text[:160]}"
 
 
 def tracker_from_config(
