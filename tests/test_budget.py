@@ -14,7 +14,7 @@ from tibnlp.config import EngineConfig, OptimizerConfig
 from tibnlp.training.engine import init_distributed
 from tibnlp.training.learning_check import LearningCheck
 from tibnlp.training.loop import LoopSettings, Progress, TrainLoop
-from tibnlp.training.pretrain import export_name
+from tibnlp.training.pretrain_record import export_name
 from tibnlp.training.schedule import lr_factor
 from tibnlp.training.wiring import start_training
 

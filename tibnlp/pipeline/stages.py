@@ -200,7 +200,7 @@ def _export(model: Path, tokens: int, stage: str) -> Path:
     """The export of pretraining output `model` (OUTPUT/model) at `tokens` (param
     `export_tokens`: a point of a learning curve)."""
     from tibnlp.models.io import read_extra
-    from tibnlp.training.pretrain import export_name
+    from tibnlp.training.pretrain_record import export_name
 
     name = export_name(tokens)
     path = model.parent / "exports" / name
