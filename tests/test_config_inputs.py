@@ -198,7 +198,7 @@ def test_runs_sync_drops_an_artifact_gone_since_and_finishes(
     """A buffered log_artifact whose file was moved away counted as an outage (FileNotFoundError
     is an OSError): every sync said 'the store is still unreachable' and never finished."""
     from tibnlp.tracking import Tracker
-    from tibnlp.tracking.buffer import Applier
+    from tibnlp.tracking.replay import Applier
 
     monkeypatch.chdir(tmp_path)
     uri, buf = f"sqlite:///{tmp_path / 'm.db'}", tmp_path / "buf"

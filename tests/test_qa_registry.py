@@ -15,7 +15,7 @@ from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
 from mlflow.tracking import MlflowClient
 
 from tibnlp.tracking import Tracker, TrackingOutageWarning
-from tibnlp.tracking.buffer import Applier
+from tibnlp.tracking.replay import Applier
 from tibnlp.tracking.testing import sqlite_store
 
 

@@ -122,7 +122,7 @@ def test_runs_sync_keeps_the_buffer_when_the_store_cannot_open(tmp_path: Path, m
     def locked(uri: str) -> None:
         raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("database is locked"))
 
-    monkeypatch.setattr("tibnlp.tracking.tracker.MlflowClient", locked)
+    monkeypatch.setattr("tibnlp.tracking.sync.MlflowClient", locked)
     result = CliRunner().invoke(app, ["runs", "sync", str(path)])
     assert result.exit_code == 1, result.output
     said = " ".join(result.output.split())

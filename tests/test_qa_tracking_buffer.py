@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from tibnlp.cli.main import app
 from tibnlp.errors import DataError, TibnlpError
 from tibnlp.tracking import Tracker
-from tibnlp.tracking.buffer import TAG_LOCAL_ID, Applier, Buffer, IdMap, read_records
+from tibnlp.tracking.buffer import TAG_LOCAL_ID, Buffer, IdMap, read_records
+from tibnlp.tracking.replay import Applier
 from tibnlp.tracking.testing import sqlite_store
 
 
@@ -212,7 +213,7 @@ def test_an_unreachable_store_keeps_every_file_and_says_why(
 ) -> None:
     """Each file waited for the store's retries in turn, and the second was said to wait for
     its parent; the reason was cut before "Connection refused". Now the store is tried once."""
-    from tibnlp.tracking import tracker
+    from tibnlp.tracking import sync
     from tibnlp.tracking.server import free_port
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -226,8 +227,8 @@ def test_an_unreachable_store_keeps_every_file_and_says_why(
         tried.append(path)
         return real(path, applier)
 
-    real = tracker.replay
-    monkeypatch.setattr(tracker, "replay", counted)
+    real = sync.replay
+    monkeypatch.setattr(sync, "replay", counted)
     code, said, _ = _sync(str(buf), "--tracking-uri", away)
     assert code == 1, said
     assert "2 buffer files left" in said and tried == files[:1]
@@ -316,3 +317,13 @@ def test_an_artifact_sent_before_a_replay_was_killed_is_not_refused(
     assert [a.path for a in MlflowClient(uri).list_artifacts(run_id, "reports")] == [
         "reports/r.txt"
     ]
+
+
+def test_the_parser_knows_every_operation_the_replay_applies() -> None:
+    """buffer.OPS (what a line may name) and Applier's handlers are one list in two places:
+    an operation added to one only would be refused as damaged, or never parsed."""
+    from tibnlp.tracking.buffer import OPS
+    from tibnlp.tracking.replay import Applier
+
+    handlers = {n.removeprefix("_op_") for n in vars(Applier) if n.startswith("_op_")}
+    assert handlers == set(OPS) | {"header"}

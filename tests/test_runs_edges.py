@@ -13,10 +13,10 @@ from mlflow.tracking import MlflowClient
 
 import tibnlp
 from tibnlp.tracking import Tracker, sync_buffers
-from tibnlp.tracking.buffer import Applier
 from tibnlp.tracking.compare import compare_runs
 from tibnlp.tracking.conventions import TAG_SEED_RECORD
 from tibnlp.tracking.curve import read_curve_runs
+from tibnlp.tracking.replay import Applier
 from tibnlp.tracking.testing import sqlite_store
 
 

@@ -1,5 +1,5 @@
 """How a store that will not open is explained: shared by the commands that read a store
-(`tracking.reading`) and by `runs sync` (`tracking.tracker`), which must not import each
+(`tracking.reading`) and by `runs sync` (`tracking.sync`), which must not import each
 other."""
 
 from __future__ import annotations
