@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -15,11 +14,9 @@ from typer.testing import CliRunner
 
 from tests.ft_fixtures import LABELS, make_data_dir
 from tibnlp.cli.main import app
-from tibnlp.data import manifests
-from tibnlp.data.datadir import data_dir
 from tibnlp.data.labelled import read_jsonl
-from tibnlp.data.manifests import all_manifests, get_manifest, status_ok
-from tibnlp.data.tasks import load_dataset, load_tncc
+from tibnlp.data.manifests import get_manifest, status_ok
+from tibnlp.data.tasks import load_classification, load_dataset, load_tncc
 from tibnlp.errors import DataError
 
 ZIP = "Tibetan News Classification Corpus.zip"
@@ -256,30 +253,20 @@ def test_a_class_only_in_test_is_warned_with_file_and_id(tmp_path, monkeypatch, 
 
 
 def test_a_file_name_as_dataset_says_how_to_add_a_set(tmp_path, monkeypatch) -> None:
-    """The hint's recipe works: a copy of tusa.yaml edited as it says loads the user's files."""
+    """The hint's recipe works: the user's files in a folder, given as ./FOLDER, load."""
     monkeypatch.setenv("TIBNLP_DATA", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(DataError) as err:
         load_dataset("./mine.jsonl")
     hint = err.value.hint or ""
     assert "named by its manifest, not by a file" in err.value.message
-    folder = Path(str(manifests.manifest_folder()))
-    assert f"copy tusa.yaml in {folder} to NAME.yaml" in hint
-    mine = tmp_path / "manifests"
-    shutil.copytree(folder, mine)
-    text = (mine / "tusa.yaml").read_text("utf-8")
-    text = re.sub(r"(?m)^name: tusa$", "name: mine", text)
-    text = re.sub(r"(?m)^root: tusa$", "root: mine", text)
-    text = re.sub(r"(?s)\nfiles:\n.*", "\nfiles: {}\n", text)
-    text = text.replace("tusa_", "mine_")
-    (mine / "mine.yaml").write_text(text, "utf-8")
-    monkeypatch.setattr(manifests, "manifest_folder", lambda: mine)
-    own = data_dir() / "mine"
-    own.mkdir(parents=True)
+    assert "--dataset ./FOLDER" in hint
+    own = tmp_path / "mine"
+    own.mkdir()
     (own / "labels.json").write_text(json.dumps(LABELS), "utf-8")
     for split in ("train", "validation", "test"):
-        _jsonl(own / f"mine_{split}.jsonl", _records(split))
-    assert status_ok(all_manifests()["mine"].status())
-    assert len(load_dataset("mine").splits["test"]) == 6
+        _jsonl(own / f"{split}.jsonl", _records(split))
+    assert len(load_classification("./mine").splits["test"]) == 6
 
 
 def test_real_partial_copy_is_listed_and_the_hint_repairs_it(

@@ -119,7 +119,15 @@ def tncc(
 
 @app.command("classify")
 def classify(
-    dataset: Annotated[str, typer.Option(help=f"One of: {', '.join(classification_datasets())}.")],
+    dataset: Annotated[
+        str,
+        typer.Option(
+            help=f"A shipped set ({', '.join(classification_datasets())}) or the folder of your "
+            "own: train.jsonl, validation.jsonl, test.jsonl ('text', 'label'; optional "
+            "labels.json, dataset.yaml). A value with a path separator (./my_set) is a folder; a "
+            "shipped set's name is that set; another name is a folder if one exists."
+        ),
+    ],
     model: ModelOpt = None,
     head: HeadOpt = None,
     encoder: EncoderOpt = None,
@@ -129,7 +137,7 @@ def classify(
     config: ConfigOption = None,
     set_: SetOption = None,
 ) -> None:
-    """Any labelled set of the data directory, by its manifest name."""
+    """Any labelled set of the data directory by its name, or a folder of your own."""
     flags = [f"finetune.dataset={dataset}", *_flags(model, head, encoder, vocab, seeds, eval_also)]
     cfg = resolve_config(config, set_, *flags)
     _run(cfg, cfg.finetune.dataset)

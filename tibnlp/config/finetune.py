@@ -48,6 +48,11 @@ class FinetuneConfig:
     # `model` and init=random), or starting from a pretrained `model`'s word embedding
     encoder: Literal["albert", "none"] = "albert"
     vocab: str = ""  # vocabulary directory; default: the one inside `model`
+    # a shipped set's manifest name (`tibnlp data list`), or the folder of a set of your own
+    # (train.jsonl, validation.jsonl, test.jsonl with "text" and "label"; optional labels.json,
+    # dataset.yaml: tibnlp.data.folder_set). A value with a path separator is a folder
+    # (relative: from the current directory, e.g. ./my_set); a shipped set's name is that set;
+    # another name is a folder if one exists
     dataset: str = "tncc"
     task: Literal["title", "document"] = "title"  # TNCC only
     # cnn: TextCNN over the token states; linear: one layer on the sentence vector; mlp: a
@@ -182,6 +187,11 @@ class FinetuneConfig:
 
     def validate(self, prefix: str) -> None:
         check(bool(self.output.strip()), f"{prefix}.output", "must name a folder")
+        check(
+            bool(self.dataset.strip()),
+            f"{prefix}.dataset",
+            "must name a shipped set (e.g. tncc, tusa) or the folder of a set of your own",
+        )
         check(self.max_len >= 0, f"{prefix}.max_len", "must be >= 0 (0 = task default)")
         check(self.max_len == 0 or self.max_len >= 3, f"{prefix}.max_len", "must be >= 3")
         check(self.document_max_len >= 3, f"{prefix}.document_max_len", "must be >= 3")

@@ -53,6 +53,12 @@ class LabelledSet:
     source_form: str = "tsheg"  # text form as stored in the data directory
     max_len: int = 0  # manifest default (tokens); 0: none given
     manifest: str = ""
+    # a set of one's own (`tibnlp.data.folder_set`): the folder it was read from, and the hash
+    # of the files read there, which the seeds' data hash extends ("" for a shipped set: its
+    # seeds keep their hash); `notes`: what its loader decided, for the run's notes
+    folder: str = ""
+    files_sha256: str = ""
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def join_spaced_syllables(self) -> bool:
@@ -143,6 +149,17 @@ def read_jsonl(
             "restore the file (`tibnlp data list` names a dataset's changed files), or "
             "fill it: one JSON object per line",
         )
+    return out
+
+
+def record_labels(path: Path, text_field: str, label_field: str) -> list[tuple[int, str]]:
+    """(line, label) of every record of a JSONL file, the label as `read_jsonl` reads it; a
+    bad line names the file and line. For a set whose label list is its training labels."""
+    out = []
+    for lineno, line in enumerate(_jsonl_lines(path), 1):
+        if line.strip():
+            record = _record(line, path, lineno, (text_field, label_field))
+            out.append((lineno, str(record[label_field])))
     return out
 
 

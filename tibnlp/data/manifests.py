@@ -56,16 +56,7 @@ class Manifest:
 
     def labels(self) -> list[str]:
         """Class names in label-id order, from `labels_file`."""
-        path = self.require(self.labels_file)
-        data = read_json(path)
-        if isinstance(data, dict) and "labels" in data:
-            data = data["labels"]
-        if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
-            raise DataError(
-                f"{path}: expected a list of label names (or {{'labels': [...]}})",
-                "restore the file: the class names as strings, in label-id order",
-            )
-        return check_label_list(data, path)
+        return read_label_file(self.require(self.labels_file), "restore the file: ")
 
     def require(self, relative: str) -> Path:
         """A file of this dataset, or an error saying what is wrong and what to do: download
@@ -156,6 +147,20 @@ class Manifest:
             except DataError as exc:
                 return f"damaged: {exc.message}"
         return f"present: {archives[0].name} (cut 8:1:1 at load; no checksums: a set you download)"
+
+
+def read_label_file(path: Path, advice: str = "") -> list[str]:
+    """Class names in label-id order from a labels file: a JSON list, or {"labels": [...]}.
+    `advice` leads the hint of a file of another shape."""
+    data = read_json(path)
+    if isinstance(data, dict) and "labels" in data:
+        data = data["labels"]
+    if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+        raise DataError(
+            f"{path}: expected a list of label names (or {{'labels': [...]}})",
+            f"{advice}the class names as strings, in label-id order",
+        )
+    return check_label_list(data, path)
 
 
 def status_ok(status: str) -> bool:
@@ -254,9 +259,9 @@ def get_manifest(name: str, kind: str | None = None) -> Manifest:
         if "/" in name or Path(name).suffix in (".jsonl", ".json", ".txt", ".tsv", ".csv"):
             raise DataError(
                 f"unknown dataset '{name}': a dataset is named by its manifest, not by a file",
-                f"{known}. A labelled set of your own needs a manifest: copy tusa.yaml in "
-                f"{manifest_folder()} to NAME.yaml, set name, root (its folder in the data "
-                "directory), splits and labels_file, and replace its files: entry by {}",
+                f"{known}. A labelled set of your own is a folder holding train.jsonl, "
+                "validation.jsonl and test.jsonl: `tibnlp finetune classify --dataset "
+                "./FOLDER` (README: your own labelled data)",
             )
         raise DataError(f"unknown dataset '{name}'", known)
     return candidates[name]

@@ -1,12 +1,15 @@
 """Labelled classification sets by name: the manifests in `corpora/`, each split read by
 `tibnlp.data.labelled` (the text form and the JSONL checks), TNCC's document task by
-`tibnlp.data.tncc_document`, AdvTS for a target set.
+`tibnlp.data.tncc_document`, AdvTS for a target set; or a folder of one's own
+(`tibnlp.data.folder_set`), which `load_classification` tells from a name.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from tibnlp.data.folder_set import LAYOUT, is_folder_dataset, load_folder_set
 from tibnlp.data.labelled import (
     LabelledSet,
     check_ids_across_splits,
@@ -34,8 +37,38 @@ def classification_datasets() -> list[str]:
 
 
 def manifest_of(dataset: str, task: str = "title") -> str:
-    """The manifest a fine-tuning dataset and task read: tncc's task names its own."""
+    """The manifest a fine-tuning dataset and task read: tncc's task names its own; "" for a
+    folder of one's own (`is_folder_dataset`), which has none."""
+    if is_folder_dataset(dataset):
+        return ""
     return TNCC_TASKS.get(task, dataset) if dataset == "tncc" else dataset
+
+
+def load_classification(dataset: str, task: str = "title") -> LabelledSet:
+    """What `finetune.dataset` names: a folder of one's own (an existing folder, or a value
+    with a path separator: `is_folder_dataset`), else a shipped set by its manifest name (TNCC
+    with its `task`); a name that is neither is refused, saying both."""
+    if is_folder_dataset(dataset):
+        return load_folder_set(dataset)
+    if Path(dataset).is_dir():  # a shipped set's name: the set, not the folder
+        print(
+            f"note: dataset '{dataset}' is the shipped set; for the folder "
+            f"{Path(dataset).resolve()} give ./{dataset}",
+            file=sys.stderr,
+            flush=True,
+        )
+    if dataset == "tncc":
+        return load_tncc(task)
+    shipped = [n for n, m in all_manifests().items() if m.kind == "classification"]
+    if dataset not in shipped:
+        raise DataError(
+            f"unknown dataset '{dataset}': no shipped set has that name, and there is no "
+            f"folder {Path.cwd() / dataset}",
+            f"name a shipped set ({', '.join(classification_datasets())}), or a folder of your "
+            f"own, e.g. ./{dataset} (a value with a '/', or an existing folder not named like a "
+            f"shipped set, is a folder), holding {LAYOUT}",
+        )
+    return load_dataset(dataset)
 
 
 def load_tncc(task: str) -> LabelledSet:

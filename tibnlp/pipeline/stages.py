@@ -221,17 +221,25 @@ def finetune_data(config: dict[str, Any]) -> dict[str, str]:
     with `eval_also`), as `ROOT/FILE` -> content hash. They are no input of the stage, so its
     key does not hold them: the plan compares these with the cached output's, or a corrected
     dataset file (or another data directory) would leave the old scores cached. A dataset or
-    file absent here is left out: the stage names what is missing when it runs."""
+    file absent here is left out: the stage names what is missing when it runs. A folder of
+    one's own gives its files as `NAME/FILE` (`folder_files`: one not there is recorded as
+    absent, so adding it reruns); a relative folder counts from the current
+    directory, where the stage runs, as the config's other paths do."""
+    from tibnlp.data.folder_set import folder_files, is_folder_dataset
     from tibnlp.data.manifests import get_manifest
     from tibnlp.data.tasks import manifest_of
     from tibnlp.tracking import path_hash
 
     ft = config.get("finetune") or {}
-    names = [manifest_of(str(ft.get("dataset", "tncc")), str(ft.get("task", "title")))]
+    dataset = str(ft.get("dataset", "tncc"))
+    names = [manifest_of(dataset, str(ft.get("task", "title")))]
     if "advts" in (ft.get("eval_also") or []):
         names.append("advts")
     out: dict[str, str] = {}
-    for name in names:
+    folder = Path(dataset).expanduser()
+    if is_folder_dataset(dataset) and folder.is_dir():
+        out.update(folder_files(folder))
+    for name in filter(None, names):
         try:
             manifest = get_manifest(name)
         except TibnlpError:

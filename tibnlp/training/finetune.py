@@ -38,7 +38,12 @@ from tibnlp.models.classifier_io import (
 )
 from tibnlp.models.long_documents.reading import inner_encoder
 from tibnlp.tracking import PrefixedRun, Tracker, provenance_tags, tracker_from_config
-from tibnlp.tracking.conventions import TAG_PRETRAIN_RUN, TAG_SEED_RECORD, pretrain_params
+from tibnlp.tracking.conventions import (
+    TAG_DATA,
+    TAG_PRETRAIN_RUN,
+    TAG_SEED_RECORD,
+    pretrain_params,
+)
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.classification import probe_recipe, set_seed, train_one_seed
 from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
@@ -145,6 +150,7 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         "vocab": str(setup.vocab_dir),
         "vocab_sha256": setup.vocab.sha256,
         "model": setup.meta.source_model or _untrained(ft),
+        **data.notes,  # a folder set's path and where its label list came from
     }
     tags = {"stage": "finetune", "dataset": data.name, "system": setup.system}
     # a validation macro-F1 at this level is a classifier collapsed onto one class
@@ -196,8 +202,12 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         parent.log_metrics(
             {f"cut_{s}_{k}": float(n) for s, c in setup.cut.items() for k, n in c.items()}
         )
+        # a folder set's files by content (a pipeline stage's run has its data hash already)
+        files = {TAG_DATA: data.files_sha256} if data.files_sha256 and not in_stage else {}
         parent.set_tags(
-            provenance_tags(vocab=setup.vocab_dir, parent_model=setup.meta.source_model)
+            provenance_tags(
+                vocab=setup.vocab_dir, parent_model=setup.meta.source_model, extra=files
+            )
         )
         for seed in ft.seeds:
             # seeds are the leaves `runs compare` groups: they carry the config and model tags
@@ -224,10 +234,13 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
 def _advts(setup: Setup, eval_also: Sequence[str]) -> LabelledSet | None:
     if "advts" not in eval_also:
         return None
-    target = ADVTS_TARGETS.get(setup.data.name)
+    # (by name: a folder set of one's own named "tusa" is not TU_SA)
+    folder = getattr(setup.data, "folder", "")
+    target = None if folder else ADVTS_TARGETS.get(setup.data.name)
     if target is None:
         raise DataError(
-            f"AdvTS has no adversarial set for '{setup.data.name}'",
+            f"AdvTS has no adversarial set for '{setup.data.name}'"
+            + (f" (your own set, {folder})" if folder else ""),
             "use --eval-also advts with the TNCC title task or tusa",
         )
     advts = load_advts(target)

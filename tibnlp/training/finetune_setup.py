@@ -23,7 +23,7 @@ from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.collate import encode_counting_cuts
 from tibnlp.data.labelled import STORED_TEXT_FORM, LabelledSet, model_text
-from tibnlp.data.tasks import load_dataset, load_tncc
+from tibnlp.data.tasks import load_classification
 from tibnlp.errors import DataError
 from tibnlp.models.classifier import head_config
 from tibnlp.models.classifier_io import ClassifierMeta
@@ -79,9 +79,12 @@ class Setup:
     def data_sha256(self) -> str:
         """Every split's ids (limit_train applied) and labels (`ids_sha256`). The seed
         fingerprint holds the splits' sizes only: a corrected dataset with as many rows would
-        reuse the seeds trained on the old one."""
+        reuse the seeds trained on the old one. A folder set's (`LabelledSet.files_sha256`)
+        follows the hash of its files, so any change to them (an id, a label name, the label
+        order) trains again; a shipped set's hash is as it was."""
         return ids_sha256(
-            (s, self.ids[s], self.data.targets(s)[: len(self.ids[s])]) for s in sorted(self.ids)
+            ((s, self.ids[s], self.data.targets(s)[: len(self.ids[s])]) for s in sorted(self.ids)),
+            self.data.files_sha256,
         )
 
 
@@ -100,7 +103,8 @@ def ids_sha256(
 
 
 def load_task_data(dataset: str, task: str) -> LabelledSet:
-    return load_tncc(task) if dataset == "tncc" else load_dataset(dataset)
+    """`finetune.dataset`: a shipped set's name or a folder of one's own (`load_classification`)."""
+    return load_classification(dataset, task)
 
 
 def prepare(cfg: Config, data: LabelledSet) -> Setup:
@@ -164,7 +168,9 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
             )
     if ft.encoder_dropout >= 0:
         model_cfg.dropout = model_cfg.attention_dropout = ft.encoder_dropout
-    max_len = ft.max_len or TASK_MAX_LEN.get(data.name) or data.max_len or 128
+    # (a folder set named like a TNCC task is not TNCC: its dataset.yaml's max_len, or 128)
+    task_len = 0 if data.folder else TASK_MAX_LEN.get(data.name, 0)
+    max_len = ft.max_len or task_len or data.max_len or 128
     if ft.encoder == "albert":
         max_len = min(max_len, model_cfg.max_len)
     depth = model_cfg.num_layers

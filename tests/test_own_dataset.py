@@ -1,0 +1,250 @@
+"""A labelled set of one's own: `finetune classify --dataset FOLDER` (tibnlp.data.folder_set)
+fine-tunes on train/validation/test.jsonl in a folder, names the run by the folder, hashes its
+files into the seeds' data hash and a pipeline stage's cache, and `predict` reads the result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tests.ft_fixtures import LABELS, make_vocab, tiny_textcnn, write_split
+from tibnlp.cli.main import app
+from tibnlp.config import load_config
+from tibnlp.data.folder_set import is_folder_dataset
+from tibnlp.data.tasks import load_classification
+from tibnlp.errors import ConfigError, DataError
+from tibnlp.training.finetune import run_finetune
+from tibnlp.training.finetune_setup import prepare
+
+ONE_EPOCH = ("finetune.epochs=1", "engine.threads=1")
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_vocab(tmp_path_factory.mktemp("own") / "vocab")
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vocab: Path) -> SimpleNamespace:
+    """A folder set `mine` (with labels.json, in TNCC's non-alphabetical order) in the current
+    directory, and an empty data directory: nothing is read from a manifest."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TIBNLP_DATA", str(tmp_path / "datadir"))
+    return SimpleNamespace(tmp=tmp_path, vocab=vocab, folder=make_set(tmp_path / "mine"))
+
+
+def make_set(folder: Path, labels_json: bool = True) -> Path:
+    folder.mkdir(parents=True)
+    for split, n, seed in (("train", 45, 1), ("validation", 12, 2), ("test", 12, 3)):
+        write_split(folder / f"{split}.jsonl", n, seed, split)
+    if labels_json:
+        (folder / "labels.json").write_text(json.dumps(LABELS), "utf-8")
+    return folder
+
+
+def _cfg(env: SimpleNamespace, *extra: str):
+    return load_config(None, tiny_textcnn(env.vocab, env.tmp / "runs", *ONE_EPOCH, *extra))
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
+def _write(path: Path, records: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), "utf-8")
+
+
+def test_the_rule_tells_a_folder_from_a_name(env) -> None:
+    assert is_folder_dataset("mine") and is_folder_dataset("./not-there")
+    assert is_folder_dataset("data/not-there")
+    assert not is_folder_dataset("tusa") and not is_folder_dataset("not-there")
+
+
+def test_a_folder_set_fine_tunes_end_to_end_and_predict_reads_it(env) -> None:
+    """Through the CLI, tracked: the results and the MLflow run name the set by its folder and
+    record its path and files' hash; `tibnlp predict` runs the classifier as it is."""
+    from mlflow.tracking import MlflowClient
+
+    from tibnlp.tracking.testing import sqlite_store
+
+    uri = sqlite_store(env.tmp)
+    settings = [*tiny_textcnn(env.vocab, env.tmp / "runs", *ONE_EPOCH), f"tracking.uri={uri}"]
+    sets = [arg for s in [*settings, "tracking.enabled=true"] for arg in ("-s", s)]
+    args = ["finetune", "classify", "--dataset", "mine", "--encoder", "none", *sets]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    out = env.tmp / "runs" / "mine" / "textcnn-pieces(scratch)"
+    saved = json.loads((out / "results.json").read_text("utf-8"))
+    assert saved["dataset"] == "mine"
+    assert saved["notes"]["dataset_folder"] == str(env.folder.resolve())
+    assert "labels" not in saved["notes"]  # labels.json gave them
+    classifier = yaml.safe_load((out / "seed-1" / "classifier.yaml").read_text("utf-8"))
+    assert classifier["labels"] == LABELS and classifier["dataset"] == "mine"
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("tibnlp").experiment_id])
+    (parent,) = [r for r in runs if not r.data.tags.get("mlflow.parentRunId")]
+    assert parent.data.tags["dataset"] == "mine"
+    assert parent.data.tags["dataset_folder"] == str(env.folder.resolve())
+    data = load_classification("mine")
+    assert parent.data.tags["tibnlp.data_hash"] == data.files_sha256 != ""
+
+    texts = env.tmp / "in.jsonl"
+    _write(texts, [{"text": "རྒྱལ ཁབ སྲིད བློན"}, {"text": "སློབ་གྲྭ་དགེ་རྒན།"}])
+    args = ["predict", "--model", str(out / "seed-1"), "--input", str(texts), "-o", "p.jsonl"]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    predicted = _records(env.tmp / "p.jsonl")
+    assert len(predicted) == 2 and all(p["prediction"] in LABELS for p in predicted)
+    assert set(predicted[0]["probabilities"]) == set(LABELS)
+
+
+def test_without_labels_json_the_classes_are_the_sorted_training_labels(env, capsys) -> None:
+    (env.folder / "labels.json").unlink()
+    result = run_finetune(_cfg(env), "./mine")
+    err = capsys.readouterr().err
+    assert err.count("no labels.json") == 1  # said once
+    assert sorted(LABELS) == ["Economics", "Education", "Politics"]
+    assert "Economics, Education, Politics" in result.notes["labels"]
+    classifier = yaml.safe_load((result.seeds[0].directory / "classifier.yaml").read_text("utf-8"))
+    assert classifier["labels"] == sorted(LABELS)
+    data = load_classification("mine")
+    first = _records(env.folder / "train.jsonl")[0]  # label ids follow the sorted list
+    assert data.labels[data.splits["train"][0].label] == first["label"]
+
+
+def test_dataset_yaml_renames_fields_and_files(env) -> None:
+    own = env.tmp / "renamed"
+    own.mkdir()
+    for split, name in (("train", "a.jsonl"), ("validation", "dev.jsonl"), ("test", "b.jsonl")):
+        rows = _records(env.folder / f"{split}.jsonl")
+        # word-segmented text: a particle split off its syllable (removed spaces, not tsheg)
+        _write(own / name, [{"sentence": r["text"] + " འི", "category": r["label"]} for r in rows])
+    settings = {
+        "text_field": "sentence",
+        "label_field": "category",
+        "text_form": "word_segmented",
+        "max_len": 40,
+        "splits": {"train": "a.jsonl", "validation": "dev.jsonl", "test": "b.jsonl"},
+    }
+    (own / "dataset.yaml").write_text(yaml.safe_dump(settings), "utf-8")
+    data = load_classification(str(own))
+    assert data.name == "renamed" and data.source_form == "word_segmented"
+    assert [len(data.splits[s]) for s in ("train", "validation", "test")] == [45, 12, 12]
+    assert data.texts("train")[0].endswith("འི")  # joined, as a word-segmented set is
+    assert prepare(_cfg(env), data).meta.max_len == 40
+
+
+def test_bad_folder_sets_are_clear_errors(env) -> None:
+    folder = env.folder
+    with pytest.raises(DataError) as err:  # neither a shipped set nor a folder
+        load_classification("mnie")
+    assert "no shipped set has that name" in err.value.message and "folder" in err.value.message
+    assert "tusa" in (err.value.hint or "") and "./mnie" in (err.value.hint or "")
+    with pytest.raises(DataError, match="does not exist"):
+        load_classification("./gone")
+    with pytest.raises(DataError, match="is a file, not a folder"):
+        load_classification("mine/train.jsonl")
+
+    (folder / "labels.json").write_text(json.dumps(LABELS[:2]), "utf-8")
+    with pytest.raises(DataError, match=r"train.jsonl:3: label 'Education' is not in the label"):
+        load_classification("mine")
+    (folder / "labels.json").unlink()
+    test = _records(folder / "test.jsonl")
+    _write(folder / "test.jsonl", [*test[:4], {**test[4], "label": "Sports"}, *test[5:]])
+    with pytest.raises(DataError, match=r"test.jsonl:5: label 'Sports' is in no training record"):
+        load_classification("mine")
+    _write(folder / "test.jsonl", test)
+
+    (folder / "dataset.yaml").write_text("text_feild: sentence\n", "utf-8")
+    with pytest.raises(ConfigError, match=r"dataset.yaml: config key 'text_feild' is unknown"):
+        load_classification("mine")
+    (folder / "dataset.yaml").write_text("splits: {dev: d.jsonl}\n", "utf-8")
+    with pytest.raises(ConfigError, match=r"config key 'splits.dev' is unknown"):
+        load_classification("mine")
+    (folder / "dataset.yaml").write_text("splits: {train: ../train.jsonl}\n", "utf-8")
+    with pytest.raises(ConfigError, match=r"'splits.train': must name a file inside"):
+        load_classification("mine")
+    (folder / "dataset.yaml").unlink()
+
+    (folder / "validation.jsonl").unlink()
+    (folder / "test.jsonl").unlink()
+    with pytest.raises(DataError, match=r"lacks validation.jsonl, test.jsonl"):
+        load_classification("mine")
+    done = CliRunner().invoke(  # the command's exit and message, nothing written
+        app, ["finetune", "classify", "--dataset", "mine", "--vocab", str(env.vocab)]
+    )
+    assert isinstance(done.exception, DataError) and "lacks" in done.exception.message
+    assert not (env.tmp / "runs").exists()
+
+
+def test_a_changed_file_retrains_the_seed(env, capsys) -> None:
+    """An edit that leaves every text and label as it was (a record's id) still changes the
+    seed's data hash: it is the files' content that is hashed, not only what is read."""
+    first = run_finetune(_cfg(env), "mine").seeds[0]
+    again = run_finetune(_cfg(env), "mine").seeds[0]
+    assert "reported, not retrained" in capsys.readouterr().err
+    assert again.data_sha256 == first.data_sha256 and again.record_id == first.record_id
+    test = _records(env.folder / "test.jsonl")
+    _write(env.folder / "test.jsonl", [{**test[0], "id": "renamed-0"}, *test[1:]])
+    changed = run_finetune(_cfg(env), "mine").seeds[0]
+    assert "training it again" in capsys.readouterr().err
+    assert changed.data_sha256 != first.data_sha256 and changed.record_id != first.record_id
+
+
+def test_a_pipeline_stage_on_a_folder_set_reruns_when_a_file_changes(env) -> None:
+    from tibnlp.pipeline.runner import run_pipeline
+    from tibnlp.pipeline.spec import load_pipeline
+
+    finetune = {
+        "dataset": "mine",  # relative: from the current directory, where the stage runs
+        "vocab": str(env.vocab),
+        "encoder": "none",
+        "epochs": 1,
+        "embedding_size": 16,
+        "cnn_channels": 8,
+    }
+    spec = env.tmp / "p.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "own",
+                "workdir": str(env.tmp / "work"),
+                "config": {
+                    "tracking": {"enabled": False},
+                    "engine": {"threads": 1},
+                    "finetune": finetune,
+                },
+                "stages": {"finetune": {"kind": "finetune"}},
+            }
+        )
+    )
+    said: list[str] = []
+    assert run_pipeline(load_pipeline(spec), echo=said.append).ran == ["finetune"]
+    assert run_pipeline(load_pipeline(spec), echo=said.append).skipped == ["finetune"]
+    (env.folder / "labels.json").write_text(json.dumps(LABELS[::-1]), "utf-8")
+    said.clear()
+    result = run_pipeline(load_pipeline(spec), echo=said.append)
+    assert result.ran == ["finetune"], said
+    assert any("data changed since it ran: mine/labels.json" in line for line in said), said
+    assert result.results["finetune"]["dataset"] == "mine"
+
+
+def test_a_shipped_name_is_the_shipped_set_and_dot_slash_the_folder(env, capsys) -> None:
+    """The rule: a bare shipped name means the shipped set even with a folder of that name
+    here (said once), `./tusa` the folder; being named "tusa" does not make it TU_SA (no
+    AdvTS for it)."""
+    make_set(env.tmp / "tusa")
+    assert not is_folder_dataset("tusa") and is_folder_dataset("./tusa")
+    with pytest.raises(DataError):  # the shipped TU_SA is not in this test's data directory
+        load_classification("tusa")
+    assert "dataset 'tusa' is the shipped set; for the folder" in capsys.readouterr().err
+    data = load_classification("./tusa")
+    assert data.name == "tusa" and data.folder == str((env.tmp / "tusa").resolve())
+    with pytest.raises(DataError, match="AdvTS has no adversarial set for 'tusa' \\(your own"):
+        run_finetune(_cfg(env, "finetune.eval_also=[advts]"), "./tusa")
