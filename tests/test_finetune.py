@@ -507,6 +507,20 @@ def test_seed_fingerprint_holds_precision_not_speed_knobs(env) -> None:
     assert fingerprint("engine.threads=1", "engine.num_workers=3") == base
 
 
+def test_seed_fingerprint_reads_pooling_as_resolved(env) -> None:
+    """pooling's default became auto; on an encoder where auto reads as cls, a linear head's
+    seeds fine-tuned under the old default keep their key, and cls_max still differs."""
+    data = ft_mod.load_task_data("tncc", "title")
+
+    def fingerprint(*extra: str) -> str:
+        cfg = _cfg(env, "finetune.encoder=albert", "finetune.head=linear", *extra)
+        return seeds_mod.seed_fingerprint(ft_mod.prepare(cfg, data), cfg, 1, False)
+
+    auto = fingerprint()
+    assert auto == fingerprint("finetune.pooling=cls")
+    assert auto != fingerprint("finetune.pooling=cls_max")
+
+
 def test_cli_flags_become_config_overrides() -> None:
     from tibnlp.cli.finetune import _flags
 
@@ -694,3 +708,17 @@ def test_a_soup_logs_each_copy_under_its_prefix_and_what_it_kept(env) -> None:
         result.seeds[0].metrics["validation"]["macro_f1"]
     )
     assert child["soup/val_macro_f1"] >= child["soup/best_copy_val_macro_f1"]
+
+
+def test_advts_labels_in_another_order_are_refused_with_what_to_do(env) -> None:
+    """AdvTS scored with another label order would count every item against the wrong
+    class: refused before any seed trains, saying which file to restore."""
+    from tests.ft_fixtures import LABELS
+
+    labels = env.tmp / "data" / "advts" / "labels.json"
+    labels.write_text(json.dumps({"advts_tncc_title": {"labels": LABELS[::-1]}}), "utf-8")
+    cfg = _cfg(env, "finetune.epochs=1", "finetune.eval_also=[advts]")
+    with pytest.raises(DataError, match="AdvTS labels for tncc differ") as err:
+        run_finetune(cfg, "tncc")
+    assert "--eval-also advts" in err.value.hint and "tibnlp data list" in err.value.hint
+    assert not (env.tmp / "runs").exists() or not list((env.tmp / "runs").rglob("seed-*"))

@@ -185,6 +185,19 @@ def test_cnn_fine_tunings_keep_their_cache_key_under_auto_pooling() -> None:
     assert linear["finetune"]["pooling"] == "auto"
 
 
+@pytest.mark.parametrize("model", [[WINDOWS], []])
+def test_a_cnn_head_records_cls_pooling_whatever_the_encoder(model: list[str]) -> None:
+    """auto resolved to cls_max on a multi-scale encoder for the CNN head too: its
+    classifier.yaml named a pooling it never reads, and its seeds' key (which holds the head)
+    left the one they had before auto, so finished seeds trained again."""
+    from tibnlp.config import load_config
+    from tibnlp.models.classifier import head_config
+
+    cfg = load_config(overrides=[*model, "finetune.head=cnn"])
+    assert cfg.finetune.pooling == "auto"
+    assert head_config(cfg.finetune, cfg.model).pooling == "cls"
+
+
 def test_mlp_head_is_two_layers_on_cls_and_max() -> None:
     """The multi-scale paper's classifier: [CLS] ++ max-pool -> linear -> ReLU -> linear."""
     torch.manual_seed(0)

@@ -248,3 +248,14 @@ def test_a_shipped_name_is_the_shipped_set_and_dot_slash_the_folder(env, capsys)
     assert data.name == "tusa" and data.folder == str((env.tmp / "tusa").resolve())
     with pytest.raises(DataError, match="AdvTS has no adversarial set for 'tusa' \\(your own"):
         run_finetune(_cfg(env, "finetune.eval_also=[advts]"), "./tusa")
+
+
+def test_the_folder_hash_is_the_data_hash_a_pipeline_stage_tags() -> None:
+    """A standalone run tags `files_sha256`, a pipeline stage `config_hash` of the same files
+    (tibnlp.pipeline.stages): one folder must get one data hash either way."""
+    from tibnlp.data.folder_set import ABSENT, files_sha256
+    from tibnlp.tracking.conventions import config_hash
+
+    files = {"mine/train.jsonl": "ab" * 32, "mine/labels.json": ABSENT, "mine/ä.jsonl": "0" * 64}
+    assert files_sha256(files) == config_hash(files)
+    assert files_sha256(files) != files_sha256({**files, "mine/labels.json": "c" * 64})

@@ -329,3 +329,20 @@ def test_a_variant_setting_a_section_keeps_the_stages_other_keys(tmp_path: Path)
     )
     config = Planner(load_pipeline(path)).plan()[0].config
     assert config["finetune"]["patience"] == 1 and config["finetune"]["epochs"] == 7
+
+
+def test_a_data_input_naming_no_file_says_how_to_name_one(tmp_path: Path) -> None:
+    path = _write(tmp_path / "nodata.yaml", {"a": {"kind": "r_read", "inputs": {"x": "data:"}}})
+    with pytest.raises(ConfigError, match=r"'data:' names no file") as err:
+        Planner(load_pipeline(path)).plan()
+    assert "data:tncc/tncc_title_train.jsonl" in err.value.hint
+
+
+def test_a_key_set_inside_a_value_names_the_value() -> None:
+    from tibnlp.pipeline.planner import _set_dotted
+
+    data = {"finetune": {"head": "cnn"}}
+    with pytest.raises(ConfigError, match=r"'finetune\.head\.kind' sets inside a value") as err:
+        _set_dotted(data, "finetune.head.kind", "mlp", "p.yaml: stages.f [v]")
+    assert "'head' holds a value" in err.value.hint
+    assert data == {"finetune": {"head": "cnn"}}

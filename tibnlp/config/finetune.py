@@ -79,7 +79,9 @@ class FinetuneConfig:
     # (and prediction) at evaluation depends on the texts scored with it; per_text: every text
     # by its own length, as if scored one at a time (validation, test, AdvTS and `predict`)
     eval_routing: Literal["batch", "per_text"] = "batch"
-    max_len: int = 0  # tokens incl. [CLS]/[SEP]; 0: task default (50 titles, 300 documents)
+    # tokens incl. [CLS]/[SEP]; 0: the set's default (TNCC: 50 titles, 300 documents; else its
+    # manifest's or dataset.yaml's max_len, or 128)
+    max_len: int = 0
     # texts longer than max_len (the window): truncate, read window by window (segments;
     # Transformer-XL recurrence when the model has it), or GEMFormer global memory;
     # see tibnlp.training.long_documents

@@ -115,8 +115,7 @@ def dataset_folder(value: str) -> Path:
     raise DataError(
         f"dataset folder {path.absolute()} does not exist",
         f"check the path (a relative one counts from the current directory, {Path.cwd()}); "
-        "a shipped set is named without a '/': "
-        + ", ".join(sorted(n for n, m in all_manifests().items() if m.kind == "classification")),
+        "a shipped set is named without a '/': " + ", ".join(sorted(shipped_names())),
     )
 
 

@@ -1,15 +1,16 @@
 """Labelled records in the text form the model sees: the set, its examples, and how a split's
 JSONL file is read and checked (`tibnlp.data.tasks` names the sets).
 
-Every set is read the same way: the per-split JSONL files named by its manifest in `corpora/`,
-the label order from its `labels.json`. Texts are normalised once, here (form "tsheg": NFC,
-U+0F0C -> U+0F0B, syllables separated by spaces, the TNCC title form, joined with tsheg,
-which is how the pretraining corpus and the vocabulary spell them; in a word-segmented set,
-manifest `text_form: word_segmented`, the spaces between words are removed instead, see
-`model_text`). Fine-tuning encodes them in the classifier's input form (`model_text`, by
-default also without closing shads/tshegs: TNCC titles never end with a shad, texts typed by
-users do), and prediction uses the same function with the form recorded in the classifier,
-so training and inference cannot drift apart.
+Every set is read the same way: the per-split JSONL files named by its manifest in `corpora/`
+(or a folder of one's own: `tibnlp.data.folder_set`), the label order from its `labels.json`
+(a folder without one: its sorted training labels). Texts are normalised once, here (form
+"tsheg": NFC, U+0F0C -> U+0F0B, syllables separated by spaces, the TNCC title form, joined
+with tsheg, which is how the pretraining corpus and the vocabulary spell them; in a
+word-segmented set, `text_form: word_segmented`, the spaces between words are removed
+instead, see `model_text`). Fine-tuning encodes them in the classifier's input form
+(`model_text`, by default also without closing shads/tshegs: TNCC titles never end with a
+shad, texts typed by users do), and prediction uses the same function with the form recorded
+in the classifier, so training and inference cannot drift apart.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tibnlp.data.manifests import listed
 from tibnlp.errors import DataError
 from tibnlp.fsutil import text_lines
 from tibnlp.text.normalize import normalize, remove_word_spaces, strip_closing_marks
@@ -185,10 +187,6 @@ def read_splits(
     }
 
 
-def _few(names: list[str], most: int = 8) -> str:
-    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
-
-
 def _jsonl_lines(path: Path) -> list[str]:
     """The lines of a JSONL file, ended by LF, CRLF or a lone CR (`text_lines`: line numbers
     as an editor shows them), each without a byte-order mark at its start: Windows editors
@@ -226,7 +224,7 @@ def _record(line: str, path: Path, lineno: int, fields: tuple[str, str]) -> dict
         if key not in record:
             raise DataError(
                 f"{path}:{lineno}: the record has no '{key}' field "
-                f"(it has: {_few(list(map(repr, record))) or 'none'})",
+                f"(it has: {listed(list(map(repr, record)), 8) or 'none'})",
                 f"each record needs '{text_field}' (the text) and '{label_field}' (the class "
                 "name); rename the field, or restore the file",
             )

@@ -113,13 +113,13 @@ class Manifest:
                 return f"holds none of its {len(self.files)} files (e.g. {next(iter(self.files))})"
             if absent:
                 named = [f if not (path / f).exists() else f"{f} (not a file)" for f in absent]
-                return f"partial: missing {_listed(named)}"
+                return f"partial: missing {listed(named)}"
             if verify:
                 changed = [
                     rel for rel, digest in self.files.items() if sha256_file(path / rel) != digest
                 ]
                 if changed:
-                    return f"checksum mismatch: {_listed(changed)}"
+                    return f"checksum mismatch: {listed(changed)}"
         except OSError as exc:  # no permission on the folder or a file, an I/O error
             return f"unreadable: {exc.filename or path} ({exc.strerror or exc})"
         return "present"
@@ -127,20 +127,20 @@ class Manifest:
     def _downloaded_status(self, verify: bool) -> str:
         """`status` of a set without checksums: what its loader would read (the split files,
         else the one archive) or why it would refuse (some split files only, several
-        archives, none of either), in the loader's terms (`tibnlp.data.tasks`)."""
+        archives, none of either), in the loader's terms (`tibnlp.data.tncc_document`)."""
         rels = list(self.splits.values())
         absent = [rel for rel in rels if not (self.path / rel).is_file()]
         if not absent:
-            return f"present: {_listed(rels)} (no checksums: a set you download)"
+            return f"present: {listed(rels)} (no checksums: a set you download)"
         if len(absent) < len(rels):
             named = [r if not (self.path / r).exists() else f"{r} (not a file)" for r in absent]
-            return f"partial: missing {_listed(named)}"
+            return f"partial: missing {listed(named)}"
         archives = self.archives()
         if len(archives) > 1:
-            return f"ambiguous: {len(archives)} archives ({_listed([a.name for a in archives])})"
+            return f"ambiguous: {len(archives)} archives ({listed([a.name for a in archives])})"
         if not archives:
             pattern = ARCHIVES[self.name][0] if self.name in ARCHIVES else ""
-            return f"holds none of its files ({_listed(rels)}{' or ' + pattern if pattern else ''})"
+            return f"holds none of its files ({listed(rels)}{' or ' + pattern if pattern else ''})"
         if verify:
             try:
                 archive_member(self, archives[0], check_crc=True)
@@ -195,7 +195,8 @@ def archive_member(manifest: Manifest, path: Path, check_crc: bool = False) -> s
     return names[0]
 
 
-def _listed(names: list[str], most: int = 4) -> str:
+def listed(names: list[str], most: int = 4) -> str:
+    """The first `most` of `names`, comma-separated, and how many more there are."""
     more = f" and {len(names) - most} more" if len(names) > most else ""
     return ", ".join(names[:most]) + more
 

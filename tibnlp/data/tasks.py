@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tibnlp.data.folder_set import LAYOUT, is_folder_dataset, load_folder_set
+from tibnlp.data.folder_set import LAYOUT, is_folder_dataset, load_folder_set, shipped_names
 from tibnlp.data.labelled import (
     LabelledSet,
     check_ids_across_splits,
@@ -59,8 +59,7 @@ def load_classification(dataset: str, task: str = "title") -> LabelledSet:
         )
     if dataset == "tncc":
         return load_tncc(task)
-    shipped = [n for n, m in all_manifests().items() if m.kind == "classification"]
-    if dataset not in shipped:
+    if dataset not in shipped_names():
         raise DataError(
             f"unknown dataset '{dataset}': no shipped set has that name, and there is no "
             f"folder {Path.cwd() / dataset}",

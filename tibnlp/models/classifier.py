@@ -157,14 +157,11 @@ def resolve_pooling(
 
 def head_config(ft: FinetuneConfig, model: ModelConfig) -> HeadConfig:
     """The head `finetune` settings describe (kind, CNN widths, dropout, pooling) on an
-    encoder of shape `model`."""
+    encoder of shape `model`. The CNN head reads no pooling: it records `cls`, as before the
+    default became auto, so its classifier.yaml and its seeds' key stay those it had."""
+    pooling = "cls" if ft.head == "cnn" else resolve_pooling(ft.pooling, model)
     return HeadConfig(
-        ft.head,
-        list(ft.cnn_kernels),
-        ft.cnn_channels,
-        ft.dropout,
-        resolve_pooling(ft.pooling, model),
-        list(ft.layers),
+        ft.head, list(ft.cnn_kernels), ft.cnn_channels, ft.dropout, pooling, list(ft.layers)
     )
 
 

@@ -47,7 +47,10 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"{where}: '{key}' sets inside a value, not a section")
+            raise ConfigError(
+                f"{where}: '{key}' sets inside a value, not a section",
+                f"'{part}' holds a value, not keys: set it as a whole, or check the key's spelling",
+            )
     if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
         node[parts[-1]] = deep_merge(node[parts[-1]], value)
     else:
@@ -75,7 +78,11 @@ class Planner:
     def data_path(self, text: str, where: str) -> Path:
         rel = text[len(DATA_PREFIX) :].strip().lstrip("/")
         if not rel:
-            raise ConfigError(f"{where}: '{text}' names no file (data:FOLDER/FILE)")
+            raise ConfigError(
+                f"{where}: '{text}' names no file (data:FOLDER/FILE)",
+                "name a file inside the data directory, e.g. data:tncc/tncc_title_train.jsonl "
+                "(`tibnlp data list` shows its folders)",
+            )
         return require(rel, f"{where}: {text}")
 
     def _lookup(self, node: Node, real: bool) -> Callable[[str, str], Any]:
@@ -132,7 +139,9 @@ class Planner:
             return str(Path(value).absolute())
         return value
 
-    def _inputs(self, node: Node, real: bool) -> Any:
+    def inputs(self, node: Node, real: bool) -> Any:
+        """The stage's inputs: with `real`, the paths it reads (an upstream stage's output
+        folder); else as its key hashes them (files by content, upstream stages by key)."""
         where = f"stages.{node.stage.name}.inputs"
         raw = substitute(self._anchored(node.stage.inputs), self._lookup(node, real), where)
         if isinstance(raw, list):  # a collect stage's reference is a list of outputs
@@ -254,7 +263,7 @@ class Planner:
                 where = f"{self.spec.source}: stages.{node.stage.name}.kind"
                 raise ConfigError(f"{where}: {exc.message}", exc.hint) from exc
             config = self.config_dict(node, real=False)
-            inputs = self._inputs(node, real=False)
+            inputs = self.inputs(node, real=False)
             sections = output_settings(config, sdef.sections, _filled(sdef.fills, inputs))
             params = self.params(node, real=False)
             reads = sdef.accepts

@@ -1,5 +1,6 @@
-"""Plan and run a pipeline: resolve each node's config and inputs, skip what is cached, run the
-rest under one MLflow parent run with a nested run per stage."""
+"""Run a pipeline: the plan (`tibnlp.pipeline.planner`: each node's config, inputs and key,
+what is cached) is carried out, the cached nodes skipped, the rest run under one MLflow parent
+run with a nested run per stage."""
 
 from __future__ import annotations
 
@@ -239,7 +240,7 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
     node, slot = step.node, step.slot
     config_data = planner.config_dict(node, real=True)
     cfg = from_dict(Config, config_data)
-    inputs = planner._inputs(node, real=True)
+    inputs = planner.inputs(node, real=True)
     paths: list[Path] | dict[str, Path] = (
         {k: Path(v) for k, v in inputs.items()}
         if isinstance(inputs, dict)

@@ -1,10 +1,11 @@
 """The offline buffer: every tracking call as one JSON line, replayed when the server is back.
 
-A record is a self-contained operation (`create_run`, `log_batch`, `log_artifact`,
-`register_model`, `update_run`, `set_terminated`) with its original timestamps, so a replay
-writes exactly what would have been written live. Runs created while the server was away get
-a local id (`offline-...`); replay maps them to real ids and remembers the mapping in
-`ids.json` beside the buffers, so nested runs buffered in other files resolve their parent.
+A record is a self-contained operation (`OPS`: `create_run`, `log_batch`, `log_artifact`,
+`register_model`, `set_experiment_tags`, `update_run`, `set_terminated`) with its original
+timestamps, so a replay writes exactly what would have been written live. Runs created while
+the server was away get a local id (`offline-...`); replay maps them to real ids and remembers
+the mapping in `ids.json` beside the buffers, so nested runs buffered in other files resolve
+their parent.
 Every run also carries its local id as a tag (`TAG_LOCAL_ID`): a replayed `create_run` whose
 answer was lost, or whose mapping is, finds its run instead of making a second one. A damaged
 `ids.json` is never read as empty nor overwritten: it stops the replay (`DamagedIds`).

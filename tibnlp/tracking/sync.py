@@ -203,9 +203,8 @@ def creators(folder: Path) -> dict[str, Path]:
     """offline id -> the file of `folder` that creates its run: a buffer, or a `.unsent`
     file where a replay kept its `create_run`."""
     found: dict[str, Path] = {}
-    for path in sorted(Path(folder).glob("*.jsonl")) + sorted(Path(folder).glob("*" + UNSENT)):
-        if is_buffer(path):
-            found.update(dict.fromkeys(local_ids(path)[0], path))
+    for path in _kept_buffers(folder):
+        found.update(dict.fromkeys(local_ids(path)[0], path))
     return found
 
 
@@ -214,8 +213,13 @@ def unmapped(folder: Path, ids: IdMap) -> dict[str, Path]:
     not map (their runs were made by buffers replayed and gone), with a file naming each."""
     made = creators(folder)
     needed: dict[str, Path] = {}
-    for path in sorted(Path(folder).glob("*.jsonl")) + sorted(Path(folder).glob("*" + UNSENT)):
-        if is_buffer(path):
-            for run in sorted(local_ids(path)[1] - made.keys() - ids.ids.keys()):
-                needed.setdefault(run, path)
+    for path in _kept_buffers(folder):
+        for run in sorted(local_ids(path)[1] - made.keys() - ids.ids.keys()):
+            needed.setdefault(run, path)
     return needed
+
+
+def _kept_buffers(folder: Path) -> list[Path]:
+    """The buffers of `folder` and the `.unsent` files replays kept beside them."""
+    paths = sorted(Path(folder).glob("*.jsonl")) + sorted(Path(folder).glob("*" + UNSENT))
+    return [path for path in paths if is_buffer(path)]

@@ -245,7 +245,11 @@ def _advts(setup: Setup, eval_also: Sequence[str]) -> LabelledSet | None:
         )
     advts = load_advts(target)
     if advts.labels != setup.data.labels:
-        raise DataError(f"AdvTS labels for {target} differ from {setup.data.name}'s label list")
+        raise DataError(
+            f"AdvTS labels for {target} differ from {setup.data.name}'s label list",
+            "one of the two labels files was changed: restore it (`tibnlp data list` names a "
+            "dataset's changed files), or run without --eval-also advts",
+        )
     return advts
 
 

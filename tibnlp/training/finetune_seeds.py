@@ -104,6 +104,9 @@ def seed_fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
     hashed = output_settings(to_dict(cfg), ("finetune", "engine"))
     settings = {k: v for k, v in hashed.pop("finetune").items() if k not in ("seeds", "output")}
     meta = to_dict(setup.meta)
+    # pooling as resolved (auto -> cls or cls_max for this encoder): seeds trained when cls was
+    # the default keep their key wherever auto reads as cls
+    settings["pooling"] = meta["head"]["pooling"]
     if not meta["head"]["static_size"]:  # added later: seeds trained before keep their key
         del meta["head"]["static_size"]
     key: dict[str, Any] = {
