@@ -46,7 +46,7 @@ from tibnlp.fsutil import atomic_write_text
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import hardware_name
 from tibnlp.training.prefetch import Prefetched
-from tibnlp.training.pretrain import _rows
+from tibnlp.training.pretrain import dataset_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -127,7 +127,7 @@ def main() -> None:
     data, _ = load_pretraining_dataset(args.data)
     train = data["train"]
     plan = length_bucketed_batches(list(train["length"]), args.batch_size, 42, 0)
-    batches = [_rows(train, b) for b in plan[: args.batches]]
+    batches = [dataset_rows(train, b) for b in plan[: args.batches]]
     size = 1 + max(max(r["input_ids"]) for b in batches for r in b)  # replacements' range
     ids = MaskingIds(size=size)
     ref = load_reference(args.ref)

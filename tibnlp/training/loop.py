@@ -157,7 +157,7 @@ class TrainLoop:
         self.extra_state: dict[str, Any] = {}
 
     # ---- one step -------------------------------------------------------------------
-    def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         device = self.engine.device
         return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
@@ -171,7 +171,7 @@ class TrainLoop:
         sums: torch.Tensor | None = None
         tokens = 0.0
         for i, raw in enumerate(micro_batches):
-            batch = self._to_device(raw)
+            batch = self.to_device(raw)
             out = self.engine(**batch)
             if not self.keys:
                 self.keys = _metric_keys(out)
@@ -232,7 +232,7 @@ class TrainLoop:
                 torch.cuda.manual_seed(EVAL_RNG_SEED)  # this process's device only
             for _ in range(min(self.settings.eval_batches, len(self.eval_data))):
                 for raw in self.eval_data.next():
-                    out = self.engine(**self._to_device(raw))
+                    out = self.engine(**self.to_device(raw))
                     keys = keys or _metric_keys(out)
                     values = torch.stack([_on(out[k], self.engine.device) for k in keys])
                     sums = values if sums is None else sums + values

@@ -90,7 +90,8 @@ def resolve_model_config(model: ModelConfig, vocab_size: int, meta: dict[str, An
     return dataclasses.replace(model, vocab_size=vocab_size, heads=heads)
 
 
-def _rows(dataset: Any, indices: Sequence[int]) -> list[dict[str, Any]]:
+def dataset_rows(dataset: Any, indices: Sequence[int]) -> list[dict[str, Any]]:
+    """Rows `indices` of a tokenised split as one dict per example (what a collator reads)."""
     cols = dataset[list(indices)]
     return [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)]
 
@@ -104,7 +105,7 @@ def _batches(
         return length_bucketed_batches(lengths, batch_size, seed, epoch)
 
     def collate(indices: Sequence[int], key: int) -> dict[str, torch.Tensor]:
-        return collator(_rows(dataset, indices), key)
+        return collator(dataset_rows(dataset, indices), key)
 
     return training.batches(plan, collate, batch_size)
 
@@ -332,7 +333,7 @@ def _order_probe(
     """Accuracy on the held-out batches the loop evaluates, as written and shuffled."""
     heldout.reset()
     batches = [
-        loop._to_device(raw)
+        loop.to_device(raw)
         for _ in range(min(max(eval_batches, 1), len(heldout)))
         for raw in heldout.next()
     ]
