@@ -5,6 +5,7 @@ files into the seeds' data hash and a pipeline stage's cache, and `predict` read
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -259,3 +260,146 @@ def test_the_folder_hash_is_the_data_hash_a_pipeline_stage_tags() -> None:
     files = {"mine/train.jsonl": "ab" * 32, "mine/labels.json": ABSENT, "mine/ä.jsonl": "0" * 64}
     assert files_sha256(files) == config_hash(files)
     assert files_sha256(files) != files_sha256({**files, "mine/labels.json": "c" * 64})
+
+
+# --- sets as users write them (QA): labels, ids, labels.json and dataset.yaml of other tools
+
+
+def _relabel(folder: Path, label_of, split: str = "train", keep_label_id: bool = False) -> None:
+    """Rewrite one split's records with `label_of(record, line)` as the label (its label_id
+    dropped, as a user relabelling would, unless `keep_label_id`)."""
+    rows = _records(folder / f"{split}.jsonl")
+    drop = set() if keep_label_id else {"label_id"}
+    relabelled = [
+        {**{k: v for k, v in r.items() if k not in drop}, "label": label_of(r, line)}
+        for line, r in enumerate(rows, 1)
+    ]
+    _write(folder / f"{split}.jsonl", relabelled)
+
+
+def test_numeric_and_boolean_labels_are_class_names(env) -> None:
+    """A number is its digits, written as a string or a JSON number (1.0 from pandas too), and
+    without labels.json numbers sort as numbers: 2 before 10."""
+    number = {name: n for name, n in zip(LABELS, (10, 2, 0), strict=True)}
+    for split, form in (("train", int), ("validation", str), ("test", float)):
+        _relabel(env.folder, lambda r, _, form=form: form(number[r["label"]]), split)
+    (env.folder / "labels.json").unlink()
+    data = load_classification("mine")
+    assert data.labels == ["0", "2", "10"]
+    first = _records(env.folder / "test.jsonl")[0]
+    assert data.labels[data.splits["test"][0].label] == str(int(first["label"]))
+    for split in ("train", "validation", "test"):
+        _relabel(env.folder, lambda r, _: r["label"] in (10, "10"), split)  # was: "True"/"False"
+    assert load_classification("mine").labels == ["false", "true"]
+
+
+@pytest.mark.parametrize(
+    "label, said",
+    [
+        (None, "the 'label' field is null, not a class name"),  # was: a class "None"
+        (["Politics"], "is a JSON list"),  # was: a class "['Politics']"
+        (" ", "the 'label' field is blank"),
+        ("Politics ", "'Politics ' has spaces at its ends"),  # was: a class beside Politics
+        (1.5, "the number 1.5"),
+    ],
+)
+def test_a_label_that_is_no_class_name_names_its_line(env, label, said: str) -> None:
+    (env.folder / "labels.json").unlink()
+    _relabel(env.folder, lambda r, line: label if line == 4 else r["label"])
+    with pytest.raises(DataError) as err:
+        load_classification("mine")
+    assert err.value.message.startswith("mine/train.jsonl:4: ")
+    assert said in err.value.message
+
+
+def test_labels_json_is_read_as_records_are(env) -> None:
+    """A byte-order mark (Notepad), whole numbers, and Tibetan names in another Unicode
+    normalisation than the records' are the records' classes; a bad entry names its id."""
+    tibetan = "\u0f40\u0f73"  # U+0F73: NFC writes it as two vowel signs
+    names = [tibetan, "2", "Education"]
+    number = {"Politics": unicodedata.normalize("NFC", tibetan), "Economics": 2}
+    for split in ("train", "validation", "test"):
+        _relabel(env.folder, lambda r, _: number.get(r["label"], r["label"]), split)
+    text = json.dumps([tibetan, 2, "Education"], ensure_ascii=False)
+    (env.folder / "labels.json").write_bytes(("\ufeff" + text).encode("utf-8"))  # was: refused
+    data = load_classification("mine")
+    assert data.labels == [unicodedata.normalize("NFC", n) for n in names]
+    assert {e.label for e in data.splits["train"]} == {0, 1, 2}
+    (env.folder / "labels.json").write_text('["Politics", null, "Education"]', "utf-8")
+    with pytest.raises(DataError, match=r"labels.json: label id 1 is null, not a class name"):
+        load_classification("mine")
+
+
+def test_ids_missing_null_or_numbered_per_split(env) -> None:
+    """No id (or a null one): the record is named by its file and line, by the split's name
+    where two split files share a name (train/data.jsonl, dev/data.jsonl: was "id 'data-1' is
+    in both"). Ids numbered per split are two records under one id: the advice is to prefix
+    them or leave them out, and leaving them out loads."""
+    own = env.tmp / "layout"
+    for split, sub in (("train", "train"), ("validation", "dev"), ("test", "test")):
+        rows = _records(env.folder / f"{split}.jsonl")
+        (own / sub).mkdir(parents=True)
+        _write(own / sub / "data.jsonl", [{**r, "id": None} for r in rows])
+    splits = {
+        "train": "train/data.jsonl",
+        "validation": "dev/data.jsonl",
+        "test": "test/data.jsonl",
+    }
+    (own / "dataset.yaml").write_text(yaml.safe_dump({"splits": splits}), "utf-8")
+    (own / "labels.json").write_text(json.dumps(LABELS), "utf-8")
+    data = load_classification(str(own))
+    assert data.splits["validation"][0].id == "validation-1"
+
+    for split in ("train", "validation", "test"):
+        rows = _records(env.folder / f"{split}.jsonl")
+        _write(env.folder / f"{split}.jsonl", [{**r, "id": i} for i, r in enumerate(rows)])
+    with pytest.raises(DataError) as err:
+        load_classification("mine")
+    assert "id '0' is in both" in err.value.message and "two different texts" in err.value.message
+    assert "leave the ids out" in (err.value.hint or "")
+    for split in ("train", "validation", "test"):  # the advice, followed
+        rows = _records(env.folder / f"{split}.jsonl")
+        _write(
+            env.folder / f"{split}.jsonl", [{k: v for k, v in r.items() if k != "id"} for r in rows]
+        )
+    assert load_classification("mine").splits["test"][0].id == "test-1"
+
+
+def test_settings_and_record_errors_say_what_to_do(env) -> None:
+    folder = env.folder
+    (folder / "dataset.yaml").write_text("splits: {validation: test.jsonl, test: ./test.jsonl}\n")
+    with pytest.raises(ConfigError, match=r"each split needs a file of its own"):
+        load_classification("mine")  # was: one file read as two splits, "id ... in both"
+    (folder / "dataset.yaml").write_text("splits: {train: a\n", "utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_classification("mine")
+    assert "dataset.yaml:2: invalid YAML" in err.value.message
+    assert "text_field, label_field" in (err.value.hint or "")  # was: no hint
+    (folder / "dataset.yaml").unlink()
+
+    for split in ("train", "validation", "test"):
+        rows = _records(folder / f"{split}.jsonl")
+        _write(
+            folder / f"{split}.jsonl", [{"sentence": r["text"], "label": r["label"]} for r in rows]
+        )
+    with pytest.raises(DataError) as err:
+        load_classification("mine")
+    assert "train.jsonl:1: the record has no 'text' field" in err.value.message
+    assert "name your fields in mine/dataset.yaml" in (err.value.hint or "")
+    (folder / "dataset.yaml").write_text("text_field: sentence\n", "utf-8")  # the advice
+    assert len(load_classification("mine").splits["test"]) == len(rows)
+
+    (folder / "train.jsonl").write_text(json.dumps(rows, ensure_ascii=False, indent=2), "utf-8")
+    with pytest.raises(DataError) as err:  # a pandas / json.dump export, not JSON Lines
+        load_classification("mine")
+    assert "indented JSON, not JSON Lines" in (err.value.hint or "")
+
+
+def test_merged_classes_with_a_stale_label_id_say_to_drop_it(env) -> None:
+    merged = {"Politics": "Society", "Economics": "Society"}
+    _relabel(env.folder, lambda r, _: merged.get(r["label"], r["label"]), keep_label_id=True)
+    (env.folder / "labels.json").write_text(json.dumps(["Society", "Education"]), "utf-8")
+    with pytest.raises(DataError) as err:
+        load_classification("mine")
+    assert "label 'Society' has label_id" in err.value.message
+    assert "drop the label_id field" in (err.value.hint or "")

@@ -15,29 +15,32 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from tibnlp.config.core import check, from_dict, read_yaml
 from tibnlp.data.labelled import (
+    BadLabel,
     LabelledSet,
     check_ids_across_splits,
+    class_name,
     joins_spaced_syllables,
     read_splits,
     record_labels,
     warn_classes_not_in_train,
 )
-from tibnlp.data.manifests import (
-    all_manifests,
-    read_label_file,
-    sha256_file,
-)
+from tibnlp.data.manifests import all_manifests, check_label_list, sha256_file
 from tibnlp.errors import ConfigError, DataError, TibnlpError
 
 SPLITS = ("train", "validation", "test")
 LABELS_FILE = "labels.json"
 SETTINGS_FILE = "dataset.yaml"
+SETTINGS_KEYS = (
+    "dataset.yaml may set text_field, label_field, text_form (tsheg or word_segmented), "
+    "max_len and splits (train, validation, test: file names)"
+)
 ABSENT = "absent"  # an optional file's digest when it is not there: adding it is a change
 LAYOUT = (
     "train.jsonl, validation.jsonl and test.jsonl, one JSON object per line with 'text' and "
@@ -60,7 +63,9 @@ class FolderSplits:
                 bool(rel.strip()) and not Path(rel).is_absolute() and ".." not in Path(rel).parts
             )
             check(inside, f"{prefix}.{split}", "must name a file inside the dataset folder")
-        check(len(set(names)) == len(names), prefix, "each split needs a file of its own")
+        # as paths: "./test.jsonl" and "test.jsonl" are one file, read as two splits
+        distinct = len({Path(rel) for rel in names}) == len(names)
+        check(distinct, prefix, f"each split needs a file of its own (given: {', '.join(names)})")
 
 
 @dataclass
@@ -124,15 +129,17 @@ def read_settings(folder: Path) -> FolderSetConfig:
     path = folder / SETTINGS_FILE
     if not path.exists():
         return FolderSetConfig()
-    data = read_yaml(path)  # names the file (and line) of a file that is not a YAML mapping
+    try:
+        data = read_yaml(path)  # names the file (and line) of a file that is not a mapping
+    except TibnlpError as exc:  # (which says nothing of what the file may hold)
+        raise type(exc)(
+            exc.message, exc.hint or f"{SETTINGS_KEYS}, as a YAML mapping, e.g. 'max_len: 64'"
+        ) from exc
     try:
         return from_dict(FolderSetConfig, data)
     except ConfigError as exc:
         raise ConfigError(
-            f"{path}: {exc.message}",
-            "dataset.yaml may set text_field, label_field, text_form (tsheg or "
-            "word_segmented), max_len and splits (train, validation, test: file names); fix "
-            "or remove the key",
+            f"{path}: {exc.message}", f"{SETTINGS_KEYS}; fix or remove the key"
         ) from exc
 
 
@@ -144,7 +151,8 @@ def load_folder_set(value: str) -> LabelledSet:
     files = _split_files(name, folder, settings)
     labels, said = _labels(name, folder, files, settings)
     join = joins_spaced_syllables(settings.text_form)
-    splits = read_splits(files, labels, settings.text_field, settings.label_field, join)
+    fields = (settings.text_field, settings.label_field)
+    splits = read_splits(files, labels, *fields, join, fields_from=str(folder / SETTINGS_FILE))
     check_ids_across_splits(name, files, splits)
     warn_classes_not_in_train(name, files, splits, labels)
     notes = {"dataset_folder": str(folder.resolve())}
@@ -192,7 +200,11 @@ def files_sha256(files: dict[str, str]) -> str:
 def _split_files(name: str, folder: Path, settings: FolderSetConfig) -> dict[str, Path]:
     """The three split files, or one error naming every one that is missing."""
     files = {split: folder / getattr(settings.splits, split) for split in SPLITS}
-    missing = [path.name for path in files.values() if not path.is_file()]
+    missing = [
+        getattr(settings.splits, split) + (" (a folder)" if path.is_dir() else "")
+        for split, path in files.items()
+        if not path.is_file()
+    ]
     if missing:
         hint = (
             f"a folder set holds {LAYOUT}; other file names are set under splits: in "
@@ -209,8 +221,8 @@ def _labels(
     path = folder / LABELS_FILE
     if path.exists():
         return read_label_list(path), ""
-    fields = (settings.text_field, settings.label_field)
-    labels = sorted({label for _, label in record_labels(files["train"], *fields)})
+    fields = (settings.text_field, settings.label_field, str(folder / SETTINGS_FILE))
+    labels = sorted_labels({label for _, label in record_labels(files["train"], *fields)})
     if not labels:
         raise DataError(
             f"{files['train']}: holds no records (it is empty or blank)",
@@ -226,19 +238,64 @@ def _labels(
                     f"({', '.join(labels)}): fix the label, add training records of it, or "
                     f"list every class in {path} (in label-id order)",
                 )
+    order = "sorted as numbers" if _numeric(labels) else "sorted"
     said = (
         f"no {LABELS_FILE}: the classes are the {len(labels)} distinct training labels, "
-        f"sorted, label ids 0..{len(labels) - 1}: {', '.join(labels)}"
+        f"{order}, label ids 0..{len(labels) - 1}: {', '.join(labels)}"
     )
     print(f"note: dataset '{name}': {said}", file=sys.stderr, flush=True)
     return labels, said
 
 
+def sorted_labels(labels: set[str]) -> list[str]:
+    """The label order without labels.json: by value where every label is a whole number
+    (2 before 10, as a user numbering classes means), else by name."""
+    if _numeric(labels):
+        return sorted(labels, key=lambda label: (int(label), label))
+    return sorted(labels)
+
+
+def _numeric(labels: Iterable[str]) -> bool:
+    return all(label.lstrip("-").isdigit() and label.isascii() for label in labels)
+
+
 def read_label_list(path: Path) -> list[str]:
     """Class names in label-id order from a labels file, as a shipped set's
-    (`Manifest.labels`): a list, or {"labels": [...]}."""
+    (`Manifest.labels`): a list, or {"labels": [...]}. Read as the records are: a byte-order
+    mark (Windows editors write one) is dropped, and a name is what `class_name` makes of
+    it (NFC; a whole number is its digits, as a record's numeric label)."""
+    example = '["negative", "positive"]'
     if not path.is_file():
         raise DataError(
-            f"{path} is not a file", "give the class names as a JSON list, or remove it"
+            f"{path} is not a file",
+            f"give the class names as a JSON list, e.g. {example}, or remove it",
         )
-    return read_label_file(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as exc:
+        raise DataError(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})",
+            f"the class names in label-id order as a JSON list, e.g. {example}",
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not valid UTF-8 ({exc.reason})", "save it as UTF-8") from exc
+    if isinstance(data, dict) and "labels" in data:
+        data = data["labels"]
+    if not isinstance(data, list):
+        raise DataError(
+            f"{path}: expected a list of label names (or {{'labels': [...]}}), found "
+            f"{type(data).__name__}",
+            f"the class names in label-id order, e.g. {example}",
+        )
+    names = []
+    for label_id, value in enumerate(data):
+        try:
+            names.append(class_name(value))
+        except BadLabel as exc:
+            raise DataError(
+                f"{path}: label id {label_id} {exc}",
+                exc.hint
+                if isinstance(value, str)
+                else f"each class name once, as a JSON string, in label-id order, e.g. {example}",
+            ) from exc
+    return check_label_list(names, path)

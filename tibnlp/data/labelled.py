@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,15 +102,20 @@ def read_jsonl(
     label_field: str,
     join_spaced_syllables: bool = True,
     skip_blank: bool = False,
+    id_prefix: str = "",
+    fields_from: str = "",
 ) -> list[Example]:
     """Records of one split, texts in `model_text`'s stored form; a bad line, an unknown
-    label, a repeated id or a blank text names the file and line.
+    label (`record_label`), a repeated id or a blank text names the file and line. A record
+    without an id (or with a null one) is named `PREFIX-LINE` (`id_prefix`, default the
+    file's stem); `fields_from`: the file that names the fields, for the hint of a record
+    without them (a folder set's dataset.yaml).
 
     A byte-order mark (Windows editors write one) is dropped, as `tibnlp predict` does. A
     blank text is refused in an evaluation split (its prediction would read no text); with
     `skip_blank` (training splits) it is left out with a warning instead: it teaches nothing
     but its label, and shajiu_news_culture's train split has one upstream (SOURCE.md)."""
-    index = {name: i for i, name in enumerate(labels)}
+    index = {_nfc(name): i for i, name in enumerate(labels)}
     out = []
     ids: dict[str, int] = {}  # id -> line
     skipped: list[int] = []
@@ -117,8 +123,8 @@ def read_jsonl(
     for lineno, line in enumerate(_jsonl_lines(path), 1):
         if not line.strip():
             continue
-        record = _record(line, path, lineno, (text_field, label_field))
-        label = str(record[label_field])
+        record = _record(line, path, lineno, (text_field, label_field), fields_from)
+        label = record_label(record, label_field, path, lineno)
         if label not in index:
             said = "" if isinstance(record[label_field], str) else " (labels are class names)"
             raise DataError(
@@ -126,7 +132,8 @@ def read_jsonl(
                 f"known labels: {', '.join(labels)}; fix the record or the labels file",
             )
         label_ids.check(record, label, path, lineno)
-        rid = str(record.get("id", f"{path.stem}-{lineno}"))
+        given = record.get("id")
+        rid = f"{id_prefix or path.stem}-{lineno}" if given is None else str(given)
         if rid in ids:
             raise DataError(
                 f"{path}:{lineno}: id '{rid}' repeats the record of line {ids[rid]}",
@@ -154,15 +161,71 @@ def read_jsonl(
     return out
 
 
-def record_labels(path: Path, text_field: str, label_field: str) -> list[tuple[int, str]]:
+def record_labels(
+    path: Path, text_field: str, label_field: str, fields_from: str = ""
+) -> list[tuple[int, str]]:
     """(line, label) of every record of a JSONL file, the label as `read_jsonl` reads it; a
     bad line names the file and line. For a set whose label list is its training labels."""
     out = []
     for lineno, line in enumerate(_jsonl_lines(path), 1):
         if line.strip():
-            record = _record(line, path, lineno, (text_field, label_field))
-            out.append((lineno, str(record[label_field])))
+            record = _record(line, path, lineno, (text_field, label_field), fields_from)
+            out.append((lineno, record_label(record, label_field, path, lineno)))
     return out
+
+
+def record_label(record: dict[str, Any], label_field: str, path: Path, lineno: int) -> str:
+    """A record's class name (`class_name`), or an error naming the file, line and field."""
+    try:
+        return class_name(record[label_field])
+    except BadLabel as exc:
+        raise DataError(f"{path}:{lineno}: the '{label_field}' field {exc}", exc.hint) from exc
+
+
+class BadLabel(ValueError):
+    """A value that is no class name: what it is, and what to do."""
+
+    def __init__(self, said: str, hint: str) -> None:
+        super().__init__(said)
+        self.hint = hint
+
+
+def class_name(value: object) -> str:
+    """A label value as a class name, NFC (as texts are: a Tibetan name typed in another
+    normalisation is the same class): a JSON string, or a whole number or true/false written
+    as JSON (1 and 1.0 are class "1", as "1" is). A null, a list, a blank name or one with
+    spaces at its ends is refused (`BadLabel`): str() of it made a class of its own ("None",
+    "['A']", "Positive " beside "Positive") that trained silently."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return str(int(value))
+    if not isinstance(value, str):
+        raise BadLabel(
+            f"is {_json_kind(value)}, not a class name",
+            "give each record one class name as a JSON string (or a whole number); a record "
+            "without a label trains nothing and cannot be scored: label it or remove it",
+        )
+    if not value.strip():
+        raise BadLabel("is blank", "give the record its class name, or remove the record")
+    if value != value.strip():
+        raise BadLabel(
+            f"{value!r} has spaces at its ends",
+            f"remove them: {value!r} and {value.strip()!r} would be two classes",
+        )
+    return _nfc(value)
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return f"the number {value} (not a whole number)"
+    return f"a JSON {'object' if isinstance(value, dict) else 'list'} ({json.dumps(value)[:40]})"
+
+
+def _nfc(name: str) -> str:
+    return unicodedata.normalize("NFC", name)
 
 
 def read_splits(
@@ -171,9 +234,14 @@ def read_splits(
     text_field: str,
     label_field: str,
     join_spaced_syllables: bool = True,
+    fields_from: str = "",
 ) -> dict[str, list[Example]]:
     """Each split's records (`read_jsonl`); a blank text is left out of training only, where
-    an evaluation split refuses it."""
+    an evaluation split refuses it. A record without an id is named by its file's stem and
+    line, or by its split's name where two split files share a stem (train/data.jsonl and
+    dev/data.jsonl: both "data-1" was one id in two splits)."""
+    stems = [path.stem for path in files.values()]
+    distinct = len(set(stems)) == len(stems)
     return {
         split: read_jsonl(
             path,
@@ -182,6 +250,8 @@ def read_splits(
             label_field,
             join_spaced_syllables,
             skip_blank=split == "train",
+            id_prefix=path.stem if distinct else split,
+            fields_from=fields_from,
         )
         for split, path in files.items()
     }
@@ -203,16 +273,29 @@ def _jsonl_lines(path: Path) -> list[str]:
     return [line.removeprefix("\ufeff") for line in text_lines(text)]
 
 
-def _record(line: str, path: Path, lineno: int, fields: tuple[str, str]) -> dict[str, Any]:
+# The hint for a line holding only "[" or "{": a JSON document written indented (a list of
+# records, or one record over several lines) where JSON Lines wants one record per line.
+INDENTED_JSON = (
+    "the file is indented JSON, not JSON Lines: write one record per line, e.g. "
+    "pandas' df.to_json(path, orient='records', lines=True, force_ascii=False)"
+)
+
+
+def _record(
+    line: str, path: Path, lineno: int, fields: tuple[str, str], fields_from: str = ""
+) -> dict[str, Any]:
     """One JSONL line as a record holding `fields` (text, label), the text a string; else an
-    error naming the file, the line and what the record holds instead."""
+    error naming the file, the line and what the record holds instead (and, with
+    `fields_from`, the file where other field names are set)."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise DataError(
             f"{path}:{lineno}: not valid JSON ({exc.msg}, column {exc.colno})",
-            "one JSON object per line; a line cut short or two records on one line: fix or "
-            "restore the file",
+            INDENTED_JSON
+            if line.strip() in ("[", "{")
+            else "one JSON object per line; a line cut short or two records on one line: fix "
+            "or restore the file",
         ) from exc
     if not isinstance(record, dict):
         raise DataError(
@@ -222,11 +305,16 @@ def _record(line: str, path: Path, lineno: int, fields: tuple[str, str]) -> dict
     text_field, label_field = fields
     for key in fields:
         if key not in record:
+            other = (
+                f", or name your fields in {fields_from} (text_field: ..., label_field: ...)"
+                if fields_from
+                else ", or restore the file"
+            )
             raise DataError(
                 f"{path}:{lineno}: the record has no '{key}' field "
                 f"(it has: {listed(list(map(repr, record)), 8) or 'none'})",
                 f"each record needs '{text_field}' (the text) and '{label_field}' (the class "
-                "name); rename the field, or restore the file",
+                f"name); rename the field{other}",
             )
     if not isinstance(record[text_field], str):
         raise DataError(
@@ -266,7 +354,8 @@ class _LabelIds:
         raise DataError(
             f"{where}:{lineno}: {said}",
             "a record was edited on one field only; the loader reads the label: fix the "
-            "record's label or label_id",
+            "record's label or label_id (classes merged or renamed on purpose: drop the "
+            "label_id field, which nothing else reads)",
         )
 
 
@@ -298,17 +387,26 @@ def check_ids_across_splits(
     name: str, files: dict[str, Path], splits: dict[str, list[Example]]
 ) -> None:
     """An id in two splits is one record evaluated on what it trained on (a split was cut
-    twice or files were merged): refused, naming both files."""
-    seen: dict[str, str] = {}
+    twice or files were merged): refused, naming both files. Two texts under one id are
+    refused too (an id names one record), with the advice for ids numbered per split."""
+    seen: dict[str, tuple[str, Example]] = {}
     for split, examples in splits.items():
         for example in examples:
-            other = seen.setdefault(example.id, split)
-            if other != split:
+            other, first = seen.setdefault(example.id, (split, example))
+            if other == split:
+                continue
+            where = f"dataset '{name}': id '{example.id}' is in both {files[other]} ({other})"
+            if first.text == example.text:
                 raise DataError(
-                    f"dataset '{name}': id '{example.id}' is in both {files[other]} "
-                    f"({other}) and {files[split]} ({split})",
+                    f"{where} and {files[split]} ({split})",
                     "each record belongs to one split; remove it from one of the files",
                 )
+            raise DataError(
+                f"{where} and {files[split]} ({split}), naming two different texts",
+                "ids must be unique across the splits (numbered per split? prefix them, "
+                "e.g. 'train-0', 'test-0'), or leave the ids out: a record without one is "
+                "named by its file and line",
+            )
 
 
 def warn_left_out(where: object, what: str, lines: list[int]) -> None:
