@@ -198,6 +198,19 @@ def test_a_changed_file_retrains_the_seed(env, capsys) -> None:
     assert changed.data_sha256 != first.data_sha256 and changed.record_id != first.record_id
 
 
+def test_another_set_of_the_same_name_does_not_replace_the_results(env) -> None:
+    """Sets are named by their folder: b/mine writes where ./mine did. It is refused, and the
+    first set's results stay; the same folder, and its own output, are fine."""
+    first = run_finetune(_cfg(env), "mine")
+    other = make_set(env.tmp / "b" / "mine")
+    with pytest.raises(DataError, match=r"holds the results of the folder .*would replace them"):
+        run_finetune(_cfg(env), "b/mine")
+    assert (first.output / "results.json").is_file()
+    assert run_finetune(_cfg(env), "./mine").output == first.output
+    elsewhere = run_finetune(_cfg(env, f"finetune.output={env.tmp / 'b-runs'}"), str(other))
+    assert elsewhere.output != first.output
+
+
 def test_a_pipeline_stage_on_a_folder_set_reruns_when_a_file_changes(env) -> None:
     from tibnlp.pipeline.runner import run_pipeline
     from tibnlp.pipeline.spec import load_pipeline

@@ -54,6 +54,7 @@ from tibnlp.training.finetune_seeds import (
     drop_stale_results,
     lacks_predictions,
     load_seed,
+    require_same_dataset,
     rescore,
     save_seed,
     say_resume,
@@ -136,6 +137,7 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     data = load_task_data(dataset, task)
     setup = prepare(cfg, data)
     output = Path(ft.output) / data.name / setup.system.replace("/", "_")
+    require_same_dataset(output, data)
     unseen = unseen_indices(setup.train_texts, texts(data, "test", ft.text_form))
     advts = _advts(setup, ft.eval_also)
     spaces = "syllables joined with U+0F0B" if data.join_spaced_syllables else "words removed"

@@ -82,6 +82,29 @@ def drop_stale_results(output: Path) -> None:
         (output / name).unlink(missing_ok=True)
 
 
+def require_same_dataset(output: Path, data: LabelledSet) -> None:
+    """Refuse to fine-tune into `output` when its results are of another set of the same name:
+    a folder set is named by its folder, so ./tusa and the shipped tusa, or a/mine and b/mine,
+    share `runs/finetune/NAME`, and the second run would replace the first one's seeds."""
+    try:
+        notes = json.loads((output / RESULTS_JSON).read_text("utf-8")).get("notes") or {}
+        before = str(notes.get("dataset_folder") or "") if isinstance(notes, dict) else ""
+    except (OSError, ValueError, AttributeError):  # none yet, or damaged: nothing to keep
+        return
+    if before == data.folder:
+        return
+
+    def which(folder: str) -> str:
+        return f"the folder {folder}" if folder else f"the shipped set '{data.name}'"
+
+    raise DataError(
+        f"{output} holds the results of {which(before)}; this run reads {which(data.folder)} "
+        "and would replace them",
+        "give this run its own output (--set finetune.output=DIR), or move those results away "
+        "(if it is the same set moved to another folder, remove them)",
+    )
+
+
 def seed_data_sha256(setup: Setup, advts: LabelledSet | None) -> str:
     """`Setup.data_sha256`, extended by the AdvTS parts when the seed is scored on them."""
     if advts is None:
