@@ -333,3 +333,17 @@ def test_rarity_refuses_another_vocabulary(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(sys, "argv", [*argv, "--vocab", str(vocab_dir)])
     with pytest.raises(SystemExit, match="not the vocabulary the systems read"):
         runpy.run_path(str(BENCH / "gain_by_rarity.py"), run_name="__main__")
+
+
+def test_two_folders_of_one_name_are_neither_compared_nor_pooled() -> None:
+    """Folder sets are named by their folder: rows of ./mine and b/mine share the dataset
+    name, and their items can match in number and labels; the recorded folder tells them
+    apart."""
+    true, pred = synthetic(120, 4)
+    mine = _row("a", true, [pred], dataset="mine", notes={"dataset_folder": "/x/mine"})
+    other = _row("b", true, [pred], dataset="mine", notes={"dataset_folder": "/y/mine"})
+    with pytest.raises(DataError, match="read different sets named mine"):
+        compare_rows(mine, other)
+    with pytest.raises(DataError, match="cannot be pooled"):
+        pool_rows([mine, {**other, "system": "a"}], "test")
+    assert compare_rows(mine, {**mine, "system": "b"}).diff == 0.0

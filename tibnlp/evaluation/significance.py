@@ -176,6 +176,13 @@ def compare_rows(
             "were fine-tuned and scored on different datasets",
             "compare results of one dataset and split",
         )
+    if _dataset_folder(row_a) != _dataset_folder(row_b):  # two folders of one name
+        raise DataError(
+            f"{row_a['system']} and {row_b['system']} read different sets named "
+            f"{row_a['dataset']} ({_dataset_folder(row_a) or 'the shipped set'} against "
+            f"{_dataset_folder(row_b) or 'the shipped set'})",
+            "compare results of one dataset and split",
+        )
     if row_a.get("labels") != row_b.get("labels"):  # ids that name other classes
         raise DataError(
             f"{row_a['system']} and {row_b['system']} number their labels differently "
@@ -234,6 +241,7 @@ def pool_rows(
         same = row["dataset"] == first["dataset"] and _recipe(row["system"]) == _recipe(
             first["system"]
         )
+        same = same and _dataset_folder(row) == _dataset_folder(first)
         if not same or targets(row) != targets(first) or row.get("labels") != first.get("labels"):
             raise DataError(
                 f"{row['dataset']} {row['system']} cannot be pooled with "
@@ -250,6 +258,13 @@ def pool_rows(
                 "pool runs fine-tuned on the same training examples (finetune.limit_train)",
             )
     return {**first, "targets": targets(first), "seeds": [s for row in rows for s in row["seeds"]]}
+
+
+def _dataset_folder(row: dict[str, Any]) -> str:
+    """The folder a set of one's own was read from ("" for a shipped set): sets are named by
+    their folder, so two folders of one name give rows of one dataset name."""
+    notes = row.get("notes") or {}
+    return str(notes.get("dataset_folder") or "") if isinstance(notes, dict) else ""
 
 
 def _train_size(row: dict[str, Any]) -> int | None:
