@@ -655,10 +655,16 @@ def test_until_names_an_unknown_stage(toy: tuple[Path, str]) -> None:
     result = CliRunner().invoke(app, ["pipeline", "run", str(path), "--until", "text"])
     assert result.exit_code == 0, result.output
     assert "left  pretrain[small=6]" in result.output and CALLS == ["text"]
+    first = " ".join(result.output.split())
+    assert "1 ran, 0 cached" in first and "every stage cached" not in first
     again = CliRunner().invoke(app, ["pipeline", "run", str(path), "--until", "text"])
     assert again.exit_code == 0 and CALLS == ["text"], again.output
     said = " ".join(again.output.split())  # the console wraps at its width
     assert "(every stage cached: no new run)" in said and "run None" not in said
+    off = ["--until", "text", "--force", "text", "--set", "tracking.enabled=false"]
+    quiet = CliRunner().invoke(app, ["pipeline", "run", str(path), *off])
+    assert quiet.exit_code == 0, quiet.output
+    assert "(tracking off: nothing logged)" in " ".join(quiet.output.split())
 
 
 def test_an_output_revision_reruns_only_its_stage_kind(monkeypatch) -> None:

@@ -59,10 +59,15 @@ def run(
         until=until or [],
     )
     if not dry_run:
+        if result.run_id:
+            logged = f", run {result.run_id}"
+        elif result.ran:  # stages ran and no parent run was made: tracking.enabled is false
+            logged = " (tracking off: nothing logged)"
+        else:
+            logged = " (every stage cached: no new run)"
         console.print(
             f"done: {len(result.ran)} ran, {len(result.skipped)} cached; "
-            f"MLflow experiment {spec.experiment!r}"
-            + (f", run {result.run_id}" if result.run_id else " (every stage cached: no new run)")
+            f"MLflow experiment {spec.experiment!r}{logged}"
         )
         for name, out in result.outputs.items():
             typer.echo(f"{name}\t{out}")
