@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from tests.ft_fixtures import LABELS, make_data_dir
 from tibnlp.cli.main import app
+from tibnlp.data import manifests
 from tibnlp.data.labelled import read_jsonl
 from tibnlp.data.manifests import get_manifest, status_ok
 from tibnlp.data.tasks import load_classification, load_dataset, load_tncc
@@ -293,3 +294,11 @@ def test_real_partial_copy_is_listed_and_the_hint_repairs_it(
     assert linked.exit_code == 0, linked.output
     assert os.path.islink(root / "tusa")
     assert len(load_dataset("tusa").splits["test"]) == 1000
+
+
+def test_a_labels_file_saved_with_a_byte_order_mark_reads(tmp_path) -> None:
+    """Windows editors write one; a shipped set's labels.json (e.g. tncc_document's, which has
+    no checksum) is read as a folder set's is."""
+    path = tmp_path / "labels.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(LABELS).encode())
+    assert manifests.read_label_file(path) == LABELS

@@ -269,9 +269,10 @@ def get_manifest(name: str, kind: str | None = None) -> Manifest:
 
 
 def read_json(path: Path) -> Any:
-    """A JSON file, with an error naming the file and line where it is not valid JSON."""
+    """A JSON file (a byte-order mark, as Windows editors write, is dropped), with an error
+    naming the file and line where it is not valid JSON."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         where = f"{path}:{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(path)
         raise DataError(f"{where}: not valid JSON ({exc})", "fix or restore the file") from exc
