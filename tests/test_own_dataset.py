@@ -416,3 +416,24 @@ def test_merged_classes_with_a_stale_label_id_say_to_drop_it(env) -> None:
         load_classification("mine")
     assert "label 'Society' has label_id" in err.value.message
     assert "drop the label_id field" in (err.value.hint or "")
+
+
+def test_classify_takes_the_set_from_a_config_file(env) -> None:
+    """--dataset is needed only where nothing else names the set: -c FILE (or --set) may."""
+    refused = CliRunner().invoke(app, ["finetune", "classify", "--encoder", "none"])
+    assert refused.exit_code == 2 and "--dataset" in refused.output
+    config = env.tmp / "mine.yaml"
+    settings = [*tiny_textcnn(env.vocab, env.tmp / "runs", *ONE_EPOCH), "finetune.dataset=./mine"]
+    nested: dict = {}
+    for setting in settings:
+        key, value = setting.split("=", 1)
+        section, name = key.split(".", 1)
+        node = nested.setdefault(section, {})
+        *parents, leaf = name.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    config.write_text(yaml.safe_dump(nested), "utf-8")
+    done = CliRunner().invoke(app, ["finetune", "classify", "--encoder", "none", "-c", str(config)])
+    assert done.exit_code == 0, done.output
+    assert (env.tmp / "runs" / "mine" / "textcnn-pieces(scratch)" / "results.json").is_file()

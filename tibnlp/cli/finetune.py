@@ -120,14 +120,15 @@ def tncc(
 @app.command("classify")
 def classify(
     dataset: Annotated[
-        str,
+        str | None,
         typer.Option(
             help=f"A shipped set ({', '.join(classification_datasets())}) or the folder of your "
             "own: train.jsonl, validation.jsonl, test.jsonl ('text', 'label'; optional "
             "labels.json, dataset.yaml). A value with a path separator (./my_set) is a folder; a "
-            "shipped set's name is that set; another name is a folder if one exists."
+            "shipped set's name is that set; another name is a folder if one exists. "
+            "Default: finetune.dataset of -c FILE."
         ),
-    ],
+    ] = None,
     model: ModelOpt = None,
     head: HeadOpt = None,
     encoder: EncoderOpt = None,
@@ -138,7 +139,15 @@ def classify(
     set_: SetOption = None,
 ) -> None:
     """Any labelled set of the data directory by its name, or a folder of your own."""
-    flags = [f"finetune.dataset={dataset}", *_flags(model, head, encoder, vocab, seeds, eval_also)]
+    set_in = any(o.replace(" ", "").startswith("finetune.dataset=") for o in set_ or [])
+    if dataset is None and config is None and not set_in:
+        raise typer.BadParameter(
+            "name the labelled set: a shipped set (e.g. tusa) or ./FOLDER, or give -c FILE "
+            "that sets finetune.dataset",
+            param_hint="--dataset",
+        )
+    named = [f"finetune.dataset={dataset}"] if dataset is not None else []
+    flags = [*named, *_flags(model, head, encoder, vocab, seeds, eval_also)]
     cfg = resolve_config(config, set_, *flags)
     _run(cfg, cfg.finetune.dataset)
 
