@@ -3,7 +3,7 @@ so a researcher fine-tunes on their data without adding a manifest to the instal
 
 The folder holds `train.jsonl`, `validation.jsonl` and `test.jsonl`: one JSON object per line
 with `text` and `label` (the class name; `id` optional), read with the checks of the shipped
-sets (`tibnlp.data.labelled.read_splits`). Optional: `labels.json` (the class names in label-id
+sets (`tibnlp.data.labelled.read_checked_splits`). Optional: `labels.json` (the class names in label-id
 order, as in a shipped set; without it, the sorted distinct training labels) and `dataset.yaml`
 (the manifest keys a set may change: `FolderSetConfig`). The set is named by its folder, and the
 hash of the files read there extends the seeds' data hash: a changed file trains again.
@@ -24,12 +24,10 @@ from tibnlp.config.core import check, from_dict, read_yaml
 from tibnlp.data.labelled import (
     BadLabel,
     LabelledSet,
-    check_ids_across_splits,
     class_name,
     joins_spaced_syllables,
-    read_splits,
+    read_checked_splits,
     record_labels,
-    warn_classes_not_in_train,
 )
 from tibnlp.data.manifests import all_manifests, check_label_list, sha256_file
 from tibnlp.errors import ConfigError, DataError, TibnlpError
@@ -152,9 +150,9 @@ def load_folder_set(value: str) -> LabelledSet:
     labels, said = _labels(name, folder, files, settings)
     join = joins_spaced_syllables(settings.text_form)
     fields = (settings.text_field, settings.label_field)
-    splits = read_splits(files, labels, *fields, join, fields_from=str(folder / SETTINGS_FILE))
-    check_ids_across_splits(name, files, splits)
-    warn_classes_not_in_train(name, files, splits, labels)
+    splits = read_checked_splits(
+        name, files, labels, *fields, join, fields_from=str(folder / SETTINGS_FILE)
+    )
     notes = {"dataset_folder": str(folder.resolve())}
     if said:
         notes["labels"] = said

@@ -228,6 +228,23 @@ def _nfc(name: str) -> str:
     return unicodedata.normalize("NFC", name)
 
 
+def read_checked_splits(
+    name: str,
+    files: dict[str, Path],
+    labels: list[str],
+    text_field: str,
+    label_field: str,
+    join_spaced_syllables: bool = True,
+    fields_from: str = "",
+) -> dict[str, list[Example]]:
+    """A set's splits (`read_splits`) with the checks across them: no id in two splits, and a
+    warning for a class no training record has."""
+    splits = read_splits(files, labels, text_field, label_field, join_spaced_syllables, fields_from)
+    check_ids_across_splits(name, files, splits)
+    warn_classes_not_in_train(name, files, splits, labels)
+    return splits
+
+
 def read_splits(
     files: dict[str, Path],
     labels: list[str],

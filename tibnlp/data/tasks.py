@@ -12,11 +12,9 @@ from pathlib import Path
 from tibnlp.data.folder_set import LAYOUT, is_folder_dataset, load_folder_set, shipped_names
 from tibnlp.data.labelled import (
     LabelledSet,
-    check_ids_across_splits,
     joins_spaced_syllables,
+    read_checked_splits,
     read_jsonl,
-    read_splits,
-    warn_classes_not_in_train,
 )
 from tibnlp.data.manifests import Manifest, all_manifests, check_label_list, get_manifest, read_json
 from tibnlp.data.tncc_document import load_tncc_document
@@ -100,9 +98,9 @@ def load_dataset(name: str) -> LabelledSet:
     files = _split_files(manifest)
     labels = manifest.labels()
     join = joins_spaced_syllables(manifest.text_form)
-    splits = read_splits(files, labels, manifest.text_field, manifest.label_field, join)
-    check_ids_across_splits(name, files, splits)
-    warn_classes_not_in_train(name, files, splits, labels)
+    splits = read_checked_splits(
+        name, files, labels, manifest.text_field, manifest.label_field, join
+    )
     return LabelledSet(
         name=name,
         labels=labels,
