@@ -3,10 +3,11 @@ so a researcher fine-tunes on their data without adding a manifest to the instal
 
 The folder holds `train.jsonl`, `validation.jsonl` and `test.jsonl`: one JSON object per line
 with `text` and `label` (the class name; `id` optional), read with the checks of the shipped
-sets (`tibnlp.data.labelled.read_checked_splits`). Optional: `labels.json` (the class names in label-id
-order, as in a shipped set; without it, the sorted distinct training labels) and `dataset.yaml`
-(the manifest keys a set may change: `FolderSetConfig`). The set is named by its folder, and the
-hash of the files read there extends the seeds' data hash: a changed file trains again.
+sets (`tibnlp.data.labelled.read_checked_splits`). Optional: `labels.json` (the class names in
+label-id order, as in a shipped set; without it, the sorted distinct training labels) and
+`dataset.yaml` (the manifest keys a set may change: `FolderSetConfig`). The set is named by its
+folder, and the hash of the files read there extends the seeds' data hash: a changed file trains
+again.
 """
 
 from __future__ import annotations
