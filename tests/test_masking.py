@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
+from tibnlp.config import load_config
 from tibnlp.data.masking import (
     IGNORE_INDEX,
     MaskingIds,
@@ -16,6 +17,7 @@ from tibnlp.data.masking import (
     sample_spans,
     syllable_units,
 )
+from tibnlp.errors import ConfigError
 
 IDS = MaskingIds(size=1000)
 CLS, SEP = 2, 3
@@ -196,3 +198,70 @@ def test_rejects_bad_settings() -> None:
         MlmCollator(IDS, mask_prob=0.0)
     with pytest.raises(ValueError):
         MlmCollator(IDS, max_ngram=0)
+
+
+class _ScoredIds(MaskingIds):
+    """Ids with unigram log probabilities, as a `Vocabulary` gives them: id i has log p
+    -1 - i / 100, so higher ids are rarer."""
+
+    def piece_log_probs(self) -> list[float]:
+        return [-1.0 - i / 100 for i in range(self.size)]
+
+
+SCORED = _ScoredIds(size=1000)
+
+
+def _chosen(collate: MlmCollator, batches: list[list[dict]]) -> list[torch.Tensor]:
+    return [collate(exs, i)["mlm_labels"] != IGNORE_INDEX for i, exs in enumerate(batches)]
+
+
+def test_rare_first_masking_keeps_the_budget_and_favours_rare_units() -> None:
+    """`pretrain.mask_rarity`: the same number of pieces per row, whole syllables only, and
+    rarer units predicted more often than under the uniform order."""
+    batches = _batches(10)
+    uniform = _chosen(MlmCollator(SCORED, mask_prob=0.3, seed=5), batches)
+    rare = _chosen(MlmCollator(SCORED, mask_prob=0.3, seed=5, rarity=1.0), batches)
+    mean_id = {"uniform": [], "rare": []}
+    for exs, u, r in zip(batches, uniform, rare, strict=True):
+        assert u.sum(dim=1).tolist() == r.sum(dim=1).tolist()  # the same budget per row
+        ids = torch.full(u.shape, 0)
+        for row, ex in enumerate(exs):
+            ids[row, : len(ex["input_ids"])] = torch.tensor(ex["input_ids"])
+            special = [i in IDS.special_ids for i in ex["input_ids"]]
+            for unit in syllable_units(ex["syllable_start"], special):  # never split
+                assert len({bool(r[row, p]) for p in unit}) == 1
+        mean_id["uniform"].append(ids[u].float().mean())
+        mean_id["rare"].append(ids[r].float().mean())
+    # uniform ids average ~500; rare-first shifts what is predicted toward the high ids
+    assert sum(mean_id["rare"]) / 10 > sum(mean_id["uniform"]) / 10 + 100
+
+
+def test_rare_first_masking_weighs_a_unit_by_its_rarest_piece() -> None:
+    """A row of one two-piece syllable with a rare piece among many common one-piece syllables:
+    with a strong exponent, the rare syllable is always among the first picked."""
+    ids = [CLS, 5, 999, *range(6, 46), SEP]
+    starts = [True, True, False, *[True] * 40, True]
+    ex = {"input_ids": ids, "token_type_ids": [0] * len(ids), "syllable_start": starts}
+    ex["sop_label"] = 0
+    collate = MlmCollator(SCORED, mask_prob=0.1, max_ngram=1, seed=1, rarity=20.0)
+    for key in range(20):
+        labels = collate([ex], key)["mlm_labels"][0]
+        assert labels[1] == 5 and labels[2] == 999  # the unit is masked whole
+
+
+def test_rare_first_masking_off_is_the_uniform_masking() -> None:
+    batch = _batches(1)[0]
+    a = MlmCollator(SCORED, seed=3)(batch, 4)
+    b = MlmCollator(SCORED, seed=3, rarity=0.0)(batch, 4)
+    for key in a:
+        assert torch.equal(a[key], b[key])
+
+
+def test_rare_first_masking_needs_log_probs() -> None:
+    with pytest.raises(ValueError, match="Vocabulary"):
+        MlmCollator(IDS, rarity=0.5)
+    with pytest.raises(ValueError, match="rarity"):
+        MlmCollator(SCORED, rarity=-1.0)
+    with pytest.raises(ConfigError, match=r"pretrain\.mask_rarity"):
+        load_config(None, ["pretrain.mask_rarity=-0.5"])
+    assert load_config(None, ["pretrain.mask_rarity=0.5"]).pretrain.mask_rarity == 0.5

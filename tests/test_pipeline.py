@@ -517,9 +517,9 @@ def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path
     step = planner.plan()[0]
     cfg = planner.config_dict(step.node, real=False)
     # the key made before `engine`, `pretrain.init_from`, the ELECTRA, skip-gram, word-table
-    # and contrast settings existed is still the key
+    # contrast and rare-first masking settings existed is still the key
     later = {"init_from", "objective", "generator_ratio", "rtd_weight", "skipgram", "word_lr"}
-    later |= {"contrastive", "contrastive_temperature"}
+    later |= {"contrastive", "contrastive_temperature", "mask_rarity"}
     before = {k: v for k, v in cfg["pretrain"].items() if k not in later}
     # a new pretraining setting must join ADDED_WHEN_SET (and `later`), or every cached
     # pretraining stage would rerun after an upgrade: the keys that enter at their defaults
@@ -528,6 +528,7 @@ def test_cache_key_holds_what_changes_the_output(toy: tuple[Path, str], tmp_path
     assert step.key == node_key("pretrain", old, {}, step.inputs)
     assert keys("pretrain.init_from=runs/m")["pretrain"] != base["pretrain"]
     assert keys("pretrain.skipgram.epochs=2")["pretrain"] != base["pretrain"]
+    assert keys("pretrain.mask_rarity=0.5")["pretrain"] != base["pretrain"]
     assert keys("pretrain.word_lr=1e-4")["pretrain"] != base["pretrain"]
     mlm = keys("pretrain.sop=false")["pretrain"]
     assert keys("pretrain.sop=false", "pretrain.objective=electra")["pretrain"] != mlm

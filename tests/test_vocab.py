@@ -56,6 +56,25 @@ def test_special_tokens_have_fixed_ids(vocab: Vocabulary) -> None:
     assert vocab.mask_id not in vocab.encode("[MASK] ཀ་ཁ")
 
 
+def test_piece_log_probs_follow_the_corpus(vocab: Vocabulary, corpus: Path) -> None:
+    """The unigram log probabilities rare-first masking weighs pieces by
+    (`pretrain.mask_rarity`): 0 for the special ids, negative for the EM's pieces, and a
+    piece frequent in the corpus scored above one seen rarely."""
+    from collections import Counter
+
+    from tibnlp.text.prepare import load_prepared
+
+    log_p = vocab.piece_log_probs()
+    assert len(log_p) == vocab.size and log_p[:5] == [0.0] * 5
+    counts: Counter[int] = Counter()
+    for doc in load_prepared(corpus)["train"]:
+        for sentence in doc["sentences"]:
+            counts.update(vocab.encode(sentence))
+    scored = [(n, i) for i, n in counts.items() if log_p[i] < 0]
+    (_, common), (_, rare) = max(scored), min(scored)
+    assert log_p[common] > log_p[rare]
+
+
 def test_output_folder(built: tuple[Path, dict], corpus: Path) -> None:
     out, report = built
     names = {p.name for p in out.iterdir()}

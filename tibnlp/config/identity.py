@@ -47,6 +47,7 @@ ADDED_WHEN_SET = frozenset(
         "pretrain.word_lr",
         "pretrain.contrastive",
         "pretrain.contrastive_temperature",
+        "pretrain.mask_rarity",
         "finetune.layer_decay",
         "finetune.mlm_weight",
         "finetune.mlm_prob",

@@ -149,6 +149,10 @@ class PretrainConfig:
     # span: n-grams of whole syllables; whole_word: n-grams of whole botok words (the corpus
     # needs its words: `tibnlp corpus words CORPUS` or corpus.words: true at preparation)
     masking: Literal["span", "whole_word"] = "span"
+    # rare-first masking: span starts drawn with weight p^-mask_rarity, p the unigram
+    # probability of the unit's rarest piece (tibnlp.data.masking); the same share of pieces is
+    # masked, more of them rare. Held-out MLM accuracy keeps uniform masks. 0: ALBERT's uniform
+    mask_rarity: float = 0.0
     # sentence-order prediction; off: MLM only, segments kept in order, and a one-sentence
     # chunk (a title of the title stage) is one segment, `[CLS] text [SEP]`, as fine-tuning
     # reads a text
@@ -200,6 +204,7 @@ class PretrainConfig:
         check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")
         check(0.0 < self.mask_prob < 1.0, f"{prefix}.mask_prob", "must be in (0, 1)")
         check(1 <= self.max_ngram <= 10, f"{prefix}.max_ngram", "must be in [1, 10]")
+        check(self.mask_rarity >= 0, f"{prefix}.mask_rarity", "must be >= 0 (0: uniform)")
         check(0.0 <= self.sop_prob <= 1.0, f"{prefix}.sop_prob", "must be in [0, 1]")
         check(0.0 < self.generator_ratio <= 1.0, f"{prefix}.generator_ratio", "must be in (0, 1]")
         check(self.rtd_weight > 0, f"{prefix}.rtd_weight", "must be > 0")

@@ -17,6 +17,13 @@ budget; span starts are visited in random order, each draws n with p(n) proporti
 (shortened when it would overrun the budget), spans overlapping earlier ones are skipped. Each
 chosen token becomes [MASK] with p=0.8, a random regular token with p=0.1, stays with p=0.1.
 
+Rare-first masking (`pretrain.mask_rarity` = a > 0): span starts are visited in a random
+order weighted by p^-a instead of uniformly, p the unigram probability (the vocabulary's own
+SentencePiece score) of the unit's rarest piece, so rare units are predicted more often and
+common ones fill the rest of the same budget. The order is a weighted draw without
+replacement (Efraimidis and Spirakis 2006: sort by log(E) - log w, E ~ Exp(1)); a = 0 keeps
+ALBERT's uniform permutation, with the same masks as before the option existed.
+
 Same-document pairs (`split_pairs`, for `pretrain.contrastive`): each example's A and B
 segments (two consecutive stretches of one document) become two rows, `[CLS] A [SEP]` and
 `[CLS] B [SEP]`, at 2i and 2i + 1, masked like any other row; the model reads them as a pair.
@@ -95,19 +102,29 @@ def sample_spans(
 
 
 def _span_starts(
-    sizes: list[int], budget: int, probs: torch.Tensor, generator: torch.Generator
+    sizes: list[int],
+    budget: int,
+    probs: torch.Tensor,
+    generator: torch.Generator,
+    log_weights: np.ndarray | None = None,
 ) -> list[tuple[int, int]]:
     """ALBERT's span selection as (first unit, unit count) pairs, from the units' token counts.
 
     The collator's hot path (about 64 rows a step): plain lists, a prefix sum for span sizes,
     two generator calls per row (a permutation of the starts, then the n draws), in the order
     the per-row collator before it used, so its masks are unchanged
-    (benchmarks/results/collate.md)."""
+    (benchmarks/results/collate.md). `log_weights` (one per unit): visit the starts in a
+    weighted order instead, heavier first on average (rare-first masking)."""
     count = len(sizes)
     if not count or budget <= 0:
         return []
     max_n = len(probs)
-    order = torch.randperm(count, generator=generator).tolist()
+    if log_weights is None:
+        order = torch.randperm(count, generator=generator).tolist()
+    else:
+        u = torch.rand(count, generator=generator, dtype=torch.float64).numpy()
+        keys = np.log(-np.log1p(-u)) - log_weights  # log(E / w), E ~ Exp(1)
+        order = np.argsort(keys, kind="stable").tolist()
     draws = (torch.multinomial(probs, count, replacement=True, generator=generator) + 1).tolist()
     ends = [0, *accumulate(sizes)]  # ends[u]: tokens in units [0, u)
     covered = bytearray(count)
@@ -139,9 +156,12 @@ class MlmCollator:
         seed: int = 42,
         whole_word: bool = False,
         split_pairs: bool = False,
+        rarity: float = 0.0,
     ) -> None:
         if not 0.0 < mask_prob < 1.0:
             raise ValueError("mask_prob must be in (0, 1)")
+        if rarity < 0:
+            raise ValueError("rarity must be >= 0")
         if max_ngram < 1:
             raise ValueError("max_ngram must be >= 1")
         self.size = int(vocab.size)
@@ -159,6 +179,13 @@ class MlmCollator:
         self.unit_column = "word_start" if whole_word else "syllable_start"
         self._special = np.array(sorted(self.special_ids), dtype=np.int64)
         self.split_pairs = split_pairs
+        # rare-first masking: each piece's log weight, -rarity x its unigram log probability
+        self._log_weight: np.ndarray | None = None
+        if rarity:
+            log_probs = getattr(vocab, "piece_log_probs", None)
+            if log_probs is None:
+                raise ValueError("rare-first masking needs a Vocabulary (its piece log probs)")
+            self._log_weight = -rarity * np.asarray(log_probs(), dtype=np.float64)
 
     def _split(self, ex: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """`[CLS] A [SEP] B [SEP]` -> `[CLS] A [SEP]`, `[CLS] B [SEP]` (columns cut alike)."""
@@ -215,10 +242,15 @@ class MlmCollator:
         first = np.concatenate([[0], np.cumsum(begins.sum(axis=1))]).tolist()
         n_real = (~special).sum(axis=1).tolist()
         picked = np.zeros(len(sizes) + 1, dtype=bool)  # + 1: special positions read unit -1
+        unit_weight = None
+        if self._log_weight is not None:  # a unit weighs what its rarest piece does
+            unit_weight = np.full(len(sizes), -np.inf)
+            np.maximum.at(unit_weight, unit_of[~special], self._log_weight[ids[~special]])
         for row in range(batch):
             budget = max(1, round(n_real[row] * self.mask_prob)) if n_real[row] else 0
             lo, hi = first[row], first[row + 1]
-            for start, count in _span_starts(sizes[lo:hi], budget, self.probs, g):
+            weights = None if unit_weight is None else unit_weight[lo:hi]
+            for start, count in _span_starts(sizes[lo:hi], budget, self.probs, g, weights):
                 picked[lo + start : lo + start + count] = True
         chosen_np = picked[unit_of] & ~special
         input_ids = torch.from_numpy(ids)

@@ -185,6 +185,11 @@ class Vocabulary:
             text = _SPACE_AFTER_SYLLABLE.sub(TSHEG, text)
         return text
 
+    def piece_log_probs(self) -> list[float]:
+        """Each piece's log probability under the unigram model (its SentencePiece score);
+        0 for pieces the EM never scored (control and user-defined symbols)."""
+        return [float(self.sp.get_score(i)) for i in range(self.size)]
+
     def id_to_piece(self, i: int) -> str:
         return str(self.sp.id_to_piece(int(i)))
 

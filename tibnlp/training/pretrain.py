@@ -304,7 +304,7 @@ def _streams(
         return heldout, heldout
     train = _batches(
         splits["train"],
-        MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed, whole_word, pairs),
+        MlmCollator(vocab, p.mask_prob, p.max_ngram, p.seed, whole_word, pairs, p.mask_rarity),
         p.batch_size,
         p.seed,
         training,
