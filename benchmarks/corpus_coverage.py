@@ -36,7 +36,8 @@ def corpus_counts(pretrain_out: Path, size: int) -> np.ndarray:
     folder = pretrain_out / "data" / "dataset"
     if not folder.is_dir():
         raise DataError(
-            f"{folder} does not exist", "give a pretraining output's model folder (OUT/model)"
+            f"{folder} does not exist",
+            "give the folder `tibnlp pretrain` wrote (pretrain.output: it holds data/ and model/)",
         )
     counts = np.zeros(size, dtype=np.int64)
     for batch in datasets.load_from_disk(str(folder))["train"].iter(batch_size=4096):

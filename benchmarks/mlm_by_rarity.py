@@ -4,11 +4,13 @@ common ones? One row per model directory, one column per frequency band.
 
 Every model reads the same held-out rows with the same uniform masks (rate, n-gram spans,
 seed), so rows compare; the bands count each piece's occurrences in the train split of one
-pretraining output's tokenised corpus (`--corpus`, its OUT/model folder), whose held-out split
-is the text scored. Accuracy is top-1 over the masked pieces of the band, with their count.
+pretraining output's tokenised corpus (`--corpus`: the folder `tibnlp pretrain` wrote, OUT,
+holding data/ and model/), whose held-out split is the text scored. Accuracy is top-1 over the
+masked pieces of the band, with their count. A model must carry its MLM head (an MLM
+pretraining's model folder): an ELECTRA discriminator or a bare encoder is refused.
 
     PYTHONPATH=. python benchmarks/mlm_by_rarity.py \
-        --corpus runs/pipelines/quickstart/pretrain/out-*/model \
+        --corpus runs/pipelines/quickstart/pretrain/out-* \
         MODEL_DIR [MODEL_DIR ...] --out benchmarks/results/mlm_by_rarity.md
 """
 
@@ -25,7 +27,7 @@ from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
 from tibnlp.data.pretraining import load_pretraining_dataset
 from tibnlp.errors import DataError, run_script
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.models.io import load_pretrained
+from tibnlp.models.io import WEIGHTS, load_pretrained
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training.engine import hardware_name
@@ -35,6 +37,38 @@ BANDS = ((0, 20), (20, 200), (200, 2000), (2000, None))  # occurrences in the tr
 
 def band_name(lo: int, hi: int | None) -> str:
     return f">= {lo}" if hi is None else f"{lo}-{hi - 1}"
+
+
+def piece_bands(counts: np.ndarray) -> np.ndarray:
+    """Each piece's band index: the band whose [lo, hi) holds its count."""
+    edges = np.array([lo for lo, _ in BANDS[1:]])
+    return np.searchsorted(edges, counts, side="right").astype(np.int64)
+
+
+def check_corpus(folder: Path) -> None:
+    """`--corpus` must be a pretraining output (data/ and model/), not its model folder."""
+    if (folder / "data").is_dir() and (folder / "model").is_dir():
+        return
+    hint = "give the folder `tibnlp pretrain` wrote (pretrain.output: it holds data/ and model/)"
+    if folder.name == "model" and (folder.parent / "data").is_dir():
+        hint += f"; {folder} is its model folder: pass {folder.parent}"
+    raise DataError(f"--corpus {folder}: not a pretraining output (no data/ or model/)", hint)
+
+
+def load_mlm_model(model_dir: Path) -> AlbertForPretraining:
+    """The pretraining model with its MLM head; strict but for the optional pair heads, so
+    a model without the head (ELECTRA, a fine-tuned encoder) is not scored with a random one."""
+    cfg, state = load_pretrained(model_dir)
+    state = {k: v for k, v in state.items() if not k.startswith("contrastive_proj.")}
+    model = AlbertForPretraining(cfg, sop=any(k.startswith("sop_") for k in state))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise DataError(
+            f"{model_dir / WEIGHTS}: not an MLM pretraining model (missing "
+            f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})",
+            "score the model folder of an MLM pretraining (pretrain.objective=mlm)",
+        )
+    return model
 
 
 @torch.no_grad()
@@ -67,14 +101,15 @@ def main() -> None:
     ap.add_argument("--max-ngram", type=int, default=3)
     ap.add_argument("--out", type=Path, help="markdown table written here as well")
     args = ap.parse_args()
+    if args.rows < 1:
+        ap.error("--rows must be >= 1")
     torch.set_num_threads(1)
+    check_corpus(args.corpus)
     heldout = load_pretraining_dataset(args.corpus / "data")[0]["heldout"]
     rows = min(args.rows, len(heldout))
     vocab = Vocabulary.load(args.corpus / "model")  # what the corpus was tokenised with
     counts = corpus_counts(args.corpus, vocab.size)
-    band_of = np.zeros(vocab.size, dtype=np.int64)
-    for k, (lo, hi) in enumerate(BANDS):
-        band_of[(counts >= lo) & (counts < (hi if hi is not None else np.inf))] = k
+    band_of = piece_bands(counts)
     collate = MlmCollator(vocab, args.mask_prob, args.max_ngram, 123)  # uniform masks
     batches = [
         collate([heldout[i] for i in range(start, min(start + 64, rows))], start)
@@ -95,10 +130,7 @@ def main() -> None:
                 f"{model_dir}: another vocabulary than the corpus's ({args.corpus / 'model'})",
                 "compare models pretrained on one vocabulary",
             )
-        cfg, state = load_pretrained(model_dir)
-        model = AlbertForPretraining(cfg, sop=any(k.startswith("sop_") for k in state))
-        model.load_state_dict(state, strict=False)
-        hits, total = band_hits(model, batches, band_of)
+        hits, total = band_hits(load_mlm_model(model_dir), batches, band_of)
         cells = [f"{100 * h / max(t, 1):.2f} ({t:,})" for h, t in zip(hits, total, strict=True)]
         lines.append(
             f"| {model_dir} | {100 * hits.sum() / max(total.sum(), 1):.2f} | "

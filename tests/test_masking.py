@@ -264,4 +264,6 @@ def test_rare_first_masking_needs_log_probs() -> None:
         MlmCollator(SCORED, rarity=-1.0)
     with pytest.raises(ConfigError, match=r"pretrain\.mask_rarity"):
         load_config(None, ["pretrain.mask_rarity=-0.5"])
+    with pytest.raises(ConfigError, match=r"pretrain\.mask_rarity.*\[0, 100\]"):
+        load_config(None, ["pretrain.mask_rarity=101"])  # p^-a overflows far past it
     assert load_config(None, ["pretrain.mask_rarity=0.5"]).pretrain.mask_rarity == 0.5

@@ -204,7 +204,12 @@ class PretrainConfig:
         check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")
         check(0.0 < self.mask_prob < 1.0, f"{prefix}.mask_prob", "must be in (0, 1)")
         check(1 <= self.max_ngram <= 10, f"{prefix}.max_ngram", "must be in [1, 10]")
-        check(self.mask_rarity >= 0, f"{prefix}.mask_rarity", "must be >= 0 (0: uniform)")
+        # past ~50 the order is already strictly rarest-first; far past it p^-a overflows
+        check(
+            0 <= self.mask_rarity <= 100,
+            f"{prefix}.mask_rarity",
+            "must be in [0, 100] (0: uniform)",
+        )
         check(0.0 <= self.sop_prob <= 1.0, f"{prefix}.sop_prob", "must be in [0, 1]")
         check(0.0 < self.generator_ratio <= 1.0, f"{prefix}.generator_ratio", "must be in (0, 1]")
         check(self.rtd_weight > 0, f"{prefix}.rtd_weight", "must be > 0")

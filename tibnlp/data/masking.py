@@ -22,7 +22,10 @@ order weighted by p^-a instead of uniformly, p the unigram probability (the voca
 SentencePiece score) of the unit's rarest piece, so rare units are predicted more often and
 common ones fill the rest of the same budget. The order is a weighted draw without
 replacement (Efraimidis and Spirakis 2006: sort by log(E) - log w, E ~ Exp(1)); a = 0 keeps
-ALBERT's uniform permutation, with the same masks as before the option existed.
+ALBERT's uniform permutation, with the same masks as before the option existed. [UNK] and
+user-defined symbols carry score 0 in the model file, so they weigh as the commonest pieces:
+predicting "a character the vocabulary lacks" teaches nothing about a rare word, and the
+budget is better spent on scored pieces.
 
 Same-document pairs (`split_pairs`, for `pretrain.contrastive`): each example's A and B
 segments (two consecutive stretches of one document) become two rows, `[CLS] A [SEP]` and
@@ -34,6 +37,7 @@ a pure function of (seed, batch_index, examples): a resumed run reproduces it ex
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -101,6 +105,32 @@ def sample_spans(
     ]
 
 
+def _weighted_order(count: int, log_weights: np.ndarray, generator: torch.Generator) -> list[int]:
+    """Indices 0..count-1 drawn without replacement with weights exp(log_weights): sorted by
+    log(E) - log w, E ~ Exp(1) (Efraimidis-Spirakis). u = 0 gives E = 0, a key of -inf: that
+    unit first, the limit of the draw. Ties in the key (equal weights whose size swamps
+    log(E) in float64, at a huge exponent) fall back to log(E), a uniform order among them,
+    not the row's left-to-right one."""
+    u = torch.rand(count, generator=generator, dtype=torch.float64).numpy()
+    with np.errstate(divide="ignore"):
+        log_e = np.log(-np.log1p(-u))
+    return np.lexsort((log_e, log_e - log_weights)).tolist()
+
+
+def rarity_log_weights(log_probs: Sequence[float], rarity: float) -> np.ndarray:
+    """Each piece's log weight for rare-first masking, -rarity x log p (0 for a piece scored
+    0: [UNK], specials, user-defined symbols). Refuses weights past float64."""
+    log_p = np.asarray(log_probs, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        weights = -rarity * log_p
+    if not np.isfinite(weights).all():
+        raise ValueError(
+            f"pretrain.mask_rarity={rarity}: p^-rarity overflows float64 (or a piece's log "
+            "probability is not finite); use a smaller exponent"
+        )
+    return weights
+
+
 def _span_starts(
     sizes: list[int],
     budget: int,
@@ -122,9 +152,7 @@ def _span_starts(
     if log_weights is None:
         order = torch.randperm(count, generator=generator).tolist()
     else:
-        u = torch.rand(count, generator=generator, dtype=torch.float64).numpy()
-        keys = np.log(-np.log1p(-u)) - log_weights  # log(E / w), E ~ Exp(1)
-        order = np.argsort(keys, kind="stable").tolist()
+        order = _weighted_order(count, log_weights, generator)
     draws = (torch.multinomial(probs, count, replacement=True, generator=generator) + 1).tolist()
     ends = [0, *accumulate(sizes)]  # ends[u]: tokens in units [0, u)
     covered = bytearray(count)
@@ -160,8 +188,8 @@ class MlmCollator:
     ) -> None:
         if not 0.0 < mask_prob < 1.0:
             raise ValueError("mask_prob must be in (0, 1)")
-        if rarity < 0:
-            raise ValueError("rarity must be >= 0")
+        if not (math.isfinite(rarity) and rarity >= 0):
+            raise ValueError(f"rarity must be a finite number >= 0, got {rarity}")
         if max_ngram < 1:
             raise ValueError("max_ngram must be >= 1")
         self.size = int(vocab.size)
@@ -185,7 +213,11 @@ class MlmCollator:
             log_probs = getattr(vocab, "piece_log_probs", None)
             if log_probs is None:
                 raise ValueError("rare-first masking needs a Vocabulary (its piece log probs)")
-            self._log_weight = -rarity * np.asarray(log_probs(), dtype=np.float64)
+            self._log_weight = rarity_log_weights(log_probs(), rarity)
+            if len(self._log_weight) != self.size:
+                raise ValueError(
+                    f"{len(self._log_weight)} piece log probs for a vocabulary of {self.size}"
+                )
 
     def _split(self, ex: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """`[CLS] A [SEP] B [SEP]` -> `[CLS] A [SEP]`, `[CLS] B [SEP]` (columns cut alike)."""
