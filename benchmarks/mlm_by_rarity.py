@@ -27,7 +27,7 @@ from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
 from tibnlp.data.pretraining import load_pretraining_dataset
 from tibnlp.errors import DataError, run_script
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.models.io import WEIGHTS, load_pretrained
+from tibnlp.models.memory_report import load_mlm
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training.engine import hardware_name
@@ -53,22 +53,6 @@ def check_corpus(folder: Path) -> None:
     if folder.name == "model" and (folder.parent / "data").is_dir():
         hint += f"; {folder} is its model folder: pass {folder.parent}"
     raise DataError(f"--corpus {folder}: not a pretraining output (no data/ or model/)", hint)
-
-
-def load_mlm_model(model_dir: Path) -> AlbertForPretraining:
-    """The pretraining model with its MLM head; strict but for the optional pair heads, so
-    a model without the head (ELECTRA, a fine-tuned encoder) is not scored with a random one."""
-    cfg, state = load_pretrained(model_dir)
-    state = {k: v for k, v in state.items() if not k.startswith("contrastive_proj.")}
-    model = AlbertForPretraining(cfg, sop=any(k.startswith("sop_") for k in state))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise DataError(
-            f"{model_dir / WEIGHTS}: not an MLM pretraining model (missing "
-            f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})",
-            "score the model folder of an MLM pretraining (pretrain.objective=mlm)",
-        )
-    return model
 
 
 @torch.no_grad()
@@ -130,7 +114,7 @@ def main() -> None:
                 f"{model_dir}: another vocabulary than the corpus's ({args.corpus / 'model'})",
                 "compare models pretrained on one vocabulary",
             )
-        hits, total = band_hits(load_mlm_model(model_dir), batches, band_of)
+        hits, total = band_hits(load_mlm(model_dir)[0], batches, band_of)
         cells = [f"{100 * h / max(t, 1):.2f} ({t:,})" for h, t in zip(hits, total, strict=True)]
         lines.append(
             f"| {model_dir} | {100 * hits.sum() / max(total.sum(), 1):.2f} | "

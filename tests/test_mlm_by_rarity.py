@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from tibetan_fixtures import TINY_MODEL, prepared_inputs, pretrain_config_file
+from tibetan_fixtures import TINY_MLM_RUN, prepared_inputs, pretrain_config_file
 
 from tibnlp.config import load_config
 from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
@@ -19,11 +19,6 @@ from tibnlp.errors import DataError
 from tibnlp.text.vocab import Vocabulary
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "mlm_by_rarity.py"
-TINY = {
-    "model": {**TINY_MODEL, "num_layers": 1},
-    "pretrain": {"seq_len": 32, "batch_size": 8, "max_steps": 3, "sop": False},
-    "engine": {"threads": 1},
-}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +30,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     inputs = prepared_inputs(root / "inputs", n_docs=60, heldout=20)
     out = {}
     for name, rarity in (("uniform", 0.0), ("rare", 1.0)):
-        cfg = pretrain_config_file(inputs, root / name, TINY, "rarity", mask_rarity=rarity)
+        cfg = pretrain_config_file(inputs, root / name, TINY_MLM_RUN, "rarity", mask_rarity=rarity)
         out[name] = run_pretraining(load_config(cfg)).parent  # the pretraining output
     return out
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from tibetan_fixtures import TINY_MODEL, prepared_inputs, pretrain_config_file
+from tibetan_fixtures import TINY_MLM_RUN, prepared_inputs, pretrain_config_file
 
 from tibnlp.config import load_config
 from tibnlp.data import masking
@@ -193,13 +193,6 @@ def test_a_zero_uniform_draw_is_no_warning(monkeypatch: pytest.MonkeyPatch) -> N
     assert int((labels != IGNORE_INDEX).sum()) == 1
 
 
-TINY = {
-    "model": {**TINY_MODEL, "num_layers": 1},
-    "pretrain": {"seq_len": 32, "batch_size": 8, "max_steps": 2, "sop": False},
-    "engine": {"threads": 1},
-}
-
-
 @pytest.fixture(scope="module")
 def electra(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A tiny rare-first ELECTRA pretraining, recording each collator the run builds."""
@@ -218,7 +211,7 @@ def electra(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("qa_rarity")
     inputs = prepared_inputs(root / "inputs", n_docs=60, heldout=20)
     extra = {"objective": "electra", "mask_rarity": 1.0, "eval_batches": 1, "eval_every": 1}
-    cfg = pretrain_config_file(inputs, root / "out", TINY, "qa_rarity", **extra)
+    cfg = pretrain_config_file(inputs, root / "out", TINY_MLM_RUN, "qa_rarity", **extra)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pretrain, "MlmCollator", Recording)
         out = pretrain.run_pretraining(load_config(cfg)).parent

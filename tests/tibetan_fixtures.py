@@ -94,6 +94,13 @@ TINY_MODEL: dict[str, Any] = {
     "heads": {"small": 2, "large": 4},
 }
 
+# A one-layer MLM-only pretraining of a few steps: a run's outputs for tests that read them.
+TINY_MLM_RUN: dict[str, dict[str, Any]] = {
+    "model": dict(TINY_MODEL),
+    "pretrain": {"seq_len": 32, "batch_size": 8, "max_steps": 2, "sop": False},
+    "engine": {"threads": 1},
+}
+
 
 def pretrain_config_file(
     inputs: Path,

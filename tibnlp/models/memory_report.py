@@ -60,7 +60,7 @@ def load_mlm(model_dir: Path) -> tuple[AlbertForPretraining, spm.SentencePiecePr
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise DataError(
-            f"{model_dir / WEIGHTS} holds no MLM head, or is not a pretraining model: missing "
+            f"{model_dir / WEIGHTS} is not an MLM pretraining model (no MLM head): missing "
             f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}",
             "point --model at the directory written by pretraining, not a fine-tuned encoder",
         )
