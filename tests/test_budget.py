@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tibnlp.config import EngineConfig, OptimizerConfig
+from tibnlp.training.budget import BudgetWatch
 from tibnlp.training.engine import init_distributed
 from tibnlp.training.learning_check import LearningCheck
 from tibnlp.training.loop import LoopSettings, Progress, TrainLoop
@@ -141,3 +142,49 @@ def test_progress_of_a_budgeted_run_that_max_steps_ends(tmp_path: Path, capsys) 
     assert result.stopped_by == "max_steps"
     err = " ".join(capsys.readouterr().err.split())
     assert "step 6, 100.0% of budget" in err
+
+
+def test_budget_watch_says_when_the_clock_takes_the_schedule() -> None:
+    """Both budgets set: the schedule follows whichever share is further along, so a machine
+    under the budgets' pace trains another schedule; the watch says so once, with the step."""
+    watch = BudgetWatch(time_budget_s=100.0, max_tokens=1000.0)  # pace: 10 tokens/s
+    assert watch.note(1, 0.5, 0.0) is None  # a slow first step: under the threshold
+    assert watch.note(2, 10.0, 120.0) is None and watch.clock() == "tokens"
+    line = watch.note(3, 20.0, 150.0)  # 7.5 tokens/s: the clock leads by 5 points
+    assert line is not None and "step 3" in line and "pretrain.time_budget" in line
+    assert watch.note(4, 30.0, 200.0) is None  # once
+    assert watch.fraction(30.0, 200.0) == pytest.approx(0.3)
+    assert watch.tags() == {
+        "schedule_clock": "time",
+        "schedule_time_lead": "0.1000",
+        "schedule_time_from_step": "3",
+    }
+    resumed = BudgetWatch(time_budget_s=100.0, max_tokens=1000.0)
+    resumed.load_state_dict(watch.state_dict())
+    assert resumed.tags() == watch.tags()
+    assert BudgetWatch(None, 1000.0).tags() == {"schedule_clock": "tokens"}
+    assert BudgetWatch(60.0, 0.0).tags() == {"schedule_clock": "time"}
+    assert BudgetWatch(None, 0.0).tags() == {"schedule_clock": "steps"}
+
+
+@pytest.mark.parametrize(("seconds_per_step", "clock_name"), [(1.0, "time"), (1e-4, "tokens")])
+def test_the_run_records_which_budget_set_its_schedule(
+    tmp_path: Path, seconds_per_step: float, clock_name: str
+) -> None:
+    """The same config on a slow and on a fast (simulated) machine: the slow one's schedule
+    follows the clock, and the run's result says which."""
+    now = [0.0]
+
+    def clock() -> float:  # two reads per step
+        now[0] += seconds_per_step / 2
+        return now[0]
+
+    probe = _loop(tmp_path / "probe", _settings(tmp_path / "probe", max_steps=1), [])
+    probe.run()
+    per_step = probe.tokens  # tokens of one step of the harness's batches
+    settings = _settings(tmp_path, time_budget_s=20.0, max_tokens=30 * per_step, clock=clock)
+    result = _loop(tmp_path, settings, []).run()
+    assert result.schedule["schedule_clock"] == clock_name
+    assert ("schedule_time_from_step" in result.schedule) == (clock_name == "time")
+    expected = "time_budget" if clock_name == "time" else "token_budget"
+    assert result.stopped_by == expected

@@ -96,6 +96,7 @@ def test_resume_of_a_run_that_spent_its_token_budget_takes_no_step(
     run_pretraining(load_config(path))
     first = read_extra(out / "model")
     assert first["stopped_by"] == "token_budget"
+    assert first["schedule"] == {"schedule_clock": "tokens"}  # no time budget to lead
     tag = checkpoint.latest_tag(out / "checkpoints")
     capsys.readouterr()
     run_pretraining(load_config(path), resume=True)

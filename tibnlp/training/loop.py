@@ -10,9 +10,10 @@ whole split) in place of the held-out batches, keep-best selection on one of its
 Under `time_budget_s` the budget counts training wall time across resumes; `max_tokens` is a
 compute budget in training tokens. The share spent of either (whichever is further along)
 drives the lr schedule (`WarmupDecay.set_time_fraction`), so a budgeted run ends
-annealed. `export_at_tokens`: when the non-padding tokens trained on (all ranks) first reach
-each count, the `exporter` callback writes the weights as they are after that step (a
-resumed run replays the same steps and rewrites the same export).
+annealed; `budget.BudgetWatch` records which of the two set it. `export_at_tokens`: when the
+non-padding tokens trained on (all ranks) first reach each count, the `exporter` callback
+writes the weights as they are after that step (a resumed run replays the same steps and
+rewrites the same export).
 
 Per optimizer step, every rank runs its micro-batches, then one all-reduce carries the
 metrics, the token count and the "out of time" flag, so all ranks agree on when to stop and
@@ -39,6 +40,7 @@ import torch
 from tibnlp.errors import TibnlpError
 from tibnlp.training import checkpoint
 from tibnlp.training.batches import ShardedBatches
+from tibnlp.training.budget import BudgetWatch
 from tibnlp.training.engine import World, all_reduce_sum
 from tibnlp.training.prefetch import Prefetched
 from tibnlp.training.progress import TrainProgress
@@ -95,6 +97,9 @@ class LoopResult:
     best: dict[str, float] = field(default_factory=dict)  # ... and its evaluation
     # resumed with its time or token budget already spent: no step was taken (says which)
     spent_before: str = ""
+    # what set the lr schedule (`BudgetWatch.tags`): schedule_clock and, with both budgets,
+    # how far the clock led the tokens
+    schedule: dict[str, str] = field(default_factory=dict)
 
 
 # Metrics of the whole held-out set, computed the same on every rank (it sees all of it).
@@ -154,7 +159,8 @@ class TrainLoop:
         # name -> an object beside the loop whose `state_dict()` rides in every checkpoint and
         # whose `load_state_dict` gets it back on resume (pretraining's LearningCheck: warned
         # or probed already, so a resumed run does neither again)
-        self.extra_state: dict[str, Any] = {}
+        self.budget = BudgetWatch(settings.time_budget_s, settings.max_tokens)
+        self.extra_state: dict[str, Any] = {"budget": self.budget}
 
     # ---- one step -------------------------------------------------------------------
     def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -307,10 +313,7 @@ class TrainLoop:
 
     def budget_fraction(self) -> float:
         """Share of the time or token budget spent, whichever is further along (0: none)."""
-        s = self.settings
-        by_time = self.train_seconds / s.time_budget_s if s.time_budget_s else 0.0
-        by_tokens = self.tokens / s.max_tokens if s.max_tokens else 0.0
-        return max(by_time, by_tokens)
+        return self.budget.fraction(self.train_seconds, self.tokens)
 
     def _agreed(self, seconds: float) -> float:
         """Rank 0's training time, on every rank of a time-budgeted run. Each rank's clock
@@ -388,6 +391,9 @@ class TrainLoop:
             while self.step < steps:
                 self.train_seconds = self._agreed(seconds_before + s.clock() - start)
                 over = s.time_budget_s is not None and self.train_seconds > s.time_budget_s
+                led = self.budget.note(self.step + 1, self.train_seconds, self.tokens)
+                if led and self.world.is_main:
+                    bar.log(f"{s.progress_label} {led}")
                 self._apply_budget_share()
                 metrics, tokens, stop = self.train_step(over)
                 self.step += 1
@@ -446,6 +452,7 @@ class TrainLoop:
         if s.select:
             self._restore_best()
         result.step = self.step
+        result.schedule = self.budget.tags()
         return result
 
 

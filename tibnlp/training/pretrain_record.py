@@ -141,11 +141,13 @@ class RunRecord:
         extra = {
             **self.facts.at(at),
             "stopped_by": result.stopped_by,
+            "schedule": result.schedule,
             "mlflow_run_id": result.tracker.run_id or "",
         }
         self._write(model_dir, extra)
         result.tracker.log_artifact(model_dir, "model")
-        result.tracker.set_tags({"stopped_by": result.stopped_by, "final_step": str(result.step)})
+        tags = {"stopped_by": result.stopped_by, "final_step": str(result.step)}
+        result.tracker.set_tags({**tags, **result.schedule})
         result.tracker.end()
         return model_dir
 
