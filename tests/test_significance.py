@@ -196,6 +196,16 @@ def test_runs_of_one_system_pool_their_seeds(tmp_path) -> None:
     assert twice.exit_code != 0 and "system B is also among A's runs" in str(twice.exception)
     with pytest.raises(DataError, match="system B is also among A's runs"):
         pool_rows([rows["s1"], rows["s2"]], against=rows["s2"])
+    # more runs of B (its other fine-tuning seeds) pool on B's side the same way
+    (tmp_path / "b2").mkdir()
+    (tmp_path / "b2" / "results.json").write_text(json.dumps(_row("sys-b", true, [better])))
+    both_pooled = [*args, "--pool", str(tmp_path / "s2"), "--pool-b", str(tmp_path / "b2")]
+    out = CliRunner().invoke(app, both_pooled)
+    want = paired_bootstrap(true, [better, pred, better], [pred, better], LABELS)
+    assert out.exit_code == 0, out.output
+    assert "3 and 2 seeds" in out.output and f"A - B: {100 * want.diff:+.2f}" in out.output
+    crossed = CliRunner().invoke(app, [*args, "--pool-b", str(tmp_path / "s1")])
+    assert crossed.exit_code != 0 and "system B is also among A's runs" in str(crossed.exception)
     # another pretraining seed's model folder has another name: the same recipe still pools
     seed2 = _row("albert-pretrained(seed2)+cnn@0,-1", true, [pred])
     seed3 = _row("albert-pretrained(wide-model)+cnn@0,-1", true, [better])

@@ -185,11 +185,22 @@ def compare(
             "over all their seeds, each weighing the same; seeds are not paired with B's."
         ),
     ] = None,
+    pool_b: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--pool-b",
+            help="More runs of system B (e.g. more fine-tuning seeds of it), as --pool for A.",
+        ),
+    ] = None,
 ) -> None:
     """Is A above B? The difference of their seed-mean scores, with a paired-bootstrap interval
     over the items (the seeds' spread does not show how much another test sample would move it)."""
-    row_b = load_one_result(result_b)
-    row_a = pool_rows([load_one_result(p) for p in [result_a, *(pool or [])]], part, row_b)
+    runs_b = [load_one_result(p) for p in [result_b, *(pool_b or [])]]
+    runs_a = [load_one_result(p) for p in [result_a, *(pool or [])]]
+    for run in runs_b:  # a run on both sides would count its seeds for A and for B
+        pool_rows(runs_a, part, run)
+    row_b = pool_rows(runs_b, part)
+    row_a = pool_rows(runs_a, part)
     d = compare_rows(row_a, row_b, part, metric, resamples, level, seed)
     name = f"{part} {metric.replace('_', '-')}"
     console.print(

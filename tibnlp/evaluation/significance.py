@@ -10,8 +10,8 @@ are not resampled: three of them make a poor bootstrap sample.
 
 Seeds are not paired by number: A - B is the difference of the two seed-means, which is the
 mean over every (A seed, B seed) pair, and equals the mean of seed-k-against-seed-k
-differences whenever both have the same seeds. Pooled runs (`--pool`) add their seeds to A's
-mean, each seed weighing the same. The resampling is seeded (`seed`, 0 by default), so an
+differences whenever both have the same seeds. Pooled runs (`--pool`; `--pool-b` for B) add
+their seeds to that system's mean, each seed weighing the same. The resampling is seeded (`seed`, 0 by default), so an
 interval printed once reads the same on every rerun.
 """
 
@@ -220,7 +220,7 @@ def pool_rows(
     if against is not None and against in rows:
         raise DataError(
             f"{against['dataset']} {against['system']}: system B is also among A's runs",
-            "--pool names other runs of system A, not B",
+            "--pool names other runs of system A, --pool-b of system B: a run is on one side",
         )
 
     def targets(row: dict[str, Any]) -> Any:
