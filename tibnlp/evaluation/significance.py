@@ -11,8 +11,8 @@ are not resampled: three of them make a poor bootstrap sample.
 Seeds are not paired by number: A - B is the difference of the two seed-means, which is the
 mean over every (A seed, B seed) pair, and equals the mean of seed-k-against-seed-k
 differences whenever both have the same seeds. Pooled runs (`--pool`; `--pool-b` for B) add
-their seeds to that system's mean, each seed weighing the same. The resampling is seeded (`seed`, 0 by default), so an
-interval printed once reads the same on every rerun.
+their seeds to that system's mean, each seed weighing the same. The resampling is seeded
+(`seed`, 0 by default), so an interval printed once reads the same on every rerun.
 """
 
 from __future__ import annotations
