@@ -96,9 +96,20 @@ def test_dedup_threshold_and_off(corpus: Path, tmp_path: Path) -> None:
     assert strict["dropped_sentences"]["duplicate"] == 2  # S2 and the repeated S1
     off = prepare_corpus([corpus], tmp_path / "b", _cfg(dedup=False), False)
     assert off["dropped_sentences"]["duplicate"] == 0 and off["total"]["sentences"] == 5
-    twice = prepare_corpus([corpus, corpus], tmp_path / "c", _cfg(dedup_min_syllables=1), False)
-    assert twice["dropped_documents"] == {"no_kept_lines": 2, "all_duplicates": 2}
-    assert twice["total"] == strict["total"]
+
+
+def test_one_file_given_twice_is_refused(corpus: Path, tmp_path: Path) -> None:
+    """Read twice, a file's documents could land on both sides of the held-out split (with
+    deduplication off, or sentences under its length floor): held-out text trained on."""
+    (tmp_path / "in").mkdir()
+    inside = tmp_path / "in" / corpus.name
+    inside.write_bytes(corpus.read_bytes())
+    (tmp_path / "link.txt").symlink_to(inside)
+    for inputs in ([corpus, corpus], [tmp_path / "in", inside], [inside, tmp_path / "link.txt"]):
+        with pytest.raises(DataError, match="is given twice") as err:
+            prepare_corpus(inputs, tmp_path / "out", _cfg(dedup=False), False)
+        assert str(inside if inputs[0] != corpus else corpus) in str(err.value)
+        assert not (tmp_path / "out").exists()
 
 
 def test_formats_jsonl_gz_xz_and_folders(tmp_path: Path) -> None:
@@ -145,18 +156,16 @@ def test_files_of_the_same_name_are_distinct_sources(tmp_path: Path) -> None:
         (tmp_path / folder / "news.txt").write_text("\n\n".join(docs), encoding="utf-8")
     (tmp_path / "extra.txt").write_text(S2 + "\n", encoding="utf-8")
     inputs = [tmp_path / "tibettimes", tmp_path / "nanhai" / "news.txt", tmp_path / "extra.txt"]
-    inputs.append(tmp_path / "nanhai" / "news.txt")  # the same file again: the same source
     report = prepare_corpus(inputs, tmp_path / "out", _cfg(dedup=False), False)
     assert {k: v["documents"] for k, v in report["by_source"].items()} == {
         "tibettimes/news.txt": 2,
-        "nanhai/news.txt": 2,
+        "nanhai/news.txt": 1,
         "extra.txt": 1,
     }
     assert [i["source"] for i in report["inputs"]] == [
         "tibettimes/news.txt",
         "nanhai/news.txt",
         "extra.txt",
-        "nanhai/news.txt",
     ]
     rows = load_prepared(tmp_path / "out")["train"].to_list()
     assert [r["source"] for r in rows][:3] == ["tibettimes/news.txt"] * 2 + ["nanhai/news.txt"]
@@ -178,8 +187,10 @@ def test_source_names_of_a_large_input_folder(tmp_path: Path) -> None:
 
 
 def test_two_processes_give_the_same_corpus(corpus: Path, tmp_path: Path) -> None:
-    one = prepare_corpus([corpus, corpus], tmp_path / "one", _cfg(num_proc=1), False)
-    two = prepare_corpus([corpus, corpus], tmp_path / "two", _cfg(num_proc=2), False)
+    copy = tmp_path / "copy.txt"  # a second input, for documents on both processes
+    copy.write_bytes(corpus.read_bytes())
+    one = prepare_corpus([corpus, copy], tmp_path / "one", _cfg(num_proc=1), False)
+    two = prepare_corpus([corpus, copy], tmp_path / "two", _cfg(num_proc=2), False)
     assert one["total"] == two["total"] and one["dropped_lines"] == two["dropped_lines"]
     rows_one = load_prepared(tmp_path / "one")["train"].to_list()
     assert rows_one == load_prepared(tmp_path / "two")["train"].to_list()

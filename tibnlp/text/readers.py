@@ -133,7 +133,27 @@ def expand_inputs(paths: list[Path]) -> list[Path]:
             raise DataError(f"input {path} is a broken link", "check where it points")
         else:
             raise DataError(f"input {path} does not exist", "check the --input path")
+    _refuse_repeats(files)
     return files
+
+
+def _refuse_repeats(files: list[Path]) -> None:
+    """One file read twice (`--input corpora corpora/news.txt`) puts each of its documents in
+    the corpus twice, and the held-out draw can send one copy to each side: held-out text the
+    model trained on, unless deduplication happens to drop the copy."""
+    first: dict[Path, Path] = {}
+    for file in files:
+        real = file.resolve()
+        if real not in first:
+            first[real] = file
+        else:
+            seen = first[real]
+            raise DataError(
+                f"input file {seen} is given twice: as {seen} and as {file} (a folder that "
+                "holds it, a link to it, or the same path again)",
+                "give each file once: a file read twice would put the same documents on both "
+                "sides of the held-out split",
+            )
 
 
 def _folder_files(folder: Path) -> list[Path]:
@@ -199,7 +219,7 @@ def source_names(files: list[Path]) -> list[str]:
     """The `source` of each input: its file name, or, where different files share that name
     (`tibettimes/news.txt`, `nanhai/news.txt`), as many trailing folders as tell them apart,
     so per-source figures and the held-out split, stratified by source, never pool two
-    inputs. The same file given twice is one source."""
+    inputs. The same file given twice (refused by `expand_inputs`) is one source."""
     shown: dict[Path, Path] = {}  # resolved file -> the first path given for it
     resolved = [Path(file).resolve() for file in files]
     for real, file in zip(resolved, files, strict=True):
