@@ -14,11 +14,12 @@ Accuracy, not macro-F1: a bucket misses whole classes, and F1 is not a sum over 
 `--by share` splits instead by the share of a title's pieces that are rare in the training
 titles, so that one rare piece beside common ones does not decide a title's bucket.
 
-    python benchmarks/gain_by_rarity.py ENCODER TWIN --vocab MODEL [--pool RUN]... [--by share]
+    python benchmarks/gain_by_rarity.py ENCODER TWIN --vocab MODEL [--pool RUN]... \
+        [--pool-b RUN]... [--by share]
 
 ENCODER and TWIN: results.json files or folders (a `tibnlp finetune` output); --pool adds
-runs of the encoder's system (other pretraining seeds); MODEL: a folder holding the
-vocabulary both systems read (a model or classifier folder).
+runs of the encoder's system (other pretraining seeds), --pool-b runs of the twin's; MODEL: a
+folder holding the vocabulary both systems read (a model or classifier folder).
 """
 
 from __future__ import annotations
@@ -167,6 +168,9 @@ def main() -> None:
     ap.add_argument(
         "--pool", type=Path, action="append", default=[], help="another run of system A (repeat)"
     )
+    ap.add_argument(
+        "--pool-b", type=Path, action="append", default=[], help="another run of system B (repeat)"
+    )
     ap.add_argument("--part", default="test", choices=("test", "validation"))
     ap.add_argument(
         "--by",
@@ -178,9 +182,11 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=2000)
     args = ap.parse_args()
 
-    row_b = load_one_result(args.b)
+    runs_b = [load_one_result(p) for p in [args.b, *args.pool_b]]
     runs_a = [load_one_result(p) for p in [args.a, *args.pool]]
-    row_a = pool_rows(runs_a, args.part, row_b)
+    for run in runs_b:  # a run on both sides would count its seeds for A and for B
+        pool_rows(runs_a, args.part, run)
+    row_a, row_b = pool_rows(runs_a, args.part), pool_rows(runs_b, args.part)
     true_a, preds_a = row_predictions(row_a, args.part)
     true_b, preds_b = row_predictions(row_b, args.part)
     data = load_tncc("title")
@@ -189,7 +195,7 @@ def main() -> None:
     if true_a != true_b or true_a != data.targets(args.part):
         raise SystemExit(f"the two systems and TNCC's {args.part} titles differ in their items")
     vocab = Vocabulary.load(args.vocab)
-    train_texts, texts = model_texts([*runs_a, row_b], data, vocab, args.part)
+    train_texts, texts = model_texts([*runs_a, *runs_b], data, vocab, args.part)
     train, items = piece_sets(vocab, train_texts), piece_sets(vocab, texts)
     if args.by == "share":
         buckets, names = share_buckets(rare_shares(train, items))

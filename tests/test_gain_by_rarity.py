@@ -116,7 +116,12 @@ def test_pooled_runs_add_their_seeds_to_system_a(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     vocab, runs = _systems(
-        tmp_path, monkeypatch, a=("[1,2]", "0.01"), pool=("[3]", "0.01"), b=("[1]", "3e-4")
+        tmp_path,
+        monkeypatch,
+        a=("[1,2]", "0.01"),
+        pool=("[3]", "0.01"),
+        b=("[1]", "3e-4"),
+        b2=("[2]", "3e-4"),
     )
     # the pooled run given before the twin: one path per --pool, so B is not taken for one
     argv = [str(SCRIPT), str(runs["a"]), "--pool", str(runs["pool"]), str(runs["b"])]
@@ -131,5 +136,15 @@ def test_pooled_runs_add_their_seeds_to_system_a(
     seeds_a = results["a"]["seeds"] + results["pool"]["seeds"]
     acc_a = np.mean([np.array(s["predictions"]["test"]) == y for s in seeds_a])
     acc_b = np.mean(np.array(results["b"]["seeds"][0]["predictions"]["test"]) == y)
+    lead = float(re.search(r"lead in accuracy ([+-][\d.]+) points", head)[1])  # type: ignore[index]
+    assert lead == pytest.approx(100 * (acc_a - acc_b), abs=0.006)
+    # --pool-b: more runs of the twin's system join B's mean the same way
+    pooled_b = [*argv, "--pool-b", str(runs["b2"])]
+    monkeypatch.setattr(sys, "argv", [*pooled_b, "--vocab", str(vocab), "--resamples", "50"])
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+    head = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("tncc-title test:"))
+    assert "(3 seeds)" in head and "(2 seeds)" in head
+    seeds_b = results["b"]["seeds"] + results["b2"]["seeds"]
+    acc_b = np.mean([np.array(s["predictions"]["test"]) == y for s in seeds_b])
     lead = float(re.search(r"lead in accuracy ([+-][\d.]+) points", head)[1])  # type: ignore[index]
     assert lead == pytest.approx(100 * (acc_a - acc_b), abs=0.006)
