@@ -35,7 +35,7 @@ from tibnlp.data.labelled import STORED_TEXT_FORM, TEXT_FORMS, LabelledSet, mode
 from tibnlp.data.tasks import load_tncc
 from tibnlp.errors import run_script
 from tibnlp.evaluation.report import load_one_result
-from tibnlp.evaluation.significance import paired_bootstrap, pool_rows, row_predictions
+from tibnlp.evaluation.significance import paired_bootstrap, pool_pair, row_predictions
 from tibnlp.text.vocab import Vocabulary
 
 EDGES = (0, 1, 5, 20)  # bucket lower bounds on the rarest piece's training-title count
@@ -184,9 +184,7 @@ def main() -> None:
 
     runs_b = [load_one_result(p) for p in [args.b, *args.pool_b]]
     runs_a = [load_one_result(p) for p in [args.a, *args.pool]]
-    for run in runs_b:  # a run on both sides would count its seeds for A and for B
-        pool_rows(runs_a, args.part, run)
-    row_a, row_b = pool_rows(runs_a, args.part), pool_rows(runs_b, args.part)
+    row_a, row_b = pool_pair(runs_a, runs_b, args.part)
     true_a, preds_a = row_predictions(row_a, args.part)
     true_b, preds_b = row_predictions(row_b, args.part)
     data = load_tncc("title")

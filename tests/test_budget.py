@@ -169,10 +169,10 @@ def test_budget_watch_says_when_the_clock_takes_the_schedule() -> None:
 
 @pytest.mark.parametrize(("seconds_per_step", "clock_name"), [(1.0, "time"), (1e-4, "tokens")])
 def test_the_run_records_which_budget_set_its_schedule(
-    tmp_path: Path, seconds_per_step: float, clock_name: str
+    tmp_path: Path, seconds_per_step: float, clock_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The same config on a slow and on a fast (simulated) machine: the slow one's schedule
-    follows the clock, and the run's result says which."""
+    follows the clock, the run's result says which, and its log says so once."""
     now = [0.0]
 
     def clock() -> float:  # two reads per step
@@ -183,7 +183,11 @@ def test_the_run_records_which_budget_set_its_schedule(
     probe.run()
     per_step = probe.tokens  # tokens of one step of the harness's batches
     settings = _settings(tmp_path, time_budget_s=20.0, max_tokens=30 * per_step, clock=clock)
+    settings.progress = True
+    capsys.readouterr()
     result = _loop(tmp_path, settings, []).run()
+    said = " ".join(capsys.readouterr().err.split()).count("the clock sets the lr schedule")
+    assert said == (1 if clock_name == "time" else 0)
     assert result.schedule["schedule_clock"] == clock_name
     assert ("schedule_time_from_step" in result.schedule) == (clock_name == "time")
     expected = "time_budget" if clock_name == "time" else "token_budget"

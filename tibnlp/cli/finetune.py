@@ -19,7 +19,7 @@ from tibnlp.evaluation.report import (
     select_best,
     summary_dict,
 )
-from tibnlp.evaluation.significance import compare_rows, pool_rows
+from tibnlp.evaluation.significance import compare_rows, pool_pair
 from tibnlp.training.finetune import run_finetune
 
 app = typer.Typer(help="Fine-tune and evaluate classifiers.", no_args_is_help=True)
@@ -195,12 +195,9 @@ def compare(
 ) -> None:
     """Is A above B? The difference of their seed-mean scores, with a paired-bootstrap interval
     over the items (the seeds' spread does not show how much another test sample would move it)."""
-    runs_b = [load_one_result(p) for p in [result_b, *(pool_b or [])]]
     runs_a = [load_one_result(p) for p in [result_a, *(pool or [])]]
-    for run in runs_b:  # a run on both sides would count its seeds for A and for B
-        pool_rows(runs_a, part, run)
-    row_b = pool_rows(runs_b, part)
-    row_a = pool_rows(runs_a, part)
+    runs_b = [load_one_result(p) for p in [result_b, *(pool_b or [])]]
+    row_a, row_b = pool_pair(runs_a, runs_b, part)
     d = compare_rows(row_a, row_b, part, metric, resamples, level, seed)
     name = f"{part} {metric.replace('_', '-')}"
     console.print(

@@ -260,6 +260,16 @@ def pool_rows(
     return {**first, "targets": targets(first), "seeds": [s for row in rows for s in row["seeds"]]}
 
 
+def pool_pair(
+    runs_a: Sequence[dict[str, Any]], runs_b: Sequence[dict[str, Any]], part: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Systems A and B, each from its runs (`pool_rows` on `part`); refused when one run is on
+    both sides, which would count its seeds for A and for B."""
+    for run in runs_b:
+        pool_rows(runs_a, part, run)
+    return pool_rows(runs_a, part), pool_rows(runs_b, part)
+
+
 def _dataset_folder(row: dict[str, Any]) -> str:
     """The folder a set of one's own was read from ("" for a shipped set): sets are named by
     their folder, so two folders of one name give rows of one dataset name."""
