@@ -23,7 +23,8 @@ from tests.ft_fixtures import (
     make_vocab,
 )
 from tibnlp.config import load_config
-from tibnlp.data.collate import SampledSegmentation
+from tibnlp.data.collate import SampledSegmentation, pad_batch
+from tibnlp.data.input_mask import InputMasker
 from tibnlp.data.masking import IGNORE_INDEX
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.models.io import save_pretrained
@@ -241,7 +242,7 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
         return spy.call_args.args[0]["finetune"]
 
     new = {"layer_decay", "mlm_weight", "mlm_prob", "static_vectors", "class_balance"}
-    new |= {"adversarial", "subword_alpha", "subword_nbest", "l2sp"}
+    new |= {"adversarial", "subword_alpha", "subword_nbest", "l2sp", "input_mask"}
     assert not new & set(hashed()) and "optimizer" in hashed()
     assert not new & set(hashed("finetune.layer_decay=1", "finetune.mlm_prob=0.15"))
     assert hashed("finetune.mlm_weight=0.5")["mlm_weight"] == 0.5
@@ -250,6 +251,7 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
     assert hashed("finetune.adversarial=0.1")["adversarial"] == 0.1
     assert hashed("finetune.subword_alpha=0.3")["subword_alpha"] == 0.3
     assert hashed("finetune.l2sp=0.01")["l2sp"] == 0.01
+    assert hashed("finetune.input_mask=0.1")["input_mask"] == 0.1
 
 
 def test_static_size_enters_the_seed_key_only_when_there_is_a_channel(env) -> None:
@@ -375,3 +377,60 @@ def test_finetune_with_l2sp_stays_nearer_the_pretrained_weights(env, built) -> N
 
     free, anchored = drift(), drift("finetune.l2sp=100")
     assert anchored < 0.5 * free
+
+
+def test_input_masker_hides_real_pieces_only_and_repeats() -> None:
+    """[MASK] replaces only real pieces (never [CLS], [SEP], padding or a control id), at about
+    the asked rate, and a (seed, batch key) pair fixes the draw."""
+    rows = [[2, *range(10, 40), 3], [2, 11, 12, 3]]  # [CLS]=2, [SEP]=3, [MASK]=4
+    ids, mask = pad_batch(rows)
+    masker = InputMasker(mask_id=4, special_ids={0, 1, 2, 3}, prob=0.3, seed=1)
+    hidden = masker(ids, mask, key=7)
+    assert torch.equal(hidden, masker(ids, mask, key=7))
+    assert not torch.equal(hidden, masker(ids, mask, key=8))
+    changed = hidden != ids
+    assert torch.all(hidden[changed] == 4)
+    assert not changed[:, 0].any() and not changed[mask == 0].any()
+    assert not changed[0, 31] and not changed[1, 3]  # the [SEP]s
+    draws = InputMasker(4, {0, 1, 2, 3}, 0.3, seed=2)
+    ids = torch.randint(10, 100, (64, 50))
+    share = (draws(ids, torch.ones_like(ids), key=0) == 4).float().mean().item()
+    assert 0.25 < share < 0.35
+    with pytest.raises(ValueError, match="input mask"):
+        InputMasker(4, {0}, 1.0, seed=1)
+
+
+def test_finetune_hides_pieces_in_training_batches_only(env) -> None:
+    """With finetune.input_mask, the main phase's training batches carry [MASK]s; the LP-FT
+    probe's batches and every scored split read the text whole; the system says so."""
+    seen: list[torch.Tensor] = []
+    real = InputMasker.__call__
+
+    def spy(self, input_ids, attention_mask, key):  # type: ignore[no-untyped-def]
+        out = real(self, input_ids, attention_mask, key)
+        seen.append(out)
+        return out
+
+    extra = ["finetune.input_mask=0.25", "finetune.probe_epochs=1"]
+    with mock.patch.object(InputMasker, "__call__", spy):
+        result = run_finetune(_cfg(env, *TINY_MODEL, *extra), "tncc")
+    assert "+mask0.25" in result.system
+    per_epoch = len(ft_mod.load_task_data("tncc", "title").splits["train"]) // 16
+    assert len(seen) == per_epoch  # one epoch of the main phase, none in the probe
+    mask_id = Vocabulary.load(env[1]).mask_id
+    assert any((batch == mask_id).any() for batch in seen)
+    assert result.seeds[0].metrics["test"].count == 30
+
+
+def test_input_mask_is_checked_at_load() -> None:
+    with pytest.raises(ConfigError, match=r"finetune.input_mask"):
+        load_config(None, ["finetune.input_mask=1.0"])
+    with pytest.raises(ConfigError, match=r"long_document 'truncate'"):
+        load_config(
+            None,
+            [
+                "finetune.input_mask=0.1",
+                "finetune.task=document",
+                "finetune.long_document=segments",
+            ],
+        )

@@ -131,6 +131,10 @@ class FinetuneConfig:
     # weights from where the main phase starts (the pretrained ones), instead of letting 7,422
     # titles pull them anywhere; the head is free. 0: off
     l2sp: float = 0.0
+    # > 0: each real piece of a training batch is read as [MASK] with this probability (token
+    # cutoff, tibnlp.data.input_mask): a pretrained encoder fills it from context, a
+    # random-init one loses it (word dropout). Validation, test and predict read every piece
+    input_mask: float = 0.0
     # class weights (N / (K n_c))^class_balance in the training loss, n_c the training
     # examples of class c among K: 0 off, 1 inverse frequency (each class weighs as much as
     # macro-F1 counts it), 0.5 between. TNCC's rarest classes are where pretraining pays most
@@ -237,6 +241,18 @@ class FinetuneConfig:
             "must be >= 0 (0: off; 0.1-1: the smoothing of Kudo 2018, lower samples wider)",
         )
         check(self.l2sp >= 0.0, f"{prefix}.l2sp", "must be >= 0 (0: off)")
+        check(
+            0.0 <= self.input_mask < 1.0,
+            f"{prefix}.input_mask",
+            "must be in [0, 1) (0: off; 0.1-0.2 hides one piece in five to ten)",
+        )
+        if self.input_mask:
+            check(
+                self.long_document == "truncate",
+                f"{prefix}.input_mask",
+                "pieces are hidden in one read of each text: it needs long_document "
+                "'truncate'; set finetune.input_mask=0",
+            )
         check(
             self.subword_nbest == -1 or self.subword_nbest >= 2,
             f"{prefix}.subword_nbest",

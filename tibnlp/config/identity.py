@@ -60,6 +60,7 @@ ADDED_WHEN_SET = frozenset(
         "finetune.subword_alpha",
         "finetune.subword_nbest",
         "finetune.l2sp",
+        "finetune.input_mask",
         "vocab.punctuation_pieces",
         "vocab.whole_units",
     }

@@ -21,6 +21,7 @@ from torch import nn
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.train import EngineConfig
 from tibnlp.data.collate import SampledSegmentation, pad_batch
+from tibnlp.data.input_mask import InputMasker
 from tibnlp.data.masking import IGNORE_INDEX
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.metrics import Metrics, compute_metrics
@@ -160,13 +161,15 @@ def epoch_batches(
     on_epoch: Callable[[int], None] | None = None,
     masker: TokenMasker | None = None,
     resegment: SampledSegmentation | None = None,
+    hide: InputMasker | None = None,
 ) -> ShardedBatches:
     """Every example once per epoch in a seed- and epoch-determined order. Only full batches
     are served (as in pretraining): the few examples of the last partial batch fall to another
     place in the next epoch's order, so none is left out for long. `on_epoch(epoch)` runs as
     each epoch starts (e.g. GEMFormer refreshing its memory with the current weights). With a
     `masker`, each batch also carries its masked copy for the MLM beside (`aux_mlm`); with
-    `resegment`, its texts are read in freshly drawn segmentations instead of `ids`."""
+    `resegment`, its texts are read in freshly drawn segmentations instead of `ids`; with
+    `hide`, some of its pieces are read as [MASK] (the MLM beside masks the whole text)."""
 
     def plan(epoch: int) -> list[list[int]]:
         if on_epoch is not None:
@@ -182,6 +185,8 @@ def epoch_batches(
         batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
         if masker is not None:
             batch["mlm_input_ids"], batch["mlm_labels"] = masker(input_ids, mask, key)
+        if hide is not None:
+            batch["input_ids"] = hide(input_ids, mask, key)
         return batch
 
     return training.batches(plan, collate, batch_size)
@@ -191,7 +196,7 @@ def probe_recipe(ft: FinetuneConfig) -> FinetuneConfig:
     """The first phase of LP-FT (`finetune.probe_epochs`): the head alone, at `probe_lr` (else
     the head's rate), for exactly `probe_epochs` (no early stop; the best validation epoch's
     head is kept), without the MLM or the adversarial batches beside (the encoder they would
-    train is frozen), in the best segmentation."""
+    train is frozen), in the best segmentation, with every piece read."""
     lr = ft.probe_lr or ft.head_lr or ft.optimizer.lr
     return dataclasses.replace(
         ft,
@@ -205,6 +210,7 @@ def probe_recipe(ft: FinetuneConfig) -> FinetuneConfig:
         adversarial=0.0,
         subword_alpha=0.0,
         l2sp=0.0,
+        input_mask=0.0,
         optimizer=dataclasses.replace(ft.optimizer, lr=lr),
     )
 
@@ -271,6 +277,7 @@ def train_one_seed(
     on_epoch: Callable[[int], None] | None = None,
     mlm: tuple[MlmHead, TokenMasker] | None = None,
     resegment: SampledSegmentation | None = None,
+    hide: InputMasker | None = None,
 ) -> SeedTraining:
     """Train on the one loop until validation macro-F1 stops improving (`ft.patience`
     epochs) or `ft.epochs` end; the best epoch's weights are restored into `model`.
@@ -338,7 +345,7 @@ def train_one_seed(
         patience=ft.patience,
     )
     batches = epoch_batches(
-        x_train, y_train, ft.batch_size, seed, training, on_epoch, masker, resegment
+        x_train, y_train, ft.batch_size, seed, training, on_epoch, masker, resegment, hide
     )
     result = training.loop(batches, None, settings, evaluate).run(run)
     best_epoch = result.best_step // per_epoch

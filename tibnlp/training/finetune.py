@@ -23,6 +23,7 @@ import torch
 from tibnlp.config import Config, to_dict
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.data.collate import SampledSegmentation
+from tibnlp.data.input_mask import InputMasker
 from tibnlp.data.labelled import LabelledSet
 from tibnlp.data.tasks import load_advts
 from tibnlp.errors import DataError
@@ -113,6 +114,7 @@ def recipe(ft: FinetuneConfig, meta: ClassifierMeta | None = None) -> dict[str, 
         "adversarial": ft.adversarial,
         "subword_alpha": ft.subword_alpha,
         "subword_nbest": ft.subword_nbest,
+        "input_mask": ft.input_mask,
     }
 
 
@@ -331,6 +333,7 @@ def _run_seed(
             on_epoch,
             mlm,
             _resegment(setup, ft, copy_seed),
+            _input_masker(setup, ft, copy_seed),
         )
 
     if ft.soup == 1:
@@ -375,6 +378,13 @@ def _resegment(setup: Setup, ft: FinetuneConfig, seed: int) -> SampledSegmentati
         ft.subword_nbest,
         seed,
     )
+
+
+def _input_masker(setup: Setup, ft: FinetuneConfig, seed: int) -> InputMasker | None:
+    """The training batches' [MASK] cutoff (`finetune.input_mask`); None when off."""
+    if not ft.input_mask:
+        return None
+    return InputMasker(setup.vocab.mask_id, setup.vocab.special_ids, ft.input_mask, seed)
 
 
 def _aux_mlm(setup: Setup, ft: FinetuneConfig, seed: int) -> tuple[MlmHead, TokenMasker] | None:

@@ -317,7 +317,8 @@ def system_name(ft: FinetuneConfig, pooling: str = "") -> str:
     loss = f"+balance{ft.class_balance:g}" if ft.class_balance else ""  # the training loss's
     loss += f"+adv{ft.adversarial:g}" if ft.adversarial else ""  # levers, in the name,
     loss += f"+l2sp{ft.l2sp:g}" if ft.l2sp else ""
-    loss += f"+sw{ft.subword_alpha:g}" if ft.subword_alpha else ""  # and the inputs' one
+    loss += f"+sw{ft.subword_alpha:g}" if ft.subword_alpha else ""  # and the inputs' ones
+    loss += f"+mask{ft.input_mask:g}" if ft.input_mask else ""
     if ft.encoder == "none":
         base = "textcnn-pieces(scratch)" if ft.random_init else "textcnn-pieces(pretrained)"
         return base + loss + (f"+soup{ft.soup}" if ft.soup > 1 else "")
