@@ -89,6 +89,12 @@ def bucket_names(edges: Sequence[int] = EDGES) -> list[str]:
     return names
 
 
+def lead_share(part: float, total: float) -> str:
+    """A bucket's share of the whole lead, as printed; "-" when there is no lead to share
+    (two systems right on as many items), not a division by zero."""
+    return f"{100 * part / total:.0f} %" if total else "-"
+
+
 def share_buckets(shares: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """None of the pieces rare, up to SHARE_CUT of them, more."""
     buckets = np.where(shares == 0, 0, np.where(shares <= SHARE_CUT, 1, 2))
@@ -224,10 +230,10 @@ def main() -> None:
             metric="accuracy",
             resamples=args.resamples,
         )
-        share = (acc_a[idx].sum() - acc_b[idx].sum()) / total if total else float("nan")
+        share = lead_share(acc_a[idx].sum() - acc_b[idx].sum(), total)
         print(
             f"| {name} | {len(idx)} | {100 * d.a:.2f} | {100 * d.b:.2f} | "
-            f"{100 * d.diff:+.2f} {d.interval()} | {100 * share:.0f} % |"
+            f"{100 * d.diff:+.2f} {d.interval()} | {share} |"
         )
 
 

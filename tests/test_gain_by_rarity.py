@@ -96,6 +96,13 @@ def test_buckets_add_up_to_the_whole_lead(
         assert sum(float(r[5].rstrip(" %")) for r in rows) == pytest.approx(100, abs=len(rows))
 
 
+def test_no_lead_gives_no_share_of_it() -> None:
+    """Two systems right on as many items lead by nothing: each bucket's share is "-", not a
+    division by zero printed as "nan %"."""
+    assert gain["lead_share"](3.0, 0.0) == "-"
+    assert gain["lead_share"](-1.0, 4.0) == "-25 %"
+
+
 def test_items_of_another_split_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
