@@ -22,6 +22,7 @@ from tibnlp.pipeline.registry import stage_def
 from tibnlp.pipeline.spec import PipelineSpec
 from tibnlp.tracking import Tracker, provenance_tags
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_STAGE, TAG_VARIANT, config_hash
+from tibnlp.tracking.orphans import close_run, end_orphans, open_run
 
 SUMMARY = "summary"  # a stage result's text shown when the pipeline ends
 NOTE = "mlflow.note.content"  # MLflow's description of a run or an experiment
@@ -121,6 +122,7 @@ def _plan_and_run(
         echo(f"  {'left':4}  {node.name:{width}}  not needed by --until {targets}")
     if dry_run:
         return result
+    end_orphans(planner.workdir, echo)  # the lock is held: a noted run's process is gone
     if all(s.action == "skip" for s in steps):  # nothing to log: no empty parent run
         for s in steps:
             _record_skip(result, planner, s)
@@ -138,6 +140,8 @@ def _plan_and_run(
         buffer_dir=base_cfg.tracking.buffer_dir or None,
         retry_seconds=base_cfg.tracking.retry_seconds,
     )
+    if parent.enabled:  # a SIGKILL ends nothing: the next run here ends what this one leaves
+        open_run(planner.workdir, parent.run_id, parent.uri)
     parent.log_params({f"vars.{k}": v for k, v in spec.vars.items()})
     parent.set_tags({"tibnlp.pipeline_hash": config_hash(spec.raw), **provenance_tags()})
     parent.log_dict(spec.raw, "pipeline.yaml")
@@ -172,6 +176,7 @@ def _plan_and_run(
     finally:
         result.run_id = parent.run_id
         parent.end(status)
+        close_run(planner.workdir)
     return result
 
 

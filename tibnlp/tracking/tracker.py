@@ -73,7 +73,7 @@ def default_tracking_uri(uri: str = "") -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
 
 
-def _absolute_store(uri: str) -> str:
+def absolute_store(uri: str) -> str:
     """`sqlite:///mlflow.db` names a file in the working directory: a buffer records the
     absolute path, so `tibnlp runs sync` from elsewhere replays into the same store."""
     if not uri.startswith("sqlite:///"):
@@ -163,7 +163,7 @@ class Tracker:
         self._check_exists(parent_run_id, "tracking.parent_run_id")
         local_id = resume_run_id or new_local_id()
         stamp = f"{time.time_ns()}-{local_id[-12:]}"
-        self.buffer = Buffer(self.buffer_dir / f"{stamp}.jsonl", _absolute_store(self.uri))
+        self.buffer = Buffer(self.buffer_dir / f"{stamp}.jsonl", absolute_store(self.uri))
         if resume_run_id:
             self.run_id = resume_run_id
             if not self.keep_status:

@@ -1,0 +1,128 @@
+"""A pipeline killed with SIGKILL leaves its MLflow runs RUNNING; the next run in its work dir
+ends them KILLED (tibnlp.tracking.orphans)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tibnlp.pipeline.context import StageContext
+from tibnlp.pipeline.registry import register_stage
+from tibnlp.pipeline.runner import run_pipeline
+from tibnlp.pipeline.spec import load_pipeline
+from tibnlp.tracking.orphans import LEDGER, end_orphans, open_run
+from tibnlp.tracking.testing import sqlite_store
+
+ROOT = Path(__file__).resolve().parents[1]
+DIE = "TIBNLP_TEST_DIE_IN_STAGE"  # a stage named here SIGKILLs its own process
+
+
+def _write(ctx: StageContext) -> Path:
+    ctx.tracker.log_metrics({"loss": 1.0}, step=0)
+    if os.environ.get(DIE) == ctx.name:
+        os.kill(os.getpid(), signal.SIGKILL)
+    out = ctx.output / "out.txt"
+    out.write_text(ctx.name, encoding="utf-8")
+    return out
+
+
+register_stage("o_write", _write, ("pretrain",))
+
+PIPELINE = """
+name: orphans
+experiment: orphans-exp
+workdir: {workdir}
+config:
+  tracking: {{uri: "{uri}"}}
+stages:
+  first:
+    kind: o_write
+    inputs: ["data:corpora/toy.txt"]
+  second:
+    kind: o_write
+    inputs: ["${{stages.first.output}}"]
+"""
+
+
+@pytest.fixture
+def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    data = tmp_path / "data" / "corpora"
+    data.mkdir(parents=True)
+    (data / "toy.txt").write_text("ཀ་ཁ།\n", encoding="utf-8")
+    monkeypatch.setenv("TIBNLP_DATA", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    uri = sqlite_store(tmp_path)
+    path = tmp_path / "orphans.yaml"
+    path.write_text(PIPELINE.format(workdir=tmp_path / "work", uri=uri), encoding="utf-8")
+    return path, uri
+
+
+def _runs(uri: str) -> list[tuple[str, str]]:
+    """(run name, status) of every run of the experiment, oldest first."""
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("orphans-exp")
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+    return [(r.info.run_name, r.info.status) for r in runs]
+
+
+def test_a_killed_pipelines_runs_are_ended_by_the_next_run(toy: tuple[Path, str]) -> None:
+    path, uri = toy
+    code = (
+        "import sys; from tests import test_pipeline_orphans as t; "
+        "from tibnlp.pipeline.runner import run_pipeline; "
+        "from tibnlp.pipeline.spec import load_pipeline; "
+        "run_pipeline(load_pipeline(t.Path(sys.argv[1])), echo=lambda _: None)"
+    )
+    env = {**os.environ, DIE: "second", "PYTHONPATH": str(ROOT)}
+    died = subprocess.run([sys.executable, "-c", code, str(path)], env=env, cwd=path.parent)
+    assert died.returncode == -signal.SIGKILL
+    assert _runs(uri) == [("orphans", "RUNNING"), ("first", "FINISHED"), ("second", "RUNNING")]
+    work = path.parent / "work"
+    assert (work / LEDGER).is_file()
+
+    lines: list[str] = []
+    again = run_pipeline(load_pipeline(path), echo=lines.append)
+    assert again.ran == ["second"] and again.skipped == ["first"]
+    assert any("was killed" in ln and "2 marked KILLED" in ln for ln in lines)
+    # the dead parent stays KILLED; its open stage was ended too, then resumed (its run
+    # continued from the partial output, under the new parent) and finished
+    assert _runs(uri) == [
+        ("orphans", "KILLED"),
+        ("first", "FINISHED"),
+        ("second", "FINISHED"),
+        ("orphans", "FINISHED"),
+    ]
+    assert not (work / LEDGER).exists()  # a clean end leaves no note
+
+
+def test_a_ledger_on_a_store_that_answers_is_cleared_and_ends_only_running_runs(
+    tmp_path: Path,
+) -> None:
+    uri = sqlite_store(tmp_path)
+    client = MlflowClient(uri)
+    exp = client.create_experiment("e")
+    parent = client.create_run(exp).info.run_id
+    done = client.create_run(exp, tags={"mlflow.parentRunId": parent}).info.run_id
+    client.set_terminated(done, "FINISHED")
+    open_run(tmp_path, parent, uri)
+    notes: list[str] = []
+    assert end_orphans(tmp_path, notes.append) == [parent]
+    assert client.get_run(parent).info.status == "KILLED"
+    assert client.get_run(done).info.status == "FINISHED"  # an ended child keeps its status
+    assert not (tmp_path / LEDGER).exists() and notes
+    assert end_orphans(tmp_path, notes.append) == []  # nothing noted any more
+
+
+def test_an_unreadable_or_offline_ledger_is_not_an_error(tmp_path: Path) -> None:
+    open_run(tmp_path, "offline-" + "0" * 32, "sqlite:///x.db")  # an id the store never gave
+    assert not (tmp_path / LEDGER).exists()
+    (tmp_path / LEDGER).write_text("{not json", encoding="utf-8")
+    notes: list[str] = []
+    assert end_orphans(tmp_path, notes.append) == []
+    assert "unreadable" in notes[0] and not (tmp_path / LEDGER).exists()

@@ -1,0 +1,91 @@
+"""Runs a killed pipeline left RUNNING, ended by the next run in its work dir.
+
+A pipeline killed with SIGKILL (the OOM killer, a scheduler's hard limit, a lost node) ends
+no MLflow run: its parent run and the stage runs it had open stay RUNNING in the UI for good,
+beside the runs that finished, and nothing says they are dead. Ctrl-C, SIGTERM and SIGHUP end
+them KILLED already (`tibnlp.cli.ui`); this is for what no handler sees.
+
+While a pipeline runs it keeps a ledger in its work dir naming its parent run and store; a
+clean end removes it. A run that finds a ledger holds the work dir's lock
+(`tibnlp.folder_lock`), so the process that wrote it is gone: that parent, and every run
+under it still RUNNING, is ended KILLED, and the run says so on the console. A stage that
+resumes its own run (the interrupted stage, from its partial output) marks it RUNNING again,
+under the new parent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from tibnlp.fsutil import atomic_write_text
+from tibnlp.tracking.buffer import OFFLINE_ID
+from tibnlp.tracking.tracker import absolute_store
+
+LEDGER = ".tibnlp-open-run.json"
+
+
+def open_run(folder: Path, run_id: str | None, uri: str) -> None:
+    """Note the run this process has open in `folder` (nothing for a run the store has not
+    named yet: an offline id is the buffer's business, `tibnlp runs sync`)."""
+    if run_id and not OFFLINE_ID.fullmatch(run_id):
+        noted = {"run_id": run_id, "uri": absolute_store(uri)}  # found from any directory
+        atomic_write_text(folder / LEDGER, json.dumps(noted) + "\n")
+
+
+def close_run(folder: Path) -> None:
+    """The run noted in `folder` ended as it should."""
+    (folder / LEDGER).unlink(missing_ok=True)
+
+
+def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
+    """End the run a dead process left open in `folder` (call with the folder's lock held),
+    and its descendants still RUNNING; their ids, parent first. A store that cannot be reached
+    keeps the ledger for the next run; an unreadable ledger is dropped with a note."""
+    ledger = folder / LEDGER
+    if not ledger.is_file():
+        return []
+    try:
+        noted = json.loads(ledger.read_text(encoding="utf-8"))
+        run_id, uri = str(noted["run_id"]), str(noted["uri"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        echo(f"note: {ledger} is unreadable; removed (a run it named may still read RUNNING)")
+        ledger.unlink(missing_ok=True)
+        return []
+    try:
+        ended = _end_tree(MlflowClient(uri), run_id)
+    except MlflowException as exc:
+        if "RESOURCE_DOES_NOT_EXIST" in str(getattr(exc, "error_code", "")):
+            ledger.unlink(missing_ok=True)  # deleted from the store since: nothing to end
+            return []
+        echo(f"note: could not end the killed run {run_id} in {uri} ({exc}); kept {ledger}")
+        return []
+    except Exception as exc:  # an unreachable store: try again next time
+        echo(f"note: could not reach {uri} to end the killed run {run_id} ({exc}); kept {ledger}")
+        return []
+    ledger.unlink(missing_ok=True)
+    if ended:
+        echo(
+            f"note: the last pipeline run in this work dir ({run_id}) was killed before it "
+            f"could end its MLflow runs; {len(ended)} marked KILLED"
+        )
+    return ended
+
+
+def _end_tree(client: MlflowClient, run_id: str) -> list[str]:
+    run = client.get_run(run_id)
+    ended = []
+    if run.info.status == "RUNNING":
+        client.set_terminated(run_id, "KILLED")
+        ended.append(run_id)
+    children = client.search_runs(
+        [run.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'", max_results=10_000
+    )
+    for child in children:
+        if child.info.status == "RUNNING":
+            ended += _end_tree(client, child.info.run_id)
+    return ended
