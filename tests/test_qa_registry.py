@@ -118,6 +118,40 @@ def test_pipeline_registers_the_best_seed_that_predict_loads(
     assert row["prediction"] in ("Politics", "Economics", "Education")
 
 
+def test_standalone_finetune_registers_its_best_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tracking.register_model` was read by pipeline stages only: `tibnlp finetune` with it
+    set registered nothing, silently. It registers the best seed on validation now, as a
+    stage does, from its own run."""
+    from tests.ft_fixtures import make_data_dir, make_vocab, tiny_textcnn
+    from tibnlp.config import load_config
+    from tibnlp.training.finetune import run_finetune
+
+    monkeypatch.setenv("TIBNLP_DATA", str(make_data_dir(tmp_path / "data")))
+    monkeypatch.chdir(tmp_path)
+    uri = sqlite_store(tmp_path)
+    overrides = tiny_textcnn(make_vocab(tmp_path / "vocab"), tmp_path / "runs")
+    overrides += [
+        "tracking.enabled=true",
+        f"tracking.uri={uri}",
+        "tracking.register_model=qa-alone",
+        "finetune.seeds=[1,2]",
+    ]
+    result = run_finetune(load_config(None, overrides), "tncc")
+    client = MlflowClient(uri)
+    (version,) = client.search_model_versions("name='qa-alone'")
+    best = max(result.seeds, key=lambda s: s.metrics["validation"]["macro_f1"])
+    assert version.tags["tibnlp.seed"] == str(best.seed)
+    assert version.tags["tibnlp.seed_run"] == best.run_id
+    assert "tibnlp.pipeline_run" not in version.tags
+    run = client.get_run(version.run_id)  # the command's own run, parent of the seed runs
+    assert client.get_run(best.run_id).data.tags["mlflow.parentRunId"] == run.info.run_id
+    assert "`tibnlp finetune` run" in version.description
+    folder = _download(uri, "qa-alone", "1", tmp_path / "download")
+    assert (folder / "classifier.yaml").is_file()
+
+
 def test_outage_mid_registration_still_registers_the_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,8 +20,8 @@ class TrackingConfig:
     # Where calls are buffered while the store is unreachable (empty: .tibnlp/tracking-buffer)
     buffer_dir: str = ""
     retry_seconds: float = 30.0  # how often a buffering tracker probes the store again
-    # a pipeline fine-tuning stage registers its best seed under this name (empty: none);
-    # a standalone `tibnlp finetune` does not register (yet)
+    # a fine-tuning (a pipeline stage, or a standalone `tibnlp finetune`) registers its best
+    # seed on validation under this name (tibnlp.training.registration; empty: none)
     register_model: str = ""
 
     def validate(self, prefix: str) -> None:

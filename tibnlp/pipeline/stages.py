@@ -9,7 +9,6 @@ reads: the pipeline file is checked against that when it loads.
 from __future__ import annotations
 
 import lzma
-import math
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -329,59 +328,16 @@ def curve(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
     return out, {"summary": table + left_out, "points": len(curve.points), "runs": len(run_ids)}
 
 
-# the stage run's tags a registered version carries: which code, data, vocabulary, parent
-# model and pipeline stage produced it
-_PROVENANCE_KEYS = (
-    "tibnlp.git_commit",
-    "tibnlp.data_hash",
-    "tibnlp.vocab_hash",
-    "tibnlp.parent_model_hash",
-    "tibnlp.pretrain_run",
-    "tibnlp.stage",
-    "tibnlp.variant",
-    "tibnlp.model",
-    "tibnlp.stage_key",
-)
-SELECTED_BY = ("validation", "macro_f1")  # what picks the seed a registered version holds
-MODEL_ABOUT = (
-    "Fine-tuned tibnlp classifiers. Each version is the classifier folder of one seed (the "
-    "best on validation macro-F1 of its fine-tuning run; tag tibnlp.seed): download it with "
-    "`mlflow artifacts download -u models:/{name}/VERSION -d DIR`, then `tibnlp predict "
-    "--model DIR --input TEXTS`. Its tags give its scores and provenance (tibnlp.*)."
-)
-
-
-def _score(seed: Any, part: str, metric: str) -> float:
-    value = float(seed.metrics[part].summary.get(metric, float("nan")))
-    return float("-inf") if math.isnan(value) else value  # nan: never the best
-
-
-def best_seed(seeds: list[Any]) -> Any | None:
-    """The seed a registered version holds: the best validation macro-F1 (the metric the
-    epochs are selected on; the first seed on a tie), not the last one trained. None when
-    the result has no seed classifier folders to choose from."""
-    part, metric = SELECTED_BY
-    usable = [
-        s
-        for s in seeds
-        if part in getattr(s, "metrics", {}) and (Path(s.directory) / "classifier.yaml").is_file()
-    ]
-    if not usable:
-        return None
-    return max(usable, key=lambda s: _score(s, part, metric))
-
-
 def register_finetuned(ctx: StageContext, result: dict[str, Any], value: Any = None) -> None:
     """Register the fine-tuned model (when `tracking.register_model` names one), unless the
     stage function did so itself (`result["registered_model"]`).
 
-    With the seeds of a `FinetuneResult` (`value`), the version is the classifier folder of
-    the best seed (`best_seed`), which `tibnlp predict --model` loads as it is downloaded,
-    tagged with that seed's own scores, which seed it is and why, and the stage run's
-    provenance. (The results folder of all seeds, registered before, was refused by predict,
-    and its tags were the seeds' means: the scores of no classifier in it.) Without seeds, the
-    model folder is registered as it is, with the result's test metrics.
+    With the seeds of a `FinetuneResult` (`value`), the version is the best seed's classifier
+    folder (`tibnlp.training.registration`). Without seeds, the model folder is registered as
+    it is, with the result's test metrics.
     """
+    from tibnlp.training.registration import MODEL_ABOUT, best_seed, register_best_seed
+
     name = ctx.config.tracking.register_model
     if not name or result.get("registered_model"):
         return
@@ -389,9 +345,7 @@ def register_finetuned(ctx: StageContext, result: dict[str, Any], value: Any = N
     if not model_dir.is_dir():
         return
     seeds = list(getattr(value, "seeds", None) or [])
-    best = best_seed(seeds)
-    about = MODEL_ABOUT.format(name=name)
-    if best is None:
+    if best_seed(seeds) is None:
         metrics = {
             k: float(v)
             for k, v in result.items()
@@ -399,53 +353,15 @@ def register_finetuned(ctx: StageContext, result: dict[str, Any], value: Any = N
         }
         what = f"{model_dir.name}, stage {ctx.name} (run {ctx.tracker.run_id})"
         ctx.tracker.register_model(
-            model_dir, name, metrics, description=what, model_description=about
+            model_dir,
+            name,
+            metrics,
+            description=what,
+            model_description=MODEL_ABOUT.format(name=name),
         )
         result["registered_model"] = name
         return
-    part, metric = SELECTED_BY
-    tags = {
-        f"{p}_{k}": f"{float(v):.6g}"
-        for p, m in best.metrics.items()
-        for k, v in m.summary.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
-    scores = ", ".join(f"seed {s.seed}: {_score(s, part, metric):.4f}" for s in seeds)
-    tags.update(
-        {
-            "tibnlp.seed": str(best.seed),
-            "tibnlp.selected_by": f"best {part}_{metric} of {len(seeds)} seed(s) ({scores})",
-            "tibnlp.system": str(result.get("system", "")),
-            "tibnlp.dataset": str(result.get("dataset", "")),
-            "tibnlp.seed_record": str(getattr(best, "record_id", "") or ""),
-            "tibnlp.seed_run": str(getattr(best, "run_id", "") or ""),
-            "tibnlp.stage_run": ctx.tracker.run_id or "",
-            "tibnlp.pipeline_run": ctx.config.tracking.parent_run_id,
-        }
-    )
-    tags = {k: v for k, v in tags.items() if v}
-    mean = result.get(f"test_{metric}")
-    spread = (
-        f"; the {len(seeds)} seeds' test {metric}: {float(mean):.4f} ± "
-        f"{float(result.get(f'test_{metric}_std', 0.0)):.4f}"
-        if isinstance(mean, (int, float))
-        else ""
-    )
-    test = best.metrics["test"].summary.get(metric) if "test" in best.metrics else None
-    description = (
-        f"{result.get('system', '')} on {result.get('dataset', '')}: seed {best.seed}, the best "
-        f"{part} {metric} of seeds {', '.join(str(s.seed) for s in seeds)} ({scores})"
-        + (f"; its test {metric} {float(test):.4f}" if test is not None else "")
-        + spread
-        + f". Pipeline stage {ctx.name} (run {ctx.tracker.run_id}); provenance in the tags."
-    )
-    ctx.tracker.register_model(
-        Path(best.directory),
-        name,
-        description=description,
-        tags=tags,
-        run_tags=_PROVENANCE_KEYS,
-        model_description=about,
-    )
+    where = f"Pipeline stage {ctx.name} (run {ctx.tracker.run_id})"
+    seed = register_best_seed(ctx.tracker, name, value, where, ctx.config.tracking.parent_run_id)
     result["registered_model"] = name
-    result["registered_seed"] = best.seed
+    result["registered_seed"] = seed

@@ -72,6 +72,7 @@ from tibnlp.training.finetune_setup import (
     texts,
 )
 from tibnlp.training.long_documents import prepare_reader
+from tibnlp.training.registration import register_best_seed
 from tibnlp.training.soup_run import cook_soup, fine_tune_copies
 
 ADVTS_TARGETS = {"tncc-title": "tncc", "tusa": "tusa"}
@@ -232,7 +233,16 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         final = FinetuneResult(setup.system, data.name, seeds, agg, notes, output)
         for path in write_results(final, output):
             parent.log_artifact(path)
+        if tracking.register_model and not in_stage:  # a stage registers from its own run
+            _register(parent, tracking.register_model, final)
     return final
+
+
+def _register(parent: Tracker, name: str, result: FinetuneResult) -> None:
+    where = f"`tibnlp finetune` run {parent.run_id}"
+    seed = register_best_seed(parent, name, result, where)
+    if seed is not None:
+        print(f"registered seed {seed}'s classifier as model {name!r}", file=sys.stderr)
 
 
 def _advts(setup: Setup, eval_also: Sequence[str]) -> LabelledSet | None:

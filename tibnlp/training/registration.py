@@ -1,0 +1,111 @@
+"""A fine-tuning's best seed as a model-registry version (`tracking.register_model`).
+
+The version is the classifier folder of one seed, which `tibnlp predict --model` loads as it
+is downloaded, tagged with that seed's own scores, which seed it is and why, and the
+fine-tuning run's provenance. (The results folder of all seeds, registered once, was refused
+by predict, and its tags were the seeds' means: the scores of no classifier in it.) A pipeline
+stage and a standalone `tibnlp finetune` register alike.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from tibnlp.tracking import Tracker
+
+# the fine-tuning run's tags a registered version carries: which code, data, vocabulary,
+# parent model and (in a pipeline) stage produced it
+PROVENANCE_KEYS = (
+    "tibnlp.git_commit",
+    "tibnlp.data_hash",
+    "tibnlp.vocab_hash",
+    "tibnlp.parent_model_hash",
+    "tibnlp.pretrain_run",
+    "tibnlp.stage",
+    "tibnlp.variant",
+    "tibnlp.model",
+    "tibnlp.stage_key",
+)
+SELECTED_BY = ("validation", "macro_f1")  # what picks the seed a registered version holds
+MODEL_ABOUT = (
+    "Fine-tuned tibnlp classifiers. Each version is the classifier folder of one seed (the "
+    "best on validation macro-F1 of its fine-tuning run; tag tibnlp.seed): download it with "
+    "`mlflow artifacts download -u models:/{name}/VERSION -d DIR`, then `tibnlp predict "
+    "--model DIR --input TEXTS`. Its tags give its scores and provenance (tibnlp.*)."
+)
+
+
+def _score(seed: Any, part: str, metric: str) -> float:
+    value = float(seed.metrics[part].summary.get(metric, float("nan")))
+    return float("-inf") if math.isnan(value) else value  # nan: never the best
+
+
+def best_seed(seeds: list[Any]) -> Any | None:
+    """The seed a registered version holds: the best validation macro-F1 (the metric the
+    epochs are selected on; the first seed on a tie), not the last one trained. None when
+    the result has no seed classifier folders to choose from."""
+    part, metric = SELECTED_BY
+    usable = [
+        s
+        for s in seeds
+        if part in getattr(s, "metrics", {}) and (Path(s.directory) / "classifier.yaml").is_file()
+    ]
+    if not usable:
+        return None
+    return max(usable, key=lambda s: _score(s, part, metric))
+
+
+def register_best_seed(
+    tracker: Tracker, name: str, result: Any, where: str, pipeline_run: str = ""
+) -> int | None:
+    """Register `result`'s (a `FinetuneResult`) best seed under `name` from `tracker`'s run
+    (the run that fine-tuned it); the seed registered, or None when no seed has a classifier
+    folder. `where`: the run in words, for the version's description."""
+    seeds = list(result.seeds)
+    best = best_seed(seeds)
+    if best is None:
+        return None
+    part, metric = SELECTED_BY
+    tags = {
+        f"{p}_{k}": f"{float(v):.6g}"
+        for p, m in best.metrics.items()
+        for k, v in m.summary.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    scores = ", ".join(f"seed {s.seed}: {_score(s, part, metric):.4f}" for s in seeds)
+    tags.update(
+        {
+            "tibnlp.seed": str(best.seed),
+            "tibnlp.selected_by": f"best {part}_{metric} of {len(seeds)} seed(s) ({scores})",
+            "tibnlp.system": str(result.system),
+            "tibnlp.dataset": str(result.dataset),
+            "tibnlp.seed_record": str(getattr(best, "record_id", "") or ""),
+            "tibnlp.seed_run": str(getattr(best, "run_id", "") or ""),
+            "tibnlp.stage_run": tracker.run_id or "",
+            "tibnlp.pipeline_run": pipeline_run,
+        }
+    )
+    tags = {k: v for k, v in tags.items() if v}
+    test = result.aggregate.get("test", {}).get(metric)
+    spread = (
+        f"; the {len(seeds)} seeds' test {metric}: {test[0]:.4f} ± {test[1]:.4f}" if test else ""
+    )
+    best_test = best.metrics["test"].summary.get(metric) if "test" in best.metrics else None
+    description = (
+        f"{result.system} on {result.dataset}: seed {best.seed}, the best "
+        f"{part} {metric} of seeds {', '.join(str(s.seed) for s in seeds)} ({scores})"
+        + (f"; its test {metric} {float(best_test):.4f}" if best_test is not None else "")
+        + spread
+        + f". {where}; provenance in the tags."
+    )
+    tracker.register_model(
+        Path(best.directory),
+        name,
+        description=description,
+        tags=tags,
+        run_tags=PROVENANCE_KEYS,
+        model_description=MODEL_ABOUT.format(name=name),
+    )
+    return int(best.seed)
