@@ -126,3 +126,7 @@ def test_an_unreadable_or_offline_ledger_is_not_an_error(tmp_path: Path) -> None
     notes: list[str] = []
     assert end_orphans(tmp_path, notes.append) == []
     assert "unreadable" in notes[0] and not (tmp_path / LEDGER).exists()
+    gone = tmp_path / "gone.db"  # a store deleted since: dropped, not made again empty
+    open_run(tmp_path, "0" * 32, f"sqlite:///{gone}")
+    assert end_orphans(tmp_path, notes.append) == [] and not gone.exists()
+    assert not (tmp_path / LEDGER).exists()

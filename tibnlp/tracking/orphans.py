@@ -56,6 +56,12 @@ def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
         echo(f"note: {ledger} is unreadable; removed (a run it named may still read RUNNING)")
         ledger.unlink(missing_ok=True)
         return []
+    if (
+        uri.startswith("sqlite:///")
+        and not Path(uri.removeprefix("sqlite:///").split("?")[0]).is_file()
+    ):
+        ledger.unlink(missing_ok=True)  # the store is gone: opening it would make an empty one
+        return []
     try:
         ended = _end_tree(MlflowClient(uri), run_id)
     except MlflowException as exc:
