@@ -23,7 +23,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.tracking.buffer import OFFLINE_ID
+from tibnlp.tracking.buffer import OFFLINE_ID, sqlite_file
 from tibnlp.tracking.tracker import absolute_store
 
 LEDGER = ".tibnlp-open-run.json"
@@ -56,10 +56,8 @@ def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
         echo(f"note: {ledger} is unreadable; removed (a run it named may still read RUNNING)")
         ledger.unlink(missing_ok=True)
         return []
-    if (
-        uri.startswith("sqlite:///")
-        and not Path(uri.removeprefix("sqlite:///").split("?")[0]).is_file()
-    ):
+    store = sqlite_file(uri)
+    if store is not None and not store.is_file():
         ledger.unlink(missing_ok=True)  # the store is gone: opening it would make an empty one
         return []
     try:

@@ -76,12 +76,11 @@ def default_tracking_uri(uri: str = "") -> str:
 def absolute_store(uri: str) -> str:
     """`sqlite:///mlflow.db` names a file in the working directory: a buffer records the
     absolute path, so `tibnlp runs sync` from elsewhere replays into the same store."""
-    if not uri.startswith("sqlite:///"):
+    path = sqlite_file(uri)
+    if path is None or path.is_absolute():
         return uri
-    path, sep, query = uri.removeprefix("sqlite:///").partition("?")
-    if path in ("", ":memory:") or path.startswith("/"):
-        return uri
-    return f"sqlite:///{Path(path).resolve()}{sep}{query}"
+    _, sep, query = uri.partition("?")
+    return f"sqlite:///{path.resolve()}{sep}{query}"
 
 
 def short_http_retries(uri: str) -> None:
