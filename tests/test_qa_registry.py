@@ -91,6 +91,7 @@ def test_pipeline_registers_the_best_seed_that_predict_loads(
     assert tags["tibnlp.seed"] == str(best["seed"])
     assert "validation_macro_f1" in tags["tibnlp.selected_by"]
     assert f"seed {best['seed']}" in version.description
+    assert "Pipeline stage finetune (run " in version.description  # run_finetune, in a stage
     test_f1 = best["metrics"]["test"]["summary"]["macro_f1"]
     assert float(tags["test_macro_f1"]) == pytest.approx(test_f1, abs=1e-5)
     assert tags["tibnlp.seed_record"] == best["record_id"]

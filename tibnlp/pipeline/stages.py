@@ -329,39 +329,37 @@ def curve(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
 
 
 def register_finetuned(ctx: StageContext, result: dict[str, Any], value: Any = None) -> None:
-    """Register the fine-tuned model (when `tracking.register_model` names one), unless the
-    stage function did so itself (`result["registered_model"]`).
+    """Report the registration of a fine-tuning (when `tracking.register_model` names one).
 
-    With the seeds of a `FinetuneResult` (`value`), the version is the best seed's classifier
-    folder (`tibnlp.training.registration`). Without seeds, the model folder is registered as
-    it is, with the result's test metrics.
+    A `FinetuneResult` (`value`) was registered by `run_finetune` itself, from this stage's
+    run (its best seed's classifier folder, `tibnlp.training.registration`): copied into the
+    report here. A stage function that returns no seeds has its model folder registered as it
+    is, with the result's test metrics.
     """
-    from tibnlp.training.registration import MODEL_ABOUT, best_seed, register_best_seed
+    from tibnlp.training.registration import MODEL_ABOUT
 
     name = ctx.config.tracking.register_model
     if not name or result.get("registered_model"):
         return
+    if getattr(value, "seeds", None):  # run_finetune decided (one place for both callers)
+        if getattr(value, "registered_model", ""):
+            result["registered_model"] = value.registered_model
+            result["registered_seed"] = value.registered_seed
+        return
     model_dir = Path(result.get("model_dir") or Path(ctx.config.finetune.output))
     if not model_dir.is_dir():
         return
-    seeds = list(getattr(value, "seeds", None) or [])
-    if best_seed(seeds) is None:
-        metrics = {
-            k: float(v)
-            for k, v in result.items()
-            if k.startswith("test") and isinstance(v, (int, float)) and not isinstance(v, bool)
-        }
-        what = f"{model_dir.name}, stage {ctx.name} (run {ctx.tracker.run_id})"
-        ctx.tracker.register_model(
-            model_dir,
-            name,
-            metrics,
-            description=what,
-            model_description=MODEL_ABOUT.format(name=name),
-        )
-        result["registered_model"] = name
-        return
-    where = f"Pipeline stage {ctx.name} (run {ctx.tracker.run_id})"
-    seed = register_best_seed(ctx.tracker, name, value, where, ctx.config.tracking.parent_run_id)
+    metrics = {
+        k: float(v)
+        for k, v in result.items()
+        if k.startswith("test") and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    what = f"{model_dir.name}, stage {ctx.name} (run {ctx.tracker.run_id})"
+    ctx.tracker.register_model(
+        model_dir,
+        name,
+        metrics,
+        description=what,
+        model_description=MODEL_ABOUT.format(name=name),
+    )
     result["registered_model"] = name
-    result["registered_seed"] = seed

@@ -22,6 +22,7 @@ import torch
 
 from tibnlp.config import Config, to_dict
 from tibnlp.config.finetune import FinetuneConfig
+from tibnlp.config.tracking import TrackingConfig
 from tibnlp.data.collate import SampledSegmentation
 from tibnlp.data.input_mask import InputMasker
 from tibnlp.data.labelled import LabelledSet
@@ -43,6 +44,7 @@ from tibnlp.tracking.conventions import (
     TAG_DATA,
     TAG_PRETRAIN_RUN,
     TAG_SEED_RECORD,
+    TAG_STAGE,
     pretrain_params,
 )
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
@@ -86,6 +88,8 @@ class FinetuneResult:
     aggregate: dict[str, dict[str, tuple[float, float]]]  # part -> metric -> (mean, std)
     notes: dict[str, Any] = field(default_factory=dict)
     output: Path = Path()
+    registered_model: str = ""  # the registry name its best seed went to (tracking.register_model)
+    registered_seed: int | None = None
 
 
 def recipe(ft: FinetuneConfig, meta: ClassifierMeta | None = None) -> dict[str, Any]:
@@ -233,15 +237,26 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         final = FinetuneResult(setup.system, data.name, seeds, agg, notes, output)
         for path in write_results(final, output):
             parent.log_artifact(path)
-        if tracking.register_model and not in_stage:  # a stage registers from its own run
-            _register(parent, tracking.register_model, final)
+        if tracking.register_model:  # here only, standalone or in a pipeline stage
+            _register(parent, tracking, final, in_stage)
     return final
 
 
-def _register(parent: Tracker, name: str, result: FinetuneResult) -> None:
-    where = f"`tibnlp finetune` run {parent.run_id}"
-    seed = register_best_seed(parent, name, result, where)
+def _register(
+    parent: Tracker, tracking: TrackingConfig, result: FinetuneResult, in_stage: bool
+) -> None:
+    """Register `result`'s best seed from `parent` (the stage's run in a pipeline), and note
+    on `result` what went where, for the stage's report."""
+    name = tracking.register_model
+    if in_stage:
+        stage = tracking.tags.get(TAG_STAGE, "finetune")
+        where = f"Pipeline stage {stage} (run {parent.run_id})"
+        pipeline_run = tracking.parent_run_id
+    else:
+        where, pipeline_run = f"`tibnlp finetune` run {parent.run_id}", ""
+    seed = register_best_seed(parent, name, result, where, pipeline_run)
     if seed is not None:
+        result.registered_model, result.registered_seed = name, seed
         print(f"registered seed {seed}'s classifier as model {name!r}", file=sys.stderr)
 
 

@@ -4,7 +4,7 @@ The version is the classifier folder of one seed, which `tibnlp predict --model`
 is downloaded, tagged with that seed's own scores, which seed it is and why, and the
 fine-tuning run's provenance. (The results folder of all seeds, registered once, was refused
 by predict, and its tags were the seeds' means: the scores of no classifier in it.) A pipeline
-stage and a standalone `tibnlp finetune` register alike.
+stage and a standalone `tibnlp finetune` register alike, both from `run_finetune`.
 """
 
 from __future__ import annotations
