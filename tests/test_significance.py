@@ -196,6 +196,11 @@ def test_runs_of_one_system_pool_their_seeds(tmp_path) -> None:
     assert twice.exit_code != 0 and "system B is also among A's runs" in str(twice.exception)
     with pytest.raises(DataError, match="system B is also among A's runs"):
         pool_rows([rows["s1"], rows["s2"]], against=rows["s2"])
+    # a copy of B's folder in A's pool is the same run: the message says why it is refused
+    (tmp_path / "b-copy").mkdir()
+    (tmp_path / "b-copy" / "results.json").write_text(json.dumps(rows["b"]), "utf-8")
+    copied = CliRunner().invoke(app, [*args, "--pool", str(tmp_path / "b-copy")])
+    assert copied.exit_code != 0 and "the same folder, or a copy" in str(copied.exception)
     # more runs of B (its other fine-tuning seeds) pool on B's side the same way
     (tmp_path / "b2").mkdir()
     (tmp_path / "b2" / "results.json").write_text(json.dumps(_row("sys-b", true, [better])))
