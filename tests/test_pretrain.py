@@ -20,6 +20,7 @@ from tibnlp.config import load_config
 from tibnlp.errors import ConfigError
 from tibnlp.models import read_extra
 from tibnlp.text.vocab import Vocabulary
+from tibnlp.tracking.orphans import LEDGER
 from tibnlp.training import checkpoint
 
 TINY = {
@@ -163,6 +164,28 @@ def test_init_from_continues_a_model_with_its_own_shape(inputs: Path, tmp_path: 
     )
     other = load_file(fresh / "model.safetensors")
     assert any(not torch.equal(other[k], before[k]) for k in other)  # a fresh start differs
+
+
+def test_a_new_run_ends_the_run_a_killed_one_left_open_in_its_folder(
+    inputs: Path, tmp_path: Path
+) -> None:
+    """Killed before its first checkpoint, a run is started again without --resume: the dead
+    process's MLflow run, still RUNNING, is ended KILLED (the SIGKILL and the note are
+    `test_pretrain_sigkill_and_resume_match_an_uninterrupted_run`'s)."""
+    from tibnlp.tracking.orphans import open_run
+    from tibnlp.training.pretrain import run_pretraining
+
+    out = tmp_path / "run"
+    cfg = load_config(_config_file(inputs, out, max_steps=2))
+    client = MlflowClient(cfg.tracking.uri)
+    dead = client.create_run(client.create_experiment("pt-tests")).info.run_id
+    out.mkdir()
+    open_run(out, dead, cfg.tracking.uri)  # what the killed process left
+    run_pretraining(cfg)
+    assert client.get_run(dead).info.status == "KILLED"
+    runs = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
+    assert sorted(r.info.status for r in runs) == ["FINISHED", "KILLED"]
+    assert not (out / LEDGER).exists()
 
 
 def test_eval_only_scores_a_model_as_its_run_last_did(inputs: Path, tmp_path: Path) -> None:
@@ -328,7 +351,13 @@ def test_pretrain_sigkill_and_resume_match_an_uninterrupted_run(
             proc.kill()
         proc.wait()
     assert not (tmp_path / "killed" / "model").exists()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (dead,) = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
+    assert dead.info.status == "RUNNING"  # nothing ended it
+    assert (tmp_path / "killed" / LEDGER).is_file()  # but the folder names it
     subprocess.run(_cli(killed_cfg, "--resume"), env=env, check=True, capture_output=True)
+    assert client.get_run(dead.info.run_id).info.status == "FINISHED"  # ended, then resumed
+    assert not (tmp_path / "killed" / LEDGER).exists()
     straight_cfg = _config_file(inputs, tmp_path / "straight", **steps)
     subprocess.run(_cli(straight_cfg), env=env, check=True, capture_output=True)
 
@@ -343,7 +372,6 @@ def test_pretrain_sigkill_and_resume_match_an_uninterrupted_run(
         assert all((ea[k] == eb[k]).all() for k in ea), name
         facts = read_extra(tmp_path / "straight" / "exports" / name)
         assert facts["tokens"] >= int(name.split("-")[1]) and facts["flops"] > 0
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
     assert len(runs) == 2  # the resumed process continued the killed one's run
     by_name = {r.info.run_name: r for r in runs}

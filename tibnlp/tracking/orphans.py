@@ -1,16 +1,16 @@
-"""Runs a killed pipeline left RUNNING, ended by the next run in its work dir.
+"""Runs a killed pipeline or standalone pretraining left RUNNING, ended by the next run in
+its folder (the pipeline's work dir, the pretraining's output).
 
-A pipeline killed with SIGKILL (the OOM killer, a scheduler's hard limit, a lost node) ends
+A process killed with SIGKILL (the OOM killer, a scheduler's hard limit, a lost node) ends
 no MLflow run: its parent run and the stage runs it had open stay RUNNING in the UI for good,
 beside the runs that finished, and nothing says they are dead. Ctrl-C, SIGTERM and SIGHUP end
 them KILLED already (`tibnlp.cli.ui`); this is for what no handler sees.
 
-While a pipeline runs it keeps a ledger in its work dir naming its parent run and store; a
-clean end removes it. A run that finds a ledger holds the work dir's lock
-(`tibnlp.folder_lock`), so the process that wrote it is gone: that parent, and every run
-under it still RUNNING, is ended KILLED, and the run says so on the console. A stage that
-resumes its own run (the interrupted stage, from its partial output) marks it RUNNING again,
-under the new parent.
+While it runs it keeps a ledger in its folder naming its (parent) run and store; a clean
+end removes it. A run that finds a ledger holds the folder's lock (`tibnlp.folder_lock`), so
+the process that wrote it is gone: that run, and every run under it still RUNNING, is ended
+KILLED, and the run says so on the console. A run that resumes (the interrupted stage from
+its partial output, `tibnlp pretrain --resume` from its checkpoint) marks it RUNNING again.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
     ledger.unlink(missing_ok=True)
     if ended:
         echo(
-            f"note: the last pipeline run in this work dir ({run_id}) was killed before it "
-            f"could end its MLflow runs; {len(ended)} marked KILLED"
+            f"note: the last run in {folder} ({run_id}) was killed before it could end its "
+            f"MLflow runs; {len(ended)} marked KILLED"
         )
     return ended
 

@@ -49,6 +49,7 @@ from tibnlp.models.electra import ElectraForPretraining
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.tracking import Tracker
+from tibnlp.tracking.orphans import close_run, end_orphans, open_run
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import (
     World,
@@ -138,6 +139,8 @@ def run_pretraining(
         wait_for_main(world)  # (with --wait, for as long as another run holds the folder)
         return _pretrain(cfg, resume, world, eval_only)
     with hold_folder(Path(p.output), wait=wait, notify=note):
+        if not cfg.tracking.run_id:  # standalone (a pipeline ends its own killed stages)
+            end_orphans(Path(p.output), note)  # the folder is held: a noted run's process is gone
         wait_for_main(world)
         return _pretrain(cfg, resume, world, eval_only)
 
@@ -393,16 +396,24 @@ def _train_and_export(
 ) -> Path:
     """Train to the end (or the budget), then write OUTPUT/model and end the MLflow run."""
 
+    output = Path(p.output)
+    standalone = not record.cfg.tracking.run_id
+
     def open_and_watch(run_id: str | None) -> Tracker:
         check.tracker = record.open_tracker(resume, run_id)
+        if standalone:  # a SIGKILL ends no run: the next run in this folder ends it KILLED
+            open_run(output, check.tracker.run_id, check.tracker.uri)
         return check.tracker
 
-    result = fit(loop, resume, open_and_watch, on_eval=check)
-    if result.spent_before and world.is_main:
-        note_spent(result.spent_before, loop.step, loop.tokens, loop.train_seconds)
-    model_dir = Path(p.output) / "model"
-    if world.is_main:
-        note_missed_exports(p.export_at_tokens, loop.tokens, loop.step, result.stopped_by)
-        record.final_model(loop.progress, result)
+    try:
+        result = fit(loop, resume, open_and_watch, on_eval=check)
+        if result.spent_before and world.is_main:
+            note_spent(result.spent_before, loop.step, loop.tokens, loop.train_seconds)
+        if world.is_main:
+            note_missed_exports(p.export_at_tokens, loop.tokens, loop.step, result.stopped_by)
+            record.final_model(loop.progress, result)
+    finally:  # the run ended (FINISHED, or FAILED by fit): nothing left for a next run to end
+        if world.is_main and standalone:
+            close_run(output)
     shutdown(world)
-    return model_dir
+    return output / "model"
