@@ -16,7 +16,7 @@ from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.registry import register_stage
 from tibnlp.pipeline.runner import run_pipeline
 from tibnlp.pipeline.spec import load_pipeline
-from tibnlp.tracking.orphans import LEDGER, end_orphans, open_run
+from tibnlp.tracking.orphans import LEDGER, close_run, end_orphans, open_run
 from tibnlp.tracking.testing import sqlite_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,3 +130,31 @@ def test_an_unreadable_or_offline_ledger_is_not_an_error(tmp_path: Path) -> None
     open_run(tmp_path, "0" * 32, f"sqlite:///{gone}")
     assert end_orphans(tmp_path, notes.append) == [] and not gone.exists()
     assert not (tmp_path / LEDGER).exists()
+
+
+def test_a_run_the_store_could_not_end_stays_noted_beside_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next run's own note and its clean end leave the unreachable run noted (it was lost
+    when the ledger held one run), and an older one-run ledger still reads."""
+    for key, value in (("MAX_RETRIES", "0"), ("BACKOFF_FACTOR", "0"), ("TIMEOUT", "2")):
+        monkeypatch.setenv(f"MLFLOW_HTTP_REQUEST_{key}", value)  # a refused port, quickly
+    down = "http://127.0.0.1:9"
+    open_run(tmp_path, "a" * 32, down)
+    notes: list[str] = []
+    assert end_orphans(tmp_path, notes.append) == []
+    assert "aaaa" in notes[-1] and "kept in" in notes[-1] and (tmp_path / LEDGER).is_file()
+    uri = sqlite_store(tmp_path)
+    client = MlflowClient(uri)
+    mine = client.create_run(client.create_experiment("e")).info.run_id
+    open_run(tmp_path, mine, uri)  # the run now open, beside the one not ended
+    close_run(tmp_path, mine)  # its clean end removes its own entry only
+    text = (tmp_path / LEDGER).read_text(encoding="utf-8")
+    assert "a" * 32 in text and mine not in text
+
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    dead = client.create_run(client.get_experiment_by_name("e").experiment_id).info.run_id
+    (legacy / LEDGER).write_text(f'{{"run_id": "{dead}", "uri": "{uri}"}}\n', encoding="utf-8")
+    assert end_orphans(legacy, notes.append) == [dead]
+    assert client.get_run(dead).info.status == "KILLED" and not (legacy / LEDGER).exists()

@@ -188,6 +188,32 @@ def test_a_new_run_ends_the_run_a_killed_one_left_open_in_its_folder(
     assert not (out / LEDGER).exists()
 
 
+def test_pretraining_without_tracking_or_with_a_late_failure_leaves_no_ledger(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tracking off: no run, so nothing is noted (a disabled tracker has no store). A failure
+    after training (writing the model): the run ends FAILED and its note goes with it."""
+    from tibnlp.training import pretrain_record
+    from tibnlp.training.pretrain import run_pretraining
+
+    off = tmp_path / "off"
+    cfg = load_config(_config_file(inputs, off, max_steps=2), ["tracking.enabled=false"])
+    assert run_pretraining(cfg) == off / "model"
+    assert (off / "model" / "model.safetensors").is_file() and not (off / LEDGER).exists()
+
+    def boom(*_args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pretrain_record.RunRecord, "final_model", boom)
+    late = tmp_path / "late"
+    cfg = load_config(_config_file(inputs, late, max_steps=2))
+    with pytest.raises(OSError, match="disk full"):
+        run_pretraining(cfg)
+    client = MlflowClient(cfg.tracking.uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("pt-tests").experiment_id])
+    assert run.info.status == "FAILED" and not (late / LEDGER).exists()
+
+
 def test_eval_only_scores_a_model_as_its_run_last_did(inputs: Path, tmp_path: Path) -> None:
     """`--eval-only`: the held-out evaluation of a finished model, no step taken; it equals
     the run's own last evaluation (same held-out rows, same fixed masks, same weights)."""

@@ -122,7 +122,9 @@ def _plan_and_run(
         echo(f"  {'left':4}  {node.name:{width}}  not needed by --until {targets}")
     if dry_run:
         return result
-    end_orphans(planner.workdir, echo)  # the lock is held: a noted run's process is gone
+    # the lock is held: the process that noted a run is gone (though a launched stage's
+    # workers, which no parent-death signal stops, may outlive it for a while)
+    end_orphans(planner.workdir, echo)
     if all(s.action == "skip" for s in steps):  # nothing to log: no empty parent run
         for s in steps:
             _record_skip(result, planner, s)
@@ -176,7 +178,7 @@ def _plan_and_run(
     finally:
         result.run_id = parent.run_id
         parent.end(status)
-        close_run(planner.workdir)
+        close_run(planner.workdir, parent.run_id)
     return result
 
 

@@ -11,6 +11,9 @@ end removes it. A run that finds a ledger holds the folder's lock (`tibnlp.folde
 the process that wrote it is gone: that run, and every run under it still RUNNING, is ended
 KILLED, and the run says so on the console. A run that resumes (the interrupted stage from
 its partial output, `tibnlp pretrain --resume` from its checkpoint) marks it RUNNING again.
+A ledger can note several runs: one whose store did not answer stays noted beside the run
+now open, and each run removes only its own entry when it ends. A run created while the
+store was unreachable (an offline id, `tibnlp runs sync`) is noted by no ledger.
 """
 
 from __future__ import annotations
@@ -24,60 +27,95 @@ from mlflow.tracking import MlflowClient
 
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.tracking.buffer import OFFLINE_ID, sqlite_file
-from tibnlp.tracking.tracker import absolute_store
+from tibnlp.tracking.tracker import absolute_store, short_http_retries
 
 LEDGER = ".tibnlp-open-run.json"
 
 
-def open_run(folder: Path, run_id: str | None, uri: str) -> None:
-    """Note the run this process has open in `folder` (nothing for a run the store has not
-    named yet: an offline id is the buffer's business, `tibnlp runs sync`)."""
-    if run_id and not OFFLINE_ID.fullmatch(run_id):
-        noted = {"run_id": run_id, "uri": absolute_store(uri)}  # found from any directory
-        atomic_write_text(folder / LEDGER, json.dumps(noted) + "\n")
-
-
-def close_run(folder: Path) -> None:
-    """The run noted in `folder` ended as it should."""
-    (folder / LEDGER).unlink(missing_ok=True)
-
-
-def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
-    """End the run a dead process left open in `folder` (call with the folder's lock held),
-    and its descendants still RUNNING; their ids, parent first. A store that cannot be reached
-    keeps the ledger for the next run; an unreadable ledger is dropped with a note."""
-    ledger = folder / LEDGER
+def _read(ledger: Path) -> list[dict[str, str]] | None:
+    """The runs a ledger notes ({"runs": [{"run_id", "uri"}, ...]}; an older one-run ledger,
+    {"run_id", "uri"}, reads as one), [] without a ledger, None when it cannot be read."""
     if not ledger.is_file():
         return []
     try:
         noted = json.loads(ledger.read_text(encoding="utf-8"))
-        run_id, uri = str(noted["run_id"]), str(noted["uri"])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        runs = noted.get("runs", [noted])
+        return [{"run_id": str(r["run_id"]), "uri": str(r["uri"])} for r in runs]
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, OSError):
+        return None
+
+
+def _write(ledger: Path, runs: list[dict[str, str]]) -> None:
+    if runs:
+        atomic_write_text(ledger, json.dumps({"runs": runs}) + "\n")
+    else:
+        ledger.unlink(missing_ok=True)
+
+
+def open_run(folder: Path, run_id: str | None, uri: str) -> None:
+    """Note the run this process has open in `folder`, beside any a dead process left that
+    could not be ended yet (nothing for a run the store has not named yet: an offline id is
+    the buffer's business, `tibnlp runs sync`)."""
+    if run_id and not OFFLINE_ID.fullmatch(run_id):
+        runs = [r for r in _read(folder / LEDGER) or [] if r["run_id"] != run_id]
+        runs.append({"run_id": run_id, "uri": absolute_store(uri)})  # found from any directory
+        _write(folder / LEDGER, runs)
+
+
+def close_run(folder: Path, run_id: str | None) -> None:
+    """The run `run_id` noted in `folder` ended as it should (the others noted stay)."""
+    runs = _read(folder / LEDGER)
+    if runs is not None and run_id:
+        _write(folder / LEDGER, [r for r in runs if r["run_id"] != run_id])
+
+
+def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
+    """End the runs dead processes left open in `folder` (call with the folder's lock held),
+    and their descendants still RUNNING; their ids, each parent first. A run whose store
+    cannot be reached stays noted for the next run; an unreadable ledger is dropped with a
+    note."""
+    ledger = folder / LEDGER
+    runs = _read(ledger)
+    if runs is None:
         echo(f"note: {ledger} is unreadable; removed (a run it named may still read RUNNING)")
         ledger.unlink(missing_ok=True)
         return []
-    store = sqlite_file(uri)
-    if store is not None and not store.is_file():
-        ledger.unlink(missing_ok=True)  # the store is gone: opening it would make an empty one
-        return []
-    try:
-        ended = _end_tree(MlflowClient(uri), run_id)
-    except MlflowException as exc:
-        if "RESOURCE_DOES_NOT_EXIST" in str(getattr(exc, "error_code", "")):
-            ledger.unlink(missing_ok=True)  # deleted from the store since: nothing to end
-            return []
-        echo(f"note: could not end the killed run {run_id} in {uri} ({exc}); kept {ledger}")
-        return []
-    except Exception as exc:  # an unreachable store: try again next time
-        echo(f"note: could not reach {uri} to end the killed run {run_id} ({exc}); kept {ledger}")
-        return []
-    ledger.unlink(missing_ok=True)
+    kept: list[dict[str, str]] = []
+    ended: list[str] = []
+    for noted in runs:
+        if _end_noted(noted["run_id"], noted["uri"], ended, ledger, echo):
+            kept.append(noted)
+    _write(ledger, kept)
     if ended:
         echo(
-            f"note: the last run in {folder} ({run_id}) was killed before it could end its "
-            f"MLflow runs; {len(ended)} marked KILLED"
+            f"note: the last run in {folder} was killed before it could end its MLflow runs; "
+            f"{len(ended)} marked KILLED ({', '.join(ended)})"
         )
     return ended
+
+
+def _end_noted(
+    run_id: str, uri: str, ended: list[str], ledger: Path, echo: Callable[[str], None]
+) -> bool:
+    """End one noted run and its RUNNING descendants into `ended`; True when it must stay
+    noted (its store did not answer)."""
+    store = sqlite_file(uri)
+    if store is not None and not store.is_file():
+        return False  # the store is gone: opening it would make an empty one
+    short_http_retries(uri)  # a server that is down answers in seconds, not minutes
+    try:
+        ended += _end_tree(MlflowClient(uri), run_id)
+    except MlflowException as exc:
+        if "RESOURCE_DOES_NOT_EXIST" in str(getattr(exc, "error_code", "")):
+            return False  # deleted from the store since: nothing to end
+        echo(f"note: could not end the killed run {run_id} in {uri} ({exc}); kept in {ledger}")
+        return True
+    except Exception as exc:  # an unreachable store: try again next time
+        echo(
+            f"note: could not reach {uri} to end the killed run {run_id} ({exc}); kept in {ledger}"
+        )
+        return True
+    return False
 
 
 def _end_tree(client: MlflowClient, run_id: str) -> list[str]:

@@ -395,14 +395,13 @@ def _train_and_export(
     world: World,
 ) -> Path:
     """Train to the end (or the budget), then write OUTPUT/model and end the MLflow run."""
-
     output = Path(p.output)
     standalone = not record.cfg.tracking.run_id
 
     def open_and_watch(run_id: str | None) -> Tracker:
         check.tracker = record.open_tracker(resume, run_id)
-        if standalone:  # a SIGKILL ends no run: the next run in this folder ends it KILLED
-            open_run(output, check.tracker.run_id, check.tracker.uri)
+        if standalone and check.tracker.enabled:  # a SIGKILL ends no run: the next run in
+            open_run(output, check.tracker.run_id, check.tracker.uri)  # this folder ends it
         return check.tracker
 
     try:
@@ -412,8 +411,12 @@ def _train_and_export(
         if world.is_main:
             note_missed_exports(p.export_at_tokens, loop.tokens, loop.step, result.stopped_by)
             record.final_model(loop.progress, result)
-    finally:  # the run ended (FINISHED, or FAILED by fit): nothing left for a next run to end
-        if world.is_main and standalone:
-            close_run(output)
+    except BaseException:
+        if check.tracker is not None:  # (fit ended it FAILED already; a later step did not)
+            check.tracker.end("FAILED")
+        raise
+    finally:  # the run has ended: nothing left for a next run in this folder to end
+        if check.tracker is not None and standalone:
+            close_run(output, check.tracker.run_id)
     shutdown(world)
     return output / "model"
