@@ -72,7 +72,7 @@ def test_pipeline_registers_the_best_seed_that_predict_loads(
                     "tracking": {"uri": uri, "register_model": "qa-title"},
                     "finetune": finetune,
                 },
-                "stages": {"finetune": {"kind": "finetune"}},
+                "stages": {"ft": {"kind": "finetune"}},
             }
         )
     )
@@ -83,7 +83,7 @@ def test_pipeline_registers_the_best_seed_that_predict_loads(
     # the seed registered is the one with the best validation macro-F1, and it says so
     records = [
         json.loads(p.read_text())
-        for p in sorted(result.outputs["finetune"].rglob("seed-*/seed_result.json"))
+        for p in sorted(result.outputs["ft"].rglob("seed-*/seed_result.json"))
     ]
     assert len(records) == 2
     best = max(records, key=lambda r: r["metrics"]["validation"]["summary"]["macro_f1"])
@@ -91,11 +91,11 @@ def test_pipeline_registers_the_best_seed_that_predict_loads(
     assert tags["tibnlp.seed"] == str(best["seed"])
     assert "validation_macro_f1" in tags["tibnlp.selected_by"]
     assert f"seed {best['seed']}" in version.description
-    assert "Pipeline stage finetune (run " in version.description  # run_finetune, in a stage
+    assert "Pipeline stage ft (run " in version.description  # run_finetune, in a stage
     test_f1 = best["metrics"]["test"]["summary"]["macro_f1"]
     assert float(tags["test_macro_f1"]) == pytest.approx(test_f1, abs=1e-5)
     assert tags["tibnlp.seed_record"] == best["record_id"]
-    assert result.results["finetune"]["registered_seed"] == best["seed"]
+    assert result.results["ft"]["registered_seed"] == best["seed"]
 
     # provenance: code, data and vocabulary hashes, the runs behind it
     stage_run = client.get_run(version.run_id)
@@ -151,6 +151,15 @@ def test_standalone_finetune_registers_its_best_seed(
     assert "`tibnlp finetune` run" in version.description
     folder = _download(uri, "qa-alone", "1", tmp_path / "download")
     assert (folder / "classifier.yaml").is_file()
+
+    # the same command again reports the finished seeds: their best is registered already
+    again = run_finetune(load_config(None, overrides), "tncc")
+    assert again.registered_seed == best.seed
+    assert len(client.search_model_versions("name='qa-alone'")) == 1
+    # another process of a data-parallel launch (RANK 1) never registers
+    monkeypatch.setenv("RANK", "1")
+    other = run_finetune(load_config(None, [*overrides, "tracking.register_model=qa-rank"]), "tncc")
+    assert other.registered_model == "" and not client.search_model_versions("name='qa-rank'")
 
 
 def test_outage_mid_registration_still_registers_the_files(

@@ -11,6 +11,7 @@ the result), so rerunning the same command resumes: finished seeds are reported,
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -74,7 +75,7 @@ from tibnlp.training.finetune_setup import (
     texts,
 )
 from tibnlp.training.long_documents import prepare_reader
-from tibnlp.training.registration import register_best_seed
+from tibnlp.training.registration import best_seed, existing_version, register_best_seed
 from tibnlp.training.soup_run import cook_soup, fine_tune_copies
 
 ADVTS_TARGETS = {"tncc-title": "tncc", "tusa": "tusa"}
@@ -245,9 +246,28 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
 def _register(
     parent: Tracker, tracking: TrackingConfig, result: FinetuneResult, in_stage: bool
 ) -> None:
-    """Register `result`'s best seed from `parent` (the stage's run in a pipeline), and note
-    on `result` what went where, for the stage's report."""
+    """Register `result`'s best seed from `parent` (the stage's run in a pipeline), once: on
+    rank 0 only, with tracking on, and not again when a version holds that seed already.
+    Notes on `result` what went where, for the stage's report."""
     name = tracking.register_model
+    if not parent.enabled or os.environ.get("RANK", "0") != "0":
+        return
+    best = best_seed(list(result.seeds))
+    if best is None:
+        print(
+            f"note: no seed has a classifier folder; nothing registered as {name!r}",
+            file=sys.stderr,
+        )
+        return
+    held = existing_version(parent, name, best)
+    if held is not None:
+        result.registered_model, result.registered_seed = name, int(best.seed)
+        print(
+            f"seed {best.seed}'s classifier is version {held} of model {name!r} already: "
+            "not registered again",
+            file=sys.stderr,
+        )
+        return
     if in_stage:
         stage = tracking.tags.get(TAG_STAGE, "finetune")
         where = f"Pipeline stage {stage} (run {parent.run_id})"

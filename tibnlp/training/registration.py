@@ -57,6 +57,21 @@ def best_seed(seeds: list[Any]) -> Any | None:
     return max(usable, key=lambda s: _score(s, part, metric))
 
 
+def existing_version(tracker: Tracker, name: str, seed: Any) -> str | None:
+    """The version of `name` that already holds `seed`'s classifier (the same seed record:
+    a rerun of a finished fine-tuning reports its seeds, it does not train them again), or
+    None; None too when the store cannot be asked now (offline, or an error)."""
+    record = str(getattr(seed, "record_id", "") or "")
+    if not record or not tracker.enabled or tracker.offline:
+        return None
+    try:
+        versions = tracker.client.search_model_versions(f"name='{name}'")
+    except Exception:  # (a registry that cannot answer: register, as before)
+        return None
+    held = [v.version for v in versions if (v.tags or {}).get("tibnlp.seed_record") == record]
+    return str(held[0]) if held else None
+
+
 def register_best_seed(
     tracker: Tracker, name: str, result: Any, where: str, pipeline_run: str = ""
 ) -> int | None:
