@@ -156,10 +156,14 @@ def test_standalone_finetune_registers_its_best_seed(
     again = run_finetune(load_config(None, overrides), "tncc")
     assert again.registered_seed == best.seed
     assert len(client.search_model_versions("name='qa-alone'")) == 1
-    # another process of a data-parallel launch (RANK 1) never registers
+    # another process of a data-parallel launch (RANK 1) neither logs nor registers: under
+    # torchrun each process made its own runs, and (once registering in stages) its version
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    before = len(client.search_runs(experiments))
     monkeypatch.setenv("RANK", "1")
     other = run_finetune(load_config(None, [*overrides, "tracking.register_model=qa-rank"]), "tncc")
     assert other.registered_model == "" and not client.search_model_versions("name='qa-rank'")
+    assert len(client.search_runs(experiments)) == before
 
 
 def test_outage_mid_registration_still_registers_the_files(

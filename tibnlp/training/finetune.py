@@ -15,7 +15,7 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +199,8 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     if extra.get("mlflow_run_id"):  # also for the baselines: whose shape or vocabulary they use
         tags[TAG_PRETRAIN_RUN] = str(extra["mlflow_run_id"])
     tracking = cfg.tracking
+    if os.environ.get("RANK", "0") != "0":  # data parallel: one run (rank 0's), not one each
+        tracking = replace(tracking, enabled=False)
     seeds: list[SeedResult] = []
     # the encoder actually loaded (from the model directory), not the config's model section
     described = {k: v for k, v in to_dict(cfg).items() if k != "tracking"}
@@ -250,7 +252,7 @@ def _register(
     rank 0 only, with tracking on, and not again when a version holds that seed already.
     Notes on `result` what went where, for the stage's report."""
     name = tracking.register_model
-    if not parent.enabled or os.environ.get("RANK", "0") != "0":
+    if not parent.enabled:  # (off on every process but rank 0)
         return
     best = best_seed(list(result.seeds))
     if best is None:
