@@ -137,12 +137,17 @@ def test_a_run_the_store_could_not_end_stays_noted_beside_the_next_run(
 ) -> None:
     """The next run's own note and its clean end leave the unreachable run noted (it was lost
     when the ledger held one run), and an older one-run ledger still reads."""
-    for key, value in (("MAX_RETRIES", "0"), ("BACKOFF_FACTOR", "0"), ("TIMEOUT", "2")):
-        monkeypatch.setenv(f"MLFLOW_HTTP_REQUEST_{key}", value)  # a refused port, quickly
+    retries = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+    for key in (retries, "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.setenv(key, "")  # (restored, i.e. unset, after the test)
+        monkeypatch.delenv(key)
     down = "http://127.0.0.1:9"
     open_run(tmp_path, "a" * 32, down)
+    open_run(tmp_path, "b" * 32, down)  # the same store: asked once, not once per run
     notes: list[str] = []
     assert end_orphans(tmp_path, notes.append) == []
+    # MLflow's own retries (minutes against a refused port) were shortened before asking
+    assert os.environ[retries] == "2" and len(notes) == 1
     assert "aaaa" in notes[-1] and "kept in" in notes[-1] and (tmp_path / LEDGER).is_file()
     uri = sqlite_store(tmp_path)
     client = MlflowClient(uri)
@@ -150,7 +155,7 @@ def test_a_run_the_store_could_not_end_stays_noted_beside_the_next_run(
     open_run(tmp_path, mine, uri)  # the run now open, beside the one not ended
     close_run(tmp_path, mine)  # its clean end removes its own entry only
     text = (tmp_path / LEDGER).read_text(encoding="utf-8")
-    assert "a" * 32 in text and mine not in text
+    assert "a" * 32 in text and "b" * 32 in text and mine not in text
 
     legacy = tmp_path / "legacy"
     legacy.mkdir()

@@ -200,7 +200,7 @@ def test_runs_of_one_system_pool_their_seeds(tmp_path) -> None:
     (tmp_path / "b-copy").mkdir()
     (tmp_path / "b-copy" / "results.json").write_text(json.dumps(rows["b"]), "utf-8")
     copied = CliRunner().invoke(app, [*args, "--pool", str(tmp_path / "b-copy")])
-    assert copied.exit_code != 0 and "the same folder, or a copy" in str(copied.exception)
+    assert copied.exit_code != 0 and "the same folder, a copy" in str(copied.exception)
     # more runs of B (its other fine-tuning seeds) pool on B's side the same way
     (tmp_path / "b2").mkdir()
     (tmp_path / "b2" / "results.json").write_text(json.dumps(_row("sys-b", true, [better])))

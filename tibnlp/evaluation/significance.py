@@ -220,7 +220,8 @@ def pool_rows(
     if against is not None and against in rows:
         raise DataError(
             f"{against['dataset']} {against['system']}: system B is also among A's runs (one of "
-            "them is B's results.json itself: the same folder, or a copy)",
+            "them holds B's results, seed for seed: the same folder, a copy, or a rerun that "
+            "came out identical)",
             "--pool names other runs of system A, --pool-b of system B: a run is on one side",
         )
 
@@ -235,8 +236,8 @@ def pool_rows(
     for i, row in enumerate(rows):  # one run twice would weigh its seeds double in the mean
         if row in rows[:i]:
             raise DataError(
-                f"{row['dataset']} {row['system']}: the same results are given twice (one "
-                "results.json: the same folder, or a copy)",
+                f"{row['dataset']} {row['system']}: the same results are given twice (the same "
+                "folder, a copy, or a rerun that came out identical, seed for seed)",
                 "pool each run once (--pool names runs other than A)",
             )
     for row in rows[1:]:

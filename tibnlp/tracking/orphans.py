@@ -4,7 +4,7 @@ its folder (the pipeline's work dir, the pretraining's output).
 A process killed with SIGKILL (the OOM killer, a scheduler's hard limit, a lost node) ends
 no MLflow run: its parent run and the stage runs it had open stay RUNNING in the UI for good,
 beside the runs that finished, and nothing says they are dead. Ctrl-C, SIGTERM and SIGHUP end
-them KILLED already (`tibnlp.cli.ui`); this is for what no handler sees.
+them already, KILLED or FAILED (`tibnlp.cli.ui`); this is for what no handler sees.
 
 While it runs it keeps a ledger in its folder naming its (parent) run and store; a clean
 end removes it. A run that finds a ledger holds the folder's lock (`tibnlp.folder_lock`), so
@@ -19,6 +19,7 @@ store was unreachable (an offline id, `tibnlp runs sync`) is noted by no ledger.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,10 +64,16 @@ def open_run(folder: Path, run_id: str | None, uri: str) -> None:
 
 
 def close_run(folder: Path, run_id: str | None) -> None:
-    """The run `run_id` noted in `folder` ended as it should (the others noted stay)."""
+    """The run `run_id` noted in `folder` ended as it should (the others noted stay). Called
+    while an error may be on its way out: a ledger it cannot rewrite (a full disk) is said,
+    not raised over that error."""
     runs = _read(folder / LEDGER)
-    if runs is not None and run_id:
+    if runs is None or not run_id:
+        return
+    try:
         _write(folder / LEDGER, [r for r in runs if r["run_id"] != run_id])
+    except OSError as exc:
+        print(f"note: could not update {folder / LEDGER} ({exc})", file=sys.stderr)
 
 
 def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
@@ -82,13 +89,15 @@ def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
         return []
     kept: list[dict[str, str]] = []
     ended: list[str] = []
+    down: set[str] = set()  # a store that did not answer is not asked again for the next run
     for noted in runs:
-        if _end_noted(noted["run_id"], noted["uri"], ended, ledger, echo):
+        if noted["uri"] in down or _end_noted(noted["run_id"], noted["uri"], ended, ledger, echo):
             kept.append(noted)
+            down.add(noted["uri"])
     _write(ledger, kept)
     if ended:
         echo(
-            f"note: the last run in {folder} was killed before it could end its MLflow runs; "
+            f"note: a run in {folder} was killed before it could end its MLflow runs; "
             f"{len(ended)} marked KILLED ({', '.join(ended)})"
         )
     return ended

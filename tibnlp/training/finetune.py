@@ -404,13 +404,22 @@ def _run_seed(
         png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
         run.log_artifact(png, "confusion")
     result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
-    result.record_id, result.data_sha256 = uuid.uuid4().hex, data_sha256
+    result.record_id, result.data_sha256 = _shared_record_id(), data_sha256
     save_seed(result, fingerprint, weights)
     run.set_tags({TAG_SEED_RECORD: result.record_id})
     _log_seed(run, metrics)
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
     return result
+
+
+def _shared_record_id() -> str:
+    """A new seed record's id, rank 0's on every process of a data-parallel run: each writes
+    the seed's record (its own, on a node of its own), and rank 0's id is the one tracked."""
+    ids = [uuid.uuid4().hex]
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.broadcast_object_list(ids, src=0)
+    return ids[0]
 
 
 def _resegment(setup: Setup, ft: FinetuneConfig, seed: int) -> SampledSegmentation | None:

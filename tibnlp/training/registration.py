@@ -62,14 +62,14 @@ def existing_version(tracker: Tracker, name: str, seed: Any) -> str | None:
     a rerun of a finished fine-tuning reports its seeds, it does not train them again), or
     None; None too when the store cannot be asked now (offline, or an error)."""
     record = str(getattr(seed, "record_id", "") or "")
-    if not record or not tracker.enabled or tracker.offline:
-        return None
-    try:
-        versions = tracker.client.search_model_versions(f"name='{name}'")
+    if not record or not tracker.enabled or tracker.offline or "'" in name + record:
+        return None  # (a quote cannot be put in the filter: register, as before)
+    query = f"name='{name}' AND tags.`tibnlp.seed_record` = '{record}'"
+    try:  # filtered by the store: one version at most comes back, however many there are
+        held = tracker.client.search_model_versions(query, max_results=1)
     except Exception:  # (a registry that cannot answer: register, as before)
         return None
-    held = [v.version for v in versions if (v.tags or {}).get("tibnlp.seed_record") == record]
-    return str(held[0]) if held else None
+    return str(held[0].version) if held else None
 
 
 def register_best_seed(
