@@ -142,14 +142,14 @@ def _plan_and_run(
         buffer_dir=base_cfg.tracking.buffer_dir or None,
         retry_seconds=base_cfg.tracking.retry_seconds,
     )
-    if parent.enabled:  # a SIGKILL ends nothing: the next run here ends what this one leaves
-        open_run(planner.workdir, parent.run_id, parent.uri)
-    parent.log_params({f"vars.{k}": v for k, v in spec.vars.items()})
-    parent.set_tags({"tibnlp.pipeline_hash": config_hash(spec.raw), **provenance_tags()})
-    parent.log_dict(spec.raw, "pipeline.yaml")
     status = "FAILED"
     running: Step | None = None
-    try:
+    try:  # (from here on the parent ends, FAILED unless every stage ran)
+        if parent.enabled:  # a SIGKILL ends nothing: the next run here ends what it leaves
+            open_run(planner.workdir, parent.run_id, parent.uri)
+        parent.log_params({f"vars.{k}": v for k, v in spec.vars.items()})
+        parent.set_tags({"tibnlp.pipeline_hash": config_hash(spec.raw), **provenance_tags()})
+        parent.log_dict(spec.raw, "pipeline.yaml")
         for step in steps:
             node = step.node
             if step.action == "skip":
