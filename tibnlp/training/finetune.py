@@ -23,7 +23,6 @@ import torch
 
 from tibnlp.config import Config, to_dict
 from tibnlp.config.finetune import FinetuneConfig
-from tibnlp.config.tracking import TrackingConfig
 from tibnlp.data.collate import SampledSegmentation
 from tibnlp.data.input_mask import InputMasker
 from tibnlp.data.labelled import LabelledSet
@@ -45,7 +44,6 @@ from tibnlp.tracking.conventions import (
     TAG_DATA,
     TAG_PRETRAIN_RUN,
     TAG_SEED_RECORD,
-    TAG_STAGE,
     pretrain_params,
 )
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
@@ -75,7 +73,7 @@ from tibnlp.training.finetune_setup import (
     texts,
 )
 from tibnlp.training.long_documents import prepare_reader
-from tibnlp.training.registration import best_seed, existing_version, register_best_seed
+from tibnlp.training.registration import register_result
 from tibnlp.training.soup_run import cook_soup, fine_tune_copies
 
 ADVTS_TARGETS = {"tncc-title": "tncc", "tusa": "tusa"}
@@ -241,45 +239,8 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         for path in write_results(final, output):
             parent.log_artifact(path)
         if tracking.register_model:  # here only, standalone or in a pipeline stage
-            _register(parent, tracking, final, in_stage)
+            register_result(parent, tracking, final, in_stage)
     return final
-
-
-def _register(
-    parent: Tracker, tracking: TrackingConfig, result: FinetuneResult, in_stage: bool
-) -> None:
-    """Register `result`'s best seed from `parent` (the stage's run in a pipeline), once: on
-    rank 0 only, with tracking on, and not again when a version holds that seed already.
-    Notes on `result` what went where, for the stage's report."""
-    name = tracking.register_model
-    if not parent.enabled:  # (off on every process but rank 0)
-        return
-    best = best_seed(list(result.seeds))
-    if best is None:
-        print(
-            f"note: no seed has a classifier folder; nothing registered as {name!r}",
-            file=sys.stderr,
-        )
-        return
-    held = existing_version(parent, name, best)
-    if held is not None:
-        result.registered_model, result.registered_seed = name, int(best.seed)
-        print(
-            f"seed {best.seed}'s classifier is version {held} of model {name!r} already: "
-            "not registered again",
-            file=sys.stderr,
-        )
-        return
-    if in_stage:
-        stage = tracking.tags.get(TAG_STAGE, "finetune")
-        where = f"Pipeline stage {stage} (run {parent.run_id})"
-        pipeline_run = tracking.parent_run_id
-    else:
-        where, pipeline_run = f"`tibnlp finetune` run {parent.run_id}", ""
-    seed = register_best_seed(parent, name, result, where, pipeline_run)
-    if seed is not None:
-        result.registered_model, result.registered_seed = name, seed
-        print(f"registered seed {seed}'s classifier as model {name!r}", file=sys.stderr)
 
 
 def _advts(setup: Setup, eval_also: Sequence[str]) -> LabelledSet | None:

@@ -10,10 +10,16 @@ stage and a standalone `tibnlp finetune` register alike, both from `run_finetune
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tibnlp.config.tracking import TrackingConfig
 from tibnlp.tracking import Tracker
+from tibnlp.tracking.conventions import TAG_STAGE
+
+if TYPE_CHECKING:
+    from tibnlp.training.finetune import FinetuneResult
 
 # the fine-tuning run's tags a registered version carries: which code, data, vocabulary,
 # parent model and (in a pipeline) stage produced it
@@ -124,3 +130,40 @@ def register_best_seed(
         model_description=MODEL_ABOUT.format(name=name),
     )
     return int(best.seed)
+
+
+def register_result(
+    parent: Tracker, tracking: TrackingConfig, result: FinetuneResult, in_stage: bool
+) -> None:
+    """Register `result`'s best seed from `parent` (the stage's run in a pipeline), once: on
+    rank 0 only, with tracking on, and not again when a version holds that seed already.
+    Notes on `result` what went where, for the stage's report."""
+    name = tracking.register_model
+    if not parent.enabled:  # (off on every process but rank 0)
+        return
+    best = best_seed(list(result.seeds))
+    if best is None:
+        print(
+            f"note: no seed has a classifier folder; nothing registered as {name!r}",
+            file=sys.stderr,
+        )
+        return
+    held = existing_version(parent, name, best)
+    if held is not None:
+        result.registered_model, result.registered_seed = name, int(best.seed)
+        print(
+            f"seed {best.seed}'s classifier is version {held} of model {name!r} already: "
+            "not registered again",
+            file=sys.stderr,
+        )
+        return
+    if in_stage:
+        stage = tracking.tags.get(TAG_STAGE, "finetune")
+        where = f"Pipeline stage {stage} (run {parent.run_id})"
+        pipeline_run = tracking.parent_run_id
+    else:
+        where, pipeline_run = f"`tibnlp finetune` run {parent.run_id}", ""
+    seed = register_best_seed(parent, name, result, where, pipeline_run)
+    if seed is not None:
+        result.registered_model, result.registered_seed = name, seed
+        print(f"registered seed {seed}'s classifier as model {name!r}", file=sys.stderr)
