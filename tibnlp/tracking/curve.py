@@ -24,7 +24,8 @@ from tibnlp.fsutil import check_file_path
 from tibnlp.tracking.compare import finished_runs, leaf_runs
 from tibnlp.tracking.conventions import PRETRAIN, TAG_WARNING
 from tibnlp.tracking.reading import read_client
-from tibnlp.tracking.tracker import Tracker, default_tracking_uri
+from tibnlp.tracking.store import default_tracking_uri
+from tibnlp.tracking.tracker import Tracker
 
 TAG_PIPELINE = "tibnlp.pipeline"  # set on a pipeline's parent run (its name)
 DEFAULT_SERIES_KEYS = ("finetune.head",)  # what tells curves apart when it varies

@@ -28,7 +28,7 @@ from mlflow.tracking import MlflowClient
 
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.tracking.buffer import OFFLINE_ID, sqlite_file
-from tibnlp.tracking.tracker import absolute_store, short_http_retries
+from tibnlp.tracking.store import absolute_store, short_http_retries
 
 LEDGER = ".tibnlp-open-run.json"
 

@@ -18,8 +18,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from tibnlp.errors import ConfigError
 from tibnlp.tracking.conventions import env_default
+from tibnlp.tracking.store import default_tracking_uri
 from tibnlp.tracking.store_errors import brief, file_path, file_store_hint
-from tibnlp.tracking.tracker import default_tracking_uri
 
 HINT = (
     "point --tracking-uri (or $MLFLOW_TRACKING_URI) at an existing store: "

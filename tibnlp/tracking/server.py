@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from tibnlp.errors import TibnlpError
-from tibnlp.tracking.tracker import default_tracking_uri
+from tibnlp.tracking.store import default_tracking_uri
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -28,7 +28,7 @@ from tibnlp.tracking.buffer import (
     parse,
 )
 from tibnlp.tracking.replay import Applier, Replayed, replay
-from tibnlp.tracking.tracker import default_tracking_uri, short_http_retries
+from tibnlp.tracking.store import default_tracking_uri, short_http_retries
 
 
 @dataclass

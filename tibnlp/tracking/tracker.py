@@ -12,12 +12,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
 import tempfile
@@ -43,10 +40,15 @@ from tibnlp.tracking.buffer import (
     is_outage,
     new_local_id,
     now_ms,
-    sqlite_file,
 )
-from tibnlp.tracking.conventions import TAG_GIT_COMMIT, env_default, git_commit
+from tibnlp.tracking.conventions import TAG_GIT_COMMIT, git_commit
 from tibnlp.tracking.replay import Applier, replay
+from tibnlp.tracking.store import (
+    absolute_store,
+    create_sqlite_store_once,
+    default_tracking_uri,
+    short_http_retries,
+)
 
 _PARAM_LIMIT = 6000
 _KEY_LIMIT = 250
@@ -67,46 +69,6 @@ def _param_key(name: str, unique: bool = False) -> str:
 
 class TrackingOutageWarning(UserWarning):
     """The tracking store is unreachable; calls are buffered locally."""
-
-
-def default_tracking_uri(uri: str = "") -> str:
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
-
-
-def absolute_store(uri: str) -> str:
-    """`sqlite:///mlflow.db` names a file in the working directory: a buffer records the
-    absolute path, so `tibnlp runs sync` from elsewhere replays into the same store."""
-    path = sqlite_file(uri)
-    if path is None or path.is_absolute():
-        return uri
-    _, sep, query = uri.partition("?")
-    return f"sqlite:///{path.resolve()}{sep}{query}"
-
-
-def short_http_retries(uri: str) -> None:
-    """MLflow's defaults retry for minutes; a training step should not wait that long."""
-    if uri.startswith(("http://", "https://")):
-        env_default("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-        env_default("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-        env_default("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-
-
-_SQLITE_READY: set[str] = set()  # stores this process has created or opened
-
-
-def _create_sqlite_store_once(uri: str) -> None:
-    """MLflow creates a new SQLite store's tables on first use; two processes doing that at
-    once (two fine-tunings started together on a fresh ./mlflow.db) fail with "table runs
-    already exists". Create it under a file lock beside the database, once per process."""
-    db = sqlite_file(uri)
-    if db is None or uri in _SQLITE_READY:
-        return
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".init-lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        with contextlib.suppress(Exception):  # a store that cannot open fails as before
-            MlflowClient(uri).search_experiments(max_results=1)
-            _SQLITE_READY.add(uri)
 
 
 class PrefixedRun:
@@ -149,7 +111,7 @@ class Tracker:
         self.uri = default_tracking_uri(uri)
         short_http_retries(self.uri)
         mlflow.set_tracking_uri(self.uri)
-        _create_sqlite_store_once(self.uri)
+        create_sqlite_store_once(self.uri)
         self.client = MlflowClient(self.uri)
         self.buffer_dir = default_buffer_dir(str(buffer_dir or ""))
         self.retry_seconds = retry_seconds
