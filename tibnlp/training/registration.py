@@ -68,7 +68,7 @@ def existing_version(tracker: Tracker, name: str, seed: Any) -> str | None:
     a rerun of a finished fine-tuning reports its seeds, it does not train them again), or
     None; None too when the store cannot be asked now (offline, or an error)."""
     record = str(getattr(seed, "record_id", "") or "")
-    if not record or not tracker.enabled or tracker.offline or "'" in name + record:
+    if not record or not tracker.enabled or tracker.offline or "'" in name:
         return None  # (a quote cannot be put in the filter: register, as before)
     query = f"name='{name}' AND tags.`tibnlp.seed_record` = '{record}'"
     try:  # filtered by the store: one version at most comes back, however many there are
@@ -78,16 +78,13 @@ def existing_version(tracker: Tracker, name: str, seed: Any) -> str | None:
     return str(held[0].version) if held else None
 
 
-def register_best_seed(
-    tracker: Tracker, name: str, result: Any, where: str, pipeline_run: str = ""
-) -> int | None:
-    """Register `result`'s (a `FinetuneResult`) best seed under `name` from `tracker`'s run
-    (the run that fine-tuned it); the seed registered, or None when no seed has a classifier
-    folder. `where`: the run in words, for the version's description."""
+def _register_seed(
+    tracker: Tracker, name: str, result: Any, best: Any, where: str, pipeline_run: str
+) -> None:
+    """Register `best`, `result`'s (a `FinetuneResult`) best seed, under `name` from
+    `tracker`'s run (the run that fine-tuned it). `where`: the run in words, for the
+    version's description."""
     seeds = list(result.seeds)
-    best = best_seed(seeds)
-    if best is None:
-        return None
     part, metric = SELECTED_BY
     tags = {
         f"{p}_{k}": f"{float(v):.6g}"
@@ -129,7 +126,6 @@ def register_best_seed(
         run_tags=PROVENANCE_KEYS,
         model_description=MODEL_ABOUT.format(name=name),
     )
-    return int(best.seed)
 
 
 def register_result(
@@ -163,7 +159,6 @@ def register_result(
         pipeline_run = tracking.parent_run_id
     else:
         where, pipeline_run = f"`tibnlp finetune` run {parent.run_id}", ""
-    seed = register_best_seed(parent, name, result, where, pipeline_run)
-    if seed is not None:
-        result.registered_model, result.registered_seed = name, seed
-        print(f"registered seed {seed}'s classifier as model {name!r}", file=sys.stderr)
+    _register_seed(parent, name, result, best, where, pipeline_run)
+    result.registered_model, result.registered_seed = name, int(best.seed)
+    print(f"registered seed {best.seed}'s classifier as model {name!r}", file=sys.stderr)
