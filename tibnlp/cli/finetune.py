@@ -20,6 +20,7 @@ from tibnlp.evaluation.report import (
     summary_dict,
 )
 from tibnlp.evaluation.significance import compare_rows, pool_pair
+from tibnlp.stopping import exit_status
 from tibnlp.training.finetune import run_finetune
 
 app = typer.Typer(help="Fine-tune and evaluate classifiers.", no_args_is_help=True)
@@ -80,7 +81,7 @@ def _run(cfg: Config, dataset: str, task: str = "title") -> None:
     keeps no checkpoint: the one cut short starts over, a soup at the copy it was on)."""
     try:
         result = run_finetune(cfg, dataset, task)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         if os.environ.get("RANK", "0") == "0":  # once, not once per process
             console.print(
                 f"interrupted: the seeds that finished stay under {cfg.finetune.output}; run "
@@ -88,7 +89,7 @@ def _run(cfg: Config, dataset: str, task: str = "title") -> None:
                 "seed that was cut short starts over",
                 soft_wrap=True,
             )
-        raise SystemExit(130) from None
+        raise SystemExit(exit_status(stop)) from None
     _finish(result.output, summary_dict(result))
 
 

@@ -12,6 +12,7 @@ from tibnlp.cli import corpus, data, export, finetune, pipeline, predict, pretra
 from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError, shown_here
+from tibnlp.stopping import exit_status, stop_on_signals, stopped_by_signal
 from tibnlp.training import worker_exit
 
 app = typer.Typer(
@@ -42,11 +43,15 @@ def one_outage_line() -> None:
 
 def main() -> None:
     one_outage_line()
+    stop_on_signals()  # SIGTERM and SIGHUP leave through the same clean-up as Ctrl-C
     try:
         app(standalone_mode=True)
     except SystemExit as exc:  # how click ends every command, success included
-        worker_exit.end(exc.code)
-        raise
+        code = exc.code
+        if stopped_by_signal() and code not in (0, None):  # (click's "Aborted!" is 1)
+            code = exit_status()
+        worker_exit.end(code)
+        raise SystemExit(code) from None
     except TibnlpError as exc:
         # the message and hint are text (paths, keys, pieces), never markup: a `[x]` in a
         # path would otherwise vanish from the one line that names it

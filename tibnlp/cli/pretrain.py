@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
+from tibnlp.stopping import exit_status
 
 
 def pretrain(
@@ -46,10 +47,10 @@ def pretrain(
     cfg = resolve_config(config, overrides, *extra)
     try:
         out = run_pretraining(cfg, resume=resume, wait=wait, eval_only=eval_only)
-    except KeyboardInterrupt:  # the checkpoints written so far stay: say how to go on
+    except KeyboardInterrupt as stop:  # the checkpoints written so far stay: say how to go on
         if os.environ.get("RANK", "0") == "0" and not eval_only:
             console.print(_interrupted(Path(cfg.pretrain.output) / "checkpoints"))
-        raise SystemExit(130) from None
+        raise SystemExit(exit_status(stop)) from None
     if os.environ.get("RANK", "0") == "0":  # once per run, not once per process
         console.print(f"{'scores' if eval_only else 'model'}: {out}")
 

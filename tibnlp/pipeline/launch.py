@@ -4,14 +4,23 @@ The pipeline process stays single: it writes the stage's context to a JSON file 
 stage's partial directory and runs `LAUNCH tibnlp.cli.main pipeline exec-stage FILE`, where
 `LAUNCH` ends with the launcher's module flag (`torchrun --nproc_per_node 8 -m`,
 `deepspeed --num_gpus 8 --module`). Every process runs the stage function; rank 0 logs to the
-stage's MLflow run and writes the result back for the pipeline to publish.
+stage's MLflow run and writes the result back for the pipeline to publish. A kind a plugin
+registered is found there by importing the module that defines its function.
+
+No launched process outlives the pipeline: a pipeline stopped by Ctrl-C or a signal stops
+the launcher (which stops its workers), one killed outright takes the launcher with it
+(`tibnlp.stopping.die_with_parent`), and a worker whose launcher is gone stops itself
+(`stop_when_orphaned`). Left running, they went on writing into the stage's partial output
+while the next run of the pipeline started the stage again there.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,10 +29,15 @@ from tibnlp.config import Config, from_dict, to_dict
 from tibnlp.errors import TibnlpError
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.registry import stage_def
+from tibnlp.stopping import die_with_parent, stop_when_orphaned
 from tibnlp.tracking import Tracker
 
 CONTEXT_FILE = ".tibnlp-launch.json"
 RESULT_FILE = ".tibnlp-launch-result.json"
+# after a stop: how long the launcher may take to stop on its own (it saw the Ctrl-C too),
+# then to stop its workers after our SIGTERM (torchrun gives them 30 s), before SIGKILL
+OWN_STOP_S = 5.0
+STOP_GRACE_S = 60.0
 
 
 def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:
@@ -36,8 +50,18 @@ def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:
         if isinstance(ctx.inputs, dict)
         else [str(v) for v in ctx.inputs]
     )
+    function = stage_def(kind).load()
+    module = getattr(function, "__module__", "") or ""
+    if module == "__main__":
+        raise TibnlpError(
+            f"stage {ctx.name}: kind {kind!r} is registered by the script that runs the "
+            "pipeline, which the launched processes cannot import",
+            "move the stage function and its register_stage call into a module they can "
+            "import (on PYTHONPATH)",
+        )
     data = {
         "kind": kind,
+        "module": module,
         "name": ctx.name,
         "stage": ctx.stage,
         "variant": ctx.variant,
@@ -50,16 +74,16 @@ def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:
     ctx_file.write_text(json.dumps(data, ensure_ascii=False, default=str), encoding="utf-8")
     cmd = [*shlex.split(launch), "tibnlp.cli.main", "pipeline", "exec-stage", str(ctx_file)]
     try:
-        proc = subprocess.run(cmd, check=False)
+        code = _run_launcher(cmd)
     except OSError as exc:  # no such launcher, or not executable: a misspelt `launch:`
         raise TibnlpError(
             f"stage {ctx.name}: its `launch: {launch}` cannot start: {exc.strerror} ({cmd[0]})",
             "name a launcher on PATH (e.g. `torchrun --nproc_per_node 2 -m`) or give its full "
             "path in the stage's `launch` key",
         ) from None
-    if proc.returncode != 0 or not result_file.is_file():
+    if code != 0 or not result_file.is_file():
         raise TibnlpError(
-            f"stage {ctx.name} failed under `{launch}` (exit code {proc.returncode})",
+            f"stage {ctx.name} failed under `{launch}` (exit code {code})",
             "its output so far is kept; fix the cause and run the pipeline again to resume",
         )
     result = json.loads(result_file.read_text(encoding="utf-8"))
@@ -72,9 +96,43 @@ def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:
     return path if path is not None else report
 
 
+def _run_launcher(cmd: list[str]) -> int:
+    """Run the launcher to its end; its exit code. Stopped (Ctrl-C, SIGTERM, an error here),
+    it is given time to stop its workers, then told to, then killed."""
+    proc = subprocess.Popen(cmd, preexec_fn=die_with_parent())
+    try:
+        return proc.wait()
+    except BaseException:
+        _stop_launcher(proc)
+        raise
+
+
+def _stop_launcher(proc: subprocess.Popen[bytes]) -> None:
+    try:  # a Ctrl-C at a terminal reached the launcher too: a second signal could cut its
+        proc.wait(OWN_STOP_S)  # own shutdown short
+        return
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)  # torchrun and deepspeed pass it to their workers
+    try:
+        proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # (its workers then stop themselves: stop_when_orphaned)
+        proc.wait()
+
+
 def exec_stage(ctx_file: Path) -> None:
     """The launched side: rebuild the context, run the stage, rank 0 reports back."""
+    stop_when_orphaned()  # the launcher killed with the pipeline: stop, do not train on
     data = json.loads(Path(ctx_file).read_text(encoding="utf-8"))
+    if data.get("module"):  # a plugin's kind registers itself when its module is imported
+        try:
+            importlib.import_module(data["module"])
+        except ImportError as exc:
+            raise TibnlpError(
+                f"stage {data['name']}: the launched process cannot import {data['module']}, "
+                f"which registers the kind {data['kind']!r} ({exc})",
+                "put the module on PYTHONPATH for the launcher's processes",
+            ) from None
     cfg = from_dict(Config, data["config"])
     rank = int(os.environ.get("RANK", "0"))
     track = cfg.tracking

@@ -4,7 +4,7 @@ its folder (the pipeline's work dir, the pretraining's output).
 A process killed with SIGKILL (the OOM killer, a scheduler's hard limit, a lost node) ends
 no MLflow run: its parent run and the stage runs it had open stay RUNNING in the UI for good,
 beside the runs that finished, and nothing says they are dead. Ctrl-C, SIGTERM and SIGHUP end
-them already, KILLED or FAILED (`tibnlp.cli.ui`); this is for what no handler sees.
+them already, KILLED or FAILED (`tibnlp.stopping`); this is for what no handler sees.
 
 While it runs it keeps a ledger in its folder naming its (parent) run and store; a clean
 end removes it. A run that finds a ledger holds the folder's lock (`tibnlp.folder_lock`), so

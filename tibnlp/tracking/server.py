@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from tibnlp.errors import TibnlpError
+from tibnlp.stopping import die_with_parent
 from tibnlp.tracking.store import default_tracking_uri
 
 
@@ -58,17 +59,6 @@ def server_command(
     return cmd
 
 
-def _die_with_parent() -> None:
-    """In the child before exec (Linux): SIGTERM when the starting process dies, even by
-    SIGKILL, so no server outlives the command or test that started it."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def start_server(
     store_uri: str = "",
     host: str = "127.0.0.1",
@@ -92,7 +82,7 @@ def start_server(
         stderr=subprocess.STDOUT if log_file else subprocess.DEVNULL,
         start_new_session=True,
         env=env,
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        preexec_fn=die_with_parent(),  # SIGTERM should the starting process die
     )
 
 

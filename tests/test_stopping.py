@@ -1,0 +1,226 @@
+"""Stopping as users stop commands: SIGTERM and SIGHUP take Ctrl-C's clean-up (runs end KILLED,
+exit 128 + the signal), and no launched process outlives the pipeline that started it, however
+the pipeline ended (tibnlp.stopping, tibnlp.pipeline.launch)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tibnlp import stopping
+from tibnlp.tracking.testing import sqlite_store
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def handlers() -> Iterator[None]:
+    """Put the test process's SIGTERM and SIGHUP handlers back."""
+    saved = {sig: signal.getsignal(sig) for sig in stopping.SIGNALS}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+    stopping._received = None
+
+
+def test_sigterm_raises_a_keyboard_interrupt_once(handlers: None) -> None:
+    for sig in stopping.SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    stopping.stop_on_signals()
+    with pytest.raises(KeyboardInterrupt) as stop:  # every `except KeyboardInterrupt` sees it
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # (delivered between bytecodes)
+    assert isinstance(stop.value, stopping.Stopped) and stop.value.signum == signal.SIGTERM
+    assert stopping.exit_status(stop.value) == 143 and stopping.stopped_by_signal() == 15
+    # a second signal is not caught: a clean-up that hangs can still be ended
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert stopping.exit_status(KeyboardInterrupt()) == 143  # (what this process received)
+    stopping._received = None
+    assert stopping.exit_status(KeyboardInterrupt()) == 130  # Ctrl-C
+
+
+def test_a_signal_started_ignored_stays_ignored(handlers: None) -> None:
+    """`nohup CMD` keeps CMD past logout by ignoring SIGHUP: that choice stands."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    stopping.stop_on_signals()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+
+
+def _gone(pid: int, within: float = 30.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if Path(f"/proc/{pid}/stat").is_file():
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state == "Z":
+                return True
+        time.sleep(0.1)
+    return False
+
+
+# a middle process starts a grandchild the way tibnlp does, prints its pid, then sleeps; the
+# test SIGKILLs the middle one and watches the grandchild
+MIDDLE = """
+import subprocess, sys, time
+from tibnlp import stopping
+how = sys.argv[1]
+grandchild = "import time\\n"
+if how == "orphan":
+    grandchild = "from tibnlp import stopping; stopping.stop_when_orphaned(0.1); import time\\n"
+grandchild += "time.sleep(120)"
+pre = stopping.die_with_parent() if how == "pdeathsig" else None
+child = subprocess.Popen([sys.executable, "-c", grandchild], preexec_fn=pre)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("how", ["pdeathsig", "orphan"])
+def test_a_child_stops_when_its_starter_is_killed_outright(how: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    middle = subprocess.Popen(
+        [sys.executable, "-c", MIDDLE, how], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert middle.stdout is not None
+        grandchild = int(middle.stdout.readline())
+        time.sleep(0.5)  # the grandchild armed (its watch started)
+        middle.kill()
+        middle.wait()
+        assert _gone(grandchild), f"process {grandchild} outlived its SIGKILLed starter"
+    finally:
+        middle.kill()
+
+
+def test_nothing_started_this_way_is_stopped_while_its_starter_lives() -> None:
+    """The control: the same grandchild runs on while the middle process lives."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    middle = subprocess.Popen(
+        [sys.executable, "-c", MIDDLE, "orphan"], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert middle.stdout is not None
+        grandchild = int(middle.stdout.readline())
+        assert not _gone(grandchild, within=1.5)
+        os.kill(grandchild, signal.SIGKILL)
+    finally:
+        middle.kill()
+        middle.wait()
+
+
+PIPELINE = """
+name: stopx
+experiment: stopx
+workdir: {workdir}
+config:
+  tracking: {{uri: "{uri}"}}
+stages:
+  s:
+    kind: s_sleep
+    inputs: ["data:corpora/toy.txt"]
+    launch: {python} -m torch.distributed.run --nproc_per_node 2 --master_port {port} -m
+"""
+
+# the CLI's entry point with the test's stage kind registered (a plugin would do the same);
+# the launched workers import stop_stage themselves to find the kind
+CLI = (
+    "import sys, stop_stage; from tibnlp.cli.main import main; "
+    "sys.argv = ['tibnlp', 'pipeline', 'run', sys.argv[1]]; main()"
+)
+
+
+def _start(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, list[int]]:
+    """The pipeline, started; its tracking store and its two workers' pids (once both run)."""
+    from tibnlp.tracking.server import free_port
+
+    data = tmp_path / "data" / "corpora"
+    data.mkdir(parents=True)
+    (data / "toy.txt").write_text("ཀ་ཁ།\n", encoding="utf-8")
+    uri = sqlite_store(tmp_path)
+    spec = tmp_path / "p.yaml"
+    spec.write_text(
+        PIPELINE.format(
+            workdir=tmp_path / "work", uri=uri, python=sys.executable, port=free_port()
+        ),
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env |= {"TIBNLP_DATA": str(tmp_path / "data"), "PYTHONPATH": f"{HERE}{os.pathsep}{ROOT}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLI, str(spec)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group, as a shell's job is
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        pids = sorted((tmp_path / "work").glob("s/*.partial/pid-*"))
+        if len(pids) == 2:
+            time.sleep(0.3)  # (the files are written whole by then)
+            return proc, uri, [int(p.read_text()) for p in pids]
+        time.sleep(0.2)
+    proc.kill()
+    out = proc.communicate()[0].decode(errors="replace")
+    raise AssertionError(f"the launched stage never ran both workers:\n{out[-3000:]}")
+
+
+def _statuses(uri: str) -> dict[str, str]:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("stopx")
+    return {r.info.run_name: r.info.status for r in client.search_runs([exp.experiment_id])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", [False, True], ids=["the-pipeline", "its-group"])
+def test_a_sigterm_stops_the_launched_stage_and_ends_its_runs_killed(
+    tmp_path: Path, group: bool
+) -> None:
+    """`kill PID` (`docker stop`) reaches the pipeline alone; a scheduler signals the group.
+    Either way the launcher and both workers stop, the runs read KILLED, and the exit status
+    says SIGTERM. Before, the pipeline died on the spot, its runs stayed RUNNING and torchrun
+    trained on."""
+    proc, uri, workers = _start(tmp_path)
+    if group:
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=180)[0].decode(errors="replace")
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "interrupted in stage s" in out
+    assert all(_gone(pid) for pid in workers), out[-3000:]
+    assert _statuses(uri) == {"stopx": "KILLED", "s": "KILLED"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", [False, True], ids=["the-pipeline", "its-group"])
+def test_a_pipeline_killed_outright_takes_its_launched_stage_with_it(
+    tmp_path: Path, group: bool
+) -> None:
+    """SIGKILL to the pipeline alone: torchrun is told (its parent-death signal) and stops its
+    workers. To the pipeline's group: torchrun dies with it, and its workers (in a session of
+    their own, which the signal does not reach) stop once orphaned."""
+    proc, uri, workers = _start(tmp_path)
+    if group:
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        proc.kill()
+    proc.communicate(timeout=60)
+    assert all(_gone(pid) for pid in workers)
+    assert _statuses(uri) == {"stopx": "RUNNING", "s": "RUNNING"}  # the next run ends them
