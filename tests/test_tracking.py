@@ -72,6 +72,17 @@ def test_failed_block_marks_run_failed(store: str) -> None:
     assert MlflowClient(store).get_run(tr.run_id).info.status == "FAILED"
 
 
+def test_a_stopped_block_marks_run_killed(store: str) -> None:
+    """Ctrl-C and SIGTERM (`tibnlp.stopping.Stopped`) end the run KILLED, not FAILED."""
+    import signal
+
+    from tibnlp.stopping import Stopped
+
+    with pytest.raises(KeyboardInterrupt), Tracker("exp", "stopped", uri=store) as tr:
+        raise Stopped(signal.SIGTERM)
+    assert MlflowClient(store).get_run(tr.run_id).info.status == "KILLED"
+
+
 def test_register_model_creates_version_with_metrics(store: str, tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()

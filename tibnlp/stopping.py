@@ -59,6 +59,14 @@ def exit_status(interrupt: BaseException | None = None) -> int:
     return 128 + int(signum)
 
 
+def ended_status(exc: BaseException | None) -> str:
+    """The MLflow status of a run that `exc` ended: KILLED when stopped (Ctrl-C, SIGTERM,
+    SIGHUP), FAILED on an error, FINISHED without one."""
+    if exc is None:
+        return "FINISHED"
+    return "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+
+
 def stopped_by_signal() -> int | None:
     """The SIGTERM or SIGHUP that stopped this process, None when none did."""
     return _received

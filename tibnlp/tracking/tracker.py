@@ -30,6 +30,7 @@ from mlflow.tracking import MlflowClient
 
 from tibnlp.config.core import flatten
 from tibnlp.errors import ConfigError
+from tibnlp.stopping import ended_status
 from tibnlp.tracking.buffer import (
     OFFLINE_PREFIX,
     PARENT_TAG,
@@ -264,8 +265,8 @@ class Tracker:
     def __enter__(self) -> Tracker:
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.end("FAILED" if exc_type else "FINISHED")
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self.end(ended_status(exc))
 
     def child(
         self,

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from tibnlp.errors import TibnlpError
+from tibnlp.stopping import ended_status
 from tibnlp.training import checkpoint
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.budget import BudgetWatch
@@ -466,7 +467,7 @@ def fit(
     """Restore (if resuming), open the MLflow run on rank 0 (the same run when resuming), train.
 
     The tracker is returned open in the result so the caller can add the final artifacts; on
-    an error it is closed as FAILED.
+    an error it is closed FAILED (stopped: KILLED).
     """
     directory = loop.settings.checkpoint_dir
     checkpoint.require_resumable(directory, resume)
@@ -484,9 +485,9 @@ def fit(
         loop.run_id = tracker.run_id
     try:
         result = loop.run(tracker, on_log, on_eval)
-    except BaseException:
+    except BaseException as exc:
         if tracker is not None:
-            tracker.end("FAILED")
+            tracker.end(ended_status(exc))
         raise
     result.tracker = tracker
     return result

@@ -47,6 +47,7 @@ from tibnlp.evaluation.word_order import order_accuracies
 from tibnlp.folder_lock import hold_folder
 from tibnlp.models.electra import ElectraForPretraining
 from tibnlp.models.pretraining import AlbertForPretraining
+from tibnlp.stopping import ended_status
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.tracking import Tracker
 from tibnlp.tracking.orphans import close_run, end_orphans, open_run
@@ -411,9 +412,9 @@ def _train_and_export(
         if world.is_main:
             note_missed_exports(p.export_at_tokens, loop.tokens, loop.step, result.stopped_by)
             record.final_model(loop.progress, result)
-    except BaseException:
-        if check.tracker is not None:  # (fit ended it FAILED already; a later step did not)
-            check.tracker.end("FAILED")
+    except BaseException as exc:
+        if check.tracker is not None:  # (fit ended it already; a later step did not)
+            check.tracker.end(ended_status(exc))
         raise
     finally:  # the run has ended: nothing left for a next run in this folder to end
         if check.tracker is not None and standalone:
