@@ -40,6 +40,9 @@ EncoderOpt = Annotated[
 VocabOpt = Annotated[str | None, typer.Option(help="Vocabulary directory (no --model).")]
 SeedsOpt = Annotated[str | None, typer.Option(help="Comma-separated seeds, e.g. 1,2,3.")]
 EvalAlsoOpt = Annotated[str | None, typer.Option("--eval-also", help="Also evaluate on: advts.")]
+WaitOpt = Annotated[
+    bool, typer.Option("--wait", help="If another run holds the output folder, wait for it.")
+]
 
 
 def _flags(
@@ -76,11 +79,11 @@ def _print_table(rows: list[dict]) -> None:
     out.print(rich_table(rows))
 
 
-def _run(cfg: Config, dataset: str, task: str = "title") -> None:
+def _run(cfg: Config, dataset: str, task: str = "title", wait: bool = False) -> None:
     """`run_finetune`, and on Ctrl-C what stays and what the same command does next (a seed
     keeps no checkpoint: the one cut short starts over, a soup at the copy it was on)."""
     try:
-        result = run_finetune(cfg, dataset, task)
+        result = run_finetune(cfg, dataset, task, wait)
     except KeyboardInterrupt as stop:
         if os.environ.get("RANK", "0") == "0":  # once, not once per process
             console.print(
@@ -109,13 +112,14 @@ def tncc(
     vocab: VocabOpt = None,
     seeds: SeedsOpt = None,
     eval_also: EvalAlsoOpt = None,
+    wait: WaitOpt = False,
     config: ConfigOption = None,
     set_: SetOption = None,
 ) -> None:
     """TNCC (published 7422/927/927 title split, or the document task when downloaded)."""
     flags = [f"finetune.task={task}", *_flags(model, head, encoder, vocab, seeds, eval_also)]
     cfg = resolve_config(config, set_, *flags)
-    _run(cfg, "tncc", cfg.finetune.task)
+    _run(cfg, "tncc", cfg.finetune.task, wait)
 
 
 @app.command("classify")
@@ -136,6 +140,7 @@ def classify(
     vocab: VocabOpt = None,
     seeds: SeedsOpt = None,
     eval_also: EvalAlsoOpt = None,
+    wait: WaitOpt = False,
     config: ConfigOption = None,
     set_: SetOption = None,
 ) -> None:
@@ -150,7 +155,7 @@ def classify(
     named = [f"finetune.dataset={dataset}"] if dataset is not None else []
     flags = [*named, *_flags(model, head, encoder, vocab, seeds, eval_also)]
     cfg = resolve_config(config, set_, *flags)
-    _run(cfg, cfg.finetune.dataset)
+    _run(cfg, cfg.finetune.dataset, wait=wait)
 
 
 @app.command("report")

@@ -72,6 +72,7 @@ from tibnlp.training.finetune_setup import (
     prepare,
     texts,
 )
+from tibnlp.training.held_output import held_output
 from tibnlp.training.long_documents import prepare_reader
 from tibnlp.training.registration import register_result
 from tibnlp.training.soup_run import cook_soup, fine_tune_copies
@@ -130,8 +131,12 @@ def _untrained(ft: FinetuneConfig) -> str:
     return "random init (the config's model section)"
 
 
-def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResult:
-    """Fine-tune one system on one dataset for every seed; log, save, aggregate, report."""
+def run_finetune(
+    cfg: Config, dataset: str, task: str = "title", wait: bool = False
+) -> FinetuneResult:
+    """Fine-tune one system on one dataset for every seed; log, save, aggregate, report.
+    The output folder is held for the run (`held_output`): with `wait`, a run finding it in
+    use waits for it instead of refusing."""
     ft = cfg.finetune
     # the batch split over the processes before the task is read and tokenised (the engine
     # would refuse it only at the first seed's training)
@@ -204,7 +209,12 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
     described = {k: v for k, v in to_dict(cfg).items() if k != "tracking"}
     described["model"] = to_dict(setup.meta.model)
     in_stage = bool(tracking.run_id)  # a pipeline stage's run: it holds the config already
-    with tracker_from_config(tracking, f"{data.name} {setup.system}", tags) as parent:
+    main = os.environ.get("RANK", "0") == "0"
+    with (
+        held_output(output, main, not in_stage, wait, _say) as note_run,
+        tracker_from_config(tracking, f"{data.name} {setup.system}", tags) as parent,
+    ):
+        note_run(parent)  # a SIGKILL ends no run: the next run in this folder ends it
         if not in_stage:
             parent.log_params(to_dict(cfg.finetune))
         parent.log_params({"model_config": to_dict(setup.meta.model), **budget})
@@ -241,6 +251,10 @@ def run_finetune(cfg: Config, dataset: str, task: str = "title") -> FinetuneResu
         if tracking.register_model:  # here only, standalone or in a pipeline stage
             register_result(parent, tracking, final, in_stage)
     return final
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _advts(setup: Setup, eval_also: Sequence[str]) -> LabelledSet | None:

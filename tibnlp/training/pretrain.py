@@ -44,13 +44,11 @@ from tibnlp.data.pretraining import (
     require_documents,
 )
 from tibnlp.evaluation.word_order import order_accuracies
-from tibnlp.folder_lock import hold_folder
 from tibnlp.models.electra import ElectraForPretraining
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.stopping import ended_status
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.tracking import Tracker
-from tibnlp.tracking.orphans import close_run, end_orphans, open_run
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import (
     World,
@@ -60,6 +58,7 @@ from tibnlp.training.engine import (
     shutdown,
     wait_for_main,
 )
+from tibnlp.training.held_output import NoteRun, held_output
 from tibnlp.training.learning_check import LearningCheck, unigram_accuracy
 from tibnlp.training.loop import LoopSettings, TrainLoop, fit
 from tibnlp.training.pretrain_checks import (
@@ -136,14 +135,10 @@ def run_pretraining(
     # the corpus's tokenising (minutes): start_training would refuse it only after them
     accumulation_steps(p.batch_size, p.micro_batch_size, planned_world_size())
     world = init_distributed(cfg.engine)
-    if not world.is_main:
+    standalone = not cfg.tracking.run_id  # (a pipeline ends its own killed stages)
+    with held_output(Path(p.output), world.is_main, standalone, wait, note) as note_run:
         wait_for_main(world)  # (with --wait, for as long as another run holds the folder)
-        return _pretrain(cfg, resume, world, eval_only)
-    with hold_folder(Path(p.output), wait=wait, notify=note):
-        if not cfg.tracking.run_id:  # standalone (a pipeline ends its own killed stages)
-            end_orphans(Path(p.output), note)  # the folder is held: a noted run's process is gone
-        wait_for_main(world)
-        return _pretrain(cfg, resume, world, eval_only)
+        return _pretrain(cfg, resume, world, note_run, eval_only)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +155,9 @@ class _Inputs:
     config_path: Path  # the run's config file (--eval-only's beside its eval.json)
 
 
-def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) -> Path:
+def _pretrain(
+    cfg: Config, resume: bool, world: World, note_run: NoteRun, eval_only: bool = False
+) -> Path:
     """The run, in its held folder: check and tokenise, build, train (or score), export."""
     p = cfg.pretrain
     budget = parse_duration(p.time_budget)
@@ -182,7 +179,7 @@ def _pretrain(cfg: Config, resume: bool, world: World, eval_only: bool = False) 
     if eval_only:
         assert heldout is not None  # (refused by require_enough_examples otherwise)
         return _score_heldout(p, loop, heldout, check, record, world)
-    return _train_and_export(p, resume, loop, check, record, world)
+    return _train_and_export(p, resume, loop, check, record, world, note_run)
 
 
 def _checked_inputs(cfg: Config, resume: bool, world: World, eval_only: bool) -> _Inputs:
@@ -394,15 +391,13 @@ def _train_and_export(
     check: LearningCheck,
     record: RunRecord,
     world: World,
+    note_run: NoteRun,
 ) -> Path:
     """Train to the end (or the budget), then write OUTPUT/model and end the MLflow run."""
-    output = Path(p.output)
-    standalone = not record.cfg.tracking.run_id
 
     def open_and_watch(run_id: str | None) -> Tracker:
         check.tracker = record.open_tracker(resume, run_id)
-        if standalone and check.tracker.enabled:  # a SIGKILL ends no run: the next run in
-            open_run(output, check.tracker.run_id, check.tracker.uri)  # this folder ends it
+        note_run(check.tracker)  # a SIGKILL ends no run: the next run in this folder ends it
         return check.tracker
 
     try:
@@ -416,8 +411,5 @@ def _train_and_export(
         if check.tracker is not None:  # (fit ended it already; a later step did not)
             check.tracker.end(ended_status(exc))
         raise
-    finally:  # the run has ended: nothing left for a next run in this folder to end
-        if check.tracker is not None and standalone:
-            close_run(output, check.tracker.run_id)
     shutdown(world)
-    return output / "model"
+    return Path(p.output) / "model"
