@@ -26,22 +26,24 @@ def env(tmp_path, monkeypatch):
     return SimpleNamespace(tmp=tmp_path, vocab=vocab)
 
 
+def cfg_flags(env, *extra: str) -> list[str]:
+    """The tiny TextCNN's settings, as --set takes them."""
+    return [
+        f"finetune.vocab={env.vocab}",
+        f"finetune.output={env.tmp / 'runs'}",
+        "finetune.encoder=none",
+        "finetune.epochs=5",
+        "finetune.batch_size=16",
+        "finetune.embedding_size=16",
+        "finetune.cnn_channels=8",
+        "finetune.optimizer.lr=0.01",
+        "tracking.enabled=false",
+        *extra,
+    ]
+
+
 def _cfg(env, *extra: str):
-    return load_config(
-        None,
-        [
-            f"finetune.vocab={env.vocab}",
-            f"finetune.output={env.tmp / 'runs'}",
-            "finetune.encoder=none",
-            "finetune.epochs=5",
-            "finetune.batch_size=16",
-            "finetune.embedding_size=16",
-            "finetune.cnn_channels=8",
-            "finetune.optimizer.lr=0.01",
-            "tracking.enabled=false",
-            *extra,
-        ],
-    )
+    return load_config(None, cfg_flags(env, *extra))
 
 
 def test_scratch_textcnn_trains_and_aggregates_seeds(env) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.test_finetune import _cfg, env  # noqa: F401  (the fixture)
+from tests.test_finetune import _cfg, cfg_flags, env  # noqa: F401  (the fixture)
 from tibnlp.folder_lock import FolderBusy, hold_folder
 from tibnlp.tracking.orphans import LEDGER
 from tibnlp.training.finetune import run_finetune
@@ -93,3 +93,34 @@ def test_a_pipeline_stages_finetuning_notes_no_run(env, monkeypatch) -> None:  #
     cfg = _cfg(env, *_tracked(env), f"tracking.run_id={stage_run}", "tracking.experiment=stage")
     run_finetune(cfg, "tncc")
     assert len(noted) == 1
+
+
+@pytest.mark.slow
+def test_a_data_parallel_finetuning_waits_for_its_folder_on_every_rank(env) -> None:  # noqa: F811
+    """Under torchrun with --wait, rank 0 waits for the folder; rank 1 waits for rank 0 (on
+    the store, not in a collective that times out after minutes: not waited out here), and
+    both train once it is free, the wait said once."""
+    import time
+
+    from tibnlp.tracking.server import free_port
+
+    flags = ["finetune.seeds=[1]", "finetune.epochs=1"]
+    first = run_finetune(_cfg(env, *flags), "tncc")  # (the folder's name)
+    sets = [arg for item in cfg_flags(env, flags[1]) for arg in ("--set", item)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    cmd += ["--master_port", str(free_port()), "-m", "tibnlp.cli.main"]
+    cmd += ["finetune", "tncc", "--seeds", "2", "--wait", *sets]
+    keep = {"RANK", "WORLD_SIZE", "LOCAL_RANK"}
+    child_env = {k: v for k, v in os.environ.items() if k not in keep}
+    with hold_folder(first.output):
+        proc = subprocess.Popen(
+            cmd, env=child_env, cwd=env.tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        time.sleep(20)  # both ranks started and are waiting
+        assert proc.poll() is None
+        assert not (first.output / "seed-2").exists()
+    out = proc.communicate(timeout=300)[0].decode(errors="replace")
+    assert proc.returncode == 0, out[-3000:]
+    assert (
+        out.count("waiting for") == 1 and (first.output / "seed-2" / "seed_result.json").is_file()
+    )

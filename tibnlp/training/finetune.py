@@ -140,7 +140,12 @@ def run_finetune(
     ft = cfg.finetune
     # the batch split over the processes before the task is read and tokenised (the engine
     # would refuse it only at the first seed's training)
-    from tibnlp.training.engine import accumulation_steps, planned_world_size
+    from tibnlp.training.engine import (
+        accumulation_steps,
+        init_distributed,
+        planned_world_size,
+        wait_for_main,
+    )
 
     accumulation_steps(ft.batch_size, 0, planned_world_size(), "finetune.batch_size")
     if cfg.engine.threads:
@@ -210,8 +215,11 @@ def run_finetune(
     described["model"] = to_dict(setup.meta.model)
     in_stage = bool(tracking.run_id)  # a pipeline stage's run: it holds the config already
     main = os.environ.get("RANK", "0") == "0"
+    meet = None  # data parallel: the other ranks wait for rank 0 to hold the output folder
+    if planned_world_size() > 1:
+        meet = functools.partial(wait_for_main, init_distributed(cfg.engine))
     with (
-        held_output(output, main, not in_stage, wait, _say) as note_run,
+        held_output(output, main, not in_stage, wait, _say, meet) as note_run,
         tracker_from_config(tracking, f"{data.name} {setup.system}", tags) as parent,
     ):
         note_run(parent)  # a SIGKILL ends no run: the next run in this folder ends it

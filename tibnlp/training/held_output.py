@@ -37,13 +37,22 @@ def _no_note(_run: OpenRun) -> None:
 
 @contextmanager
 def held_output(
-    folder: Path, main: bool, standalone: bool, wait: bool, say: Callable[[str], None]
+    folder: Path,
+    main: bool,
+    standalone: bool,
+    wait: bool,
+    say: Callable[[str], None],
+    meet: Callable[[], None] | None = None,
 ) -> Iterator[NoteRun]:
     """Hold `folder` on the main process (the other ranks of a data-parallel run only write
     beside it); yields `note(tracker)`, which notes the run once it is open. Every run noted
     is taken off the ledger when the block ends, however it ends: only a process killed
-    outright leaves its note."""
+    outright leaves its note. Every rank calls `meet` (`engine.wait_for_main`) before its
+    block: the others wait there, however long `--wait` takes, until the main process holds
+    the folder (a collective would time out first)."""
     if not main:
+        if meet is not None:
+            meet()
         yield _no_note
         return
     noted: list[str] = []
@@ -56,6 +65,8 @@ def held_output(
     with hold_folder(folder, wait=wait, notify=say):
         if standalone:  # the folder is held: a noted run's process is gone
             end_orphans(folder, say)
+        if meet is not None:
+            meet()
         try:
             yield note
         finally:

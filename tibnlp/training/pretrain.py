@@ -136,8 +136,8 @@ def run_pretraining(
     accumulation_steps(p.batch_size, p.micro_batch_size, planned_world_size())
     world = init_distributed(cfg.engine)
     standalone = not cfg.tracking.run_id  # (a pipeline ends its own killed stages)
-    with held_output(Path(p.output), world.is_main, standalone, wait, note) as note_run:
-        wait_for_main(world)  # (with --wait, for as long as another run holds the folder)
+    meet = functools.partial(wait_for_main, world)  # (with --wait, as long as it takes)
+    with held_output(Path(p.output), world.is_main, standalone, wait, note, meet) as note_run:
         return _pretrain(cfg, resume, world, note_run, eval_only)
 
 
