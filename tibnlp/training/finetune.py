@@ -33,7 +33,6 @@ from tibnlp.evaluation.metrics import Metrics, aggregate, majority_macro_f1
 from tibnlp.evaluation.plots import confusion_png
 from tibnlp.evaluation.report import write_results
 from tibnlp.models.classifier_io import (
-    ClassifierMeta,
     build_classifier,
     read_length,
     save_classifier,
@@ -48,7 +47,7 @@ from tibnlp.tracking.conventions import (
 )
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.classification import probe_recipe, set_seed, train_one_seed
-from tibnlp.training.finetune_notes import pretraining_of, warn_if_majority
+from tibnlp.training.finetune_notes import pretraining_of, run_notes, warn_if_majority
 from tibnlp.training.finetune_seeds import (
     RESCORE_FAILED,
     SEED_FILE,
@@ -66,8 +65,6 @@ from tibnlp.training.finetune_seeds import (
 )
 from tibnlp.training.finetune_setup import (
     Setup,
-    classes_absent,
-    classes_left_out,
     load_task_data,
     prepare,
     texts,
@@ -90,45 +87,6 @@ class FinetuneResult:
     output: Path = Path()
     registered_model: str = ""  # the registry name its best seed went to (tracking.register_model)
     registered_seed: int | None = None
-
-
-def recipe(ft: FinetuneConfig, meta: ClassifierMeta | None = None) -> dict[str, Any]:
-    """The training settings a recipe search varies, as reports show them. `dropout` is the
-    head's; with a transformer encoder (`meta`), its own dropout as fine-tuning runs it too
-    (the model's unless `finetune.encoder_dropout` is set: 0 for a model pretrained without)."""
-    encoder: dict[str, float] = {}
-    if meta is not None and meta.encoder == "albert":
-        encoder = {
-            "encoder_dropout": meta.model.dropout,
-            "attention_dropout": meta.model.attention_dropout,
-        }
-    return {
-        "lr": ft.optimizer.lr,
-        "head_lr": ft.head_lr or ft.optimizer.lr,
-        "embedding_lr": ft.embedding_lr or ft.optimizer.lr,
-        "epochs": ft.epochs,
-        "patience": ft.patience,
-        "batch_size": ft.batch_size,
-        "warmup_ratio": ft.warmup_ratio,
-        "dropout": ft.dropout,
-        **encoder,
-        "layer_decay": ft.layer_decay,
-        "mlm_weight": ft.mlm_weight,
-        "mlm_prob": ft.mlm_prob,
-        "class_balance": ft.class_balance,
-        "adversarial": ft.adversarial,
-        "subword_alpha": ft.subword_alpha,
-        "subword_nbest": ft.subword_nbest,
-        "input_mask": ft.input_mask,
-    }
-
-
-def _untrained(ft: FinetuneConfig) -> str:
-    if ft.encoder == "none":
-        return "none (TextCNN on piece embeddings from scratch)"
-    if ft.model_dir:
-        return f"random init with the shape of {ft.model_dir}"
-    return "random init (the config's model section)"
 
 
 def run_finetune(
@@ -156,49 +114,10 @@ def run_finetune(
     require_same_dataset(output, data)
     unseen = unseen_indices(setup.train_texts, texts(data, "test", ft.text_form))
     advts = _advts(setup, ft.eval_also)
-    spaces = "syllables joined with U+0F0B" if data.join_spaced_syllables else "words removed"
-    notes = {
-        "input_form": f"{ft.text_form} (spaces between {spaces}, NFC"
-        + (", closing shads and tshegs removed)" if ft.text_form == "tsheg-trimmed" else ")"),
-        "recipe": recipe(ft, setup.meta),
-        "stored_form": data.source_form,
-        "max_len": setup.meta.max_len,
-        "sizes": {s: len(v) for s, v in setup.ids.items()},
-        "test_unseen": f"{len(unseen)} of {len(data.splits['test'])} test texts not in train",
-        "vocab": str(setup.vocab_dir),
-        "vocab_sha256": setup.vocab.sha256,
-        "model": setup.meta.source_model or _untrained(ft),
-        **data.notes,  # a folder set's path and where its label list came from
-    }
-    tags = {"stage": "finetune", "dataset": data.name, "system": setup.system}
     # a validation macro-F1 at this level is a classifier collapsed onto one class
     majority = majority_macro_f1(data.targets("validation"), len(data.labels))
-    notes["validation_majority_macro_f1"] = majority
-    notes["cut_at_read_length"] = {"read_length": read_length(setup.meta), **setup.cut}
-    if unread := ft.unread_settings():
-        notes["unread_settings"] = unread
-        print(
-            f"note: {', '.join(unread)} set, but long_document={ft.long_document} does not read "
-            "them (global_memory and memory_selection: memory only; document_max_len: "
-            "segments and memory)",
-            file=sys.stderr,
-            flush=True,
-        )
-    if absent := classes_absent(data):
-        notes["classes_absent"] = absent
-        print(f"note: {absent}", file=sys.stderr, flush=True)
-    if left_out := classes_left_out(data, ft.limit_train):
-        notes["limit_train"] = left_out
-        print(f"warning: {left_out}", file=sys.stderr, flush=True)
-    for split, c in setup.cut.items():
-        if c["texts"]:  # a document cap (or the window) drops text: say how much, once
-            print(
-                f"note: {c['texts']} of {len(setup.ids[split])} {split} texts are longer than "
-                f"the read length ({read_length(setup.meta)} tokens); {c['tokens_dropped']} "
-                "tokens were cut off and not read",
-                file=sys.stderr,
-                flush=True,
-            )
+    notes = run_notes(ft, data, setup, len(unseen), majority)
+    tags = {"stage": "finetune", "dataset": data.name, "system": setup.system}
     # the pretraining behind the number (step, tokens, seconds...): what a learning curve plots
     extra = pretraining_of(ft)
     if setup.meta.source_model:

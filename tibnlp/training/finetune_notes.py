@@ -1,6 +1,6 @@
-"""What a fine-tuning run records beside its scores: the pretraining behind its encoder (so a
-learning curve can place it) and whether it learned at all (so a collapsed classifier is not
-read as a result)."""
+"""What a fine-tuning run records beside its scores: its notes (input form, recipe, sizes,
+what was cut), the pretraining behind its encoder (so a learning curve can place it) and
+whether it learned at all (so a collapsed classifier is not read as a result)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from tibnlp.config.finetune import FinetuneConfig
+from tibnlp.data.labelled import LabelledSet
 from tibnlp.errors import DataError
 from tibnlp.evaluation.metrics import not_learning
+from tibnlp.models.classifier_io import ClassifierMeta, read_length
 from tibnlp.models.io import read_extra
 from tibnlp.tracking import Tracker
 from tibnlp.tracking.conventions import TAG_WARNING, WARNING_MAJORITY
+from tibnlp.training.finetune_setup import Setup, classes_absent, classes_left_out
 
 
 def pretraining_of(ft: FinetuneConfig) -> dict[str, Any]:
@@ -43,3 +46,92 @@ def warn_if_majority(run: Tracker, system: str, seed: int, score: float, majorit
     print(f"warning: {message}", file=sys.stderr, flush=True)
     run.set_tags({TAG_WARNING: WARNING_MAJORITY, "warning.detail": message})
     return True
+
+
+def recipe(ft: FinetuneConfig, meta: ClassifierMeta | None = None) -> dict[str, Any]:
+    """The training settings a recipe search varies, as reports show them. `dropout` is the
+    head's; with a transformer encoder (`meta`), its own dropout as fine-tuning runs it too
+    (the model's unless `finetune.encoder_dropout` is set: 0 for a model pretrained without)."""
+    encoder: dict[str, float] = {}
+    if meta is not None and meta.encoder == "albert":
+        encoder = {
+            "encoder_dropout": meta.model.dropout,
+            "attention_dropout": meta.model.attention_dropout,
+        }
+    return {
+        "lr": ft.optimizer.lr,
+        "head_lr": ft.head_lr or ft.optimizer.lr,
+        "embedding_lr": ft.embedding_lr or ft.optimizer.lr,
+        "epochs": ft.epochs,
+        "patience": ft.patience,
+        "batch_size": ft.batch_size,
+        "warmup_ratio": ft.warmup_ratio,
+        "dropout": ft.dropout,
+        **encoder,
+        "layer_decay": ft.layer_decay,
+        "mlm_weight": ft.mlm_weight,
+        "mlm_prob": ft.mlm_prob,
+        "class_balance": ft.class_balance,
+        "adversarial": ft.adversarial,
+        "subword_alpha": ft.subword_alpha,
+        "subword_nbest": ft.subword_nbest,
+        "input_mask": ft.input_mask,
+    }
+
+
+def _untrained(ft: FinetuneConfig) -> str:
+    if ft.encoder == "none":
+        return "none (TextCNN on piece embeddings from scratch)"
+    if ft.model_dir:
+        return f"random init with the shape of {ft.model_dir}"
+    return "random init (the config's model section)"
+
+
+def run_notes(
+    ft: FinetuneConfig, data: LabelledSet, setup: Setup, unseen: int, majority: float
+) -> dict[str, Any]:
+    """The run's notes (tags of its MLflow run, and its results file's "notes"): the input
+    form, the recipe, sizes, vocabulary and model, and what was cut or left out, which is
+    said on stderr too. `unseen`: the test texts not in train; `majority`: the validation
+    macro-F1 of a classifier collapsed onto one class."""
+    spaces = "syllables joined with U+0F0B" if data.join_spaced_syllables else "words removed"
+    notes = {
+        "input_form": f"{ft.text_form} (spaces between {spaces}, NFC"
+        + (", closing shads and tshegs removed)" if ft.text_form == "tsheg-trimmed" else ")"),
+        "recipe": recipe(ft, setup.meta),
+        "stored_form": data.source_form,
+        "max_len": setup.meta.max_len,
+        "sizes": {s: len(v) for s, v in setup.ids.items()},
+        "test_unseen": f"{unseen} of {len(data.splits['test'])} test texts not in train",
+        "vocab": str(setup.vocab_dir),
+        "vocab_sha256": setup.vocab.sha256,
+        "model": setup.meta.source_model or _untrained(ft),
+        **data.notes,  # a folder set's path and where its label list came from
+    }
+    notes["validation_majority_macro_f1"] = majority
+    notes["cut_at_read_length"] = {"read_length": read_length(setup.meta), **setup.cut}
+    if unread := ft.unread_settings():
+        notes["unread_settings"] = unread
+        print(
+            f"note: {', '.join(unread)} set, but long_document={ft.long_document} does not read "
+            "them (global_memory and memory_selection: memory only; document_max_len: "
+            "segments and memory)",
+            file=sys.stderr,
+            flush=True,
+        )
+    if absent := classes_absent(data):
+        notes["classes_absent"] = absent
+        print(f"note: {absent}", file=sys.stderr, flush=True)
+    if left_out := classes_left_out(data, ft.limit_train):
+        notes["limit_train"] = left_out
+        print(f"warning: {left_out}", file=sys.stderr, flush=True)
+    for split, c in setup.cut.items():
+        if c["texts"]:  # a document cap (or the window) drops text: say how much, once
+            print(
+                f"note: {c['texts']} of {len(setup.ids[split])} {split} texts are longer than "
+                f"the read length ({read_length(setup.meta)} tokens); {c['tokens_dropped']} "
+                "tokens were cut off and not read",
+                file=sys.stderr,
+                flush=True,
+            )
+    return notes
