@@ -60,3 +60,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _signals_as_they_were():
+    """A test that runs the CLI's `main()` in this process installs `tibnlp.stopping`'s
+    handlers and wakeup fd: put pytest's back, so later tests (and their forked workers)
+    see the defaults."""
+    import signal
+
+    from tibnlp import stopping
+
+    saved = {sig: signal.getsignal(sig) for sig in (*stopping.SIGNALS, signal.SIGINT)}
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+    signal.set_wakeup_fd(wakeup)
+    stopping._received = None
+    stopping._taken.clear()

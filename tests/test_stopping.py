@@ -5,6 +5,7 @@ the pipeline ended (tibnlp.stopping, tibnlp.pipeline.launch)."""
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -24,12 +25,8 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture
 def handlers() -> Iterator[None]:
-    """Put the test process's SIGTERM and SIGHUP handlers back."""
-    saved = {sig: signal.getsignal(sig) for sig in stopping.SIGNALS}
+    """(conftest puts the handlers back after every test)"""
     yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-    stopping._received = None
 
 
 def test_sigterm_raises_a_keyboard_interrupt_once(handlers: None) -> None:
@@ -40,9 +37,12 @@ def test_sigterm_raises_a_keyboard_interrupt_once(handlers: None) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1)  # (delivered between bytecodes)
     assert isinstance(stop.value, stopping.Stopped) and stop.value.signum == signal.SIGTERM
+    assert str(stop.value) == "SIGTERM"
+    assert pickle.loads(pickle.dumps(stop.value)).signum == signal.SIGTERM  # (a pool ships it)
     assert stopping.exit_status(stop.value) == 143 and stopping.stopped_by_signal() == 15
-    # a second signal is not caught: a clean-up that hangs can still be ended
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    # the same stop again (systemd sends SIGHUP with SIGTERM) does not cut the clean-up short
+    os.kill(os.getpid(), signal.SIGHUP)
+    time.sleep(0.2)
     assert stopping.exit_status(KeyboardInterrupt()) == 143  # (what this process received)
     stopping._received = None
     assert stopping.exit_status(KeyboardInterrupt()) == 130  # Ctrl-C
@@ -55,6 +55,101 @@ def test_a_signal_started_ignored_stays_ignored(handlers: None) -> None:
     stopping.stop_on_signals()
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+
+
+# a process that stops on signals, then does WHAT (argv[1]); its clean-up writes argv[2]
+STOPPING = """
+import hashlib, multiprocessing, sys, time
+from pathlib import Path
+from tibnlp import stopping
+stopping.stop_on_signals()
+what, done = sys.argv[1], Path(sys.argv[2])
+try:
+    print("ready", flush=True)
+    if what == "c-call":  # one long call in C: no Python handler runs until it returns
+        hashlib.pbkdf2_hmac("sha256", b"x", b"y", 2**31 - 1)
+    elif what == "pools":  # pools whose idle workers are SIGTERMed at the end of `with`
+        for _ in range(8):
+            with multiprocessing.get_context("fork").Pool(2) as pool:
+                pool.map(abs, range(4))
+        print("pools done", flush=True)
+    else:
+        time.sleep(120)
+except KeyboardInterrupt as stop:
+    if what == "hanging-clean-up":
+        time.sleep(120)
+    time.sleep(1.5)  # a clean-up that takes a moment
+    done.write_text("cleaned up")
+    sys.exit(stopping.exit_status(stop))
+"""
+
+
+def _stopping(what: str, tmp_path: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPING, what, str(tmp_path / "done")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def test_a_stop_during_a_long_c_call_exits_within_the_take_time(tmp_path: Path) -> None:
+    """SentencePiece training or a collective cannot run Python's handler: the process exits
+    as SIGTERM would have (it ignored the signal until the call returned)."""
+    proc = _stopping("c-call", tmp_path)
+    time.sleep(0.5)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "not taken within" in err, err
+    assert time.monotonic() - started < stopping.TAKE_S + 10
+    assert not (tmp_path / "done").exists()
+
+
+def test_sigterm_then_sighup_at_once_is_one_stop(tmp_path: Path) -> None:
+    """systemd sends both together: the clean-up runs to its end (it was cut short)."""
+    proc = _stopping("sleep", tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (129, 143), err  # (pending signals are taken lowest first)
+    assert (tmp_path / "done").read_text() == "cleaned up"
+
+
+def test_a_stop_signal_sent_again_ends_a_hanging_clean_up(tmp_path: Path) -> None:
+    proc = _stopping("hanging-clean-up", tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(stopping.REPEAT_S + 1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and "sent again" in err, err
+
+
+def test_forked_pool_workers_end_quietly(tmp_path: Path) -> None:
+    """A pool's idle workers are SIGTERMed when it closes: inheriting the handler, they
+    printed a `Stopped` traceback now and then; a forked child gets the default back."""
+    proc = _stopping("pools", tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "pools done" in out, err
+    assert "Stopped" not in err and "Traceback" not in err, err
+
+
+def test_a_worker_stops_when_the_pipeline_above_it_is_gone() -> None:
+    """Its launcher may die before the worker notes it as its parent: the pipeline's pid,
+    from the stage's context file, is watched too."""
+    code = (
+        "import sys, time; from tibnlp import stopping; "
+        "stopping.stop_when_orphaned((int(sys.argv[1]), None), poll_s=0.1); time.sleep(60)"
+    )
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    worker = subprocess.Popen([sys.executable, "-c", code, str(gone.pid)], env=env)
+    assert worker.wait(timeout=60) == -signal.SIGTERM
 
 
 def _gone(pid: int, within: float = 30.0) -> bool:

@@ -41,7 +41,7 @@ class FolderBusy(TibnlpError):
     exit_code = 3
 
 
-def _start_time(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (Linux /proc), or None."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -51,10 +51,9 @@ def _start_time(pid: int) -> int | None:
     return int(fields[19]) if fields[0] != "Z" else -1  # -1: a zombie has ended
 
 
-def _running(holder: dict[str, Any]) -> bool:
-    """Whether the holder (on this host) still runs: its pid exists, is no zombie, and is
-    the same process that took the lock (same start time)."""
-    pid = int(holder.get("pid", 0))
+def alive(pid: int, start: int | None) -> bool:
+    """Whether process `pid` (on this host) still runs: it exists, is no zombie, and is the
+    process that started at `start` (`start_time`; None: not known), not a reused pid."""
     if pid <= 0:
         return False
     try:
@@ -63,11 +62,15 @@ def _running(holder: dict[str, Any]) -> bool:
         return False
     except PermissionError:
         pass  # exists, owned by another user
-    start = _start_time(pid)
-    if start == -1:
+    now = start_time(pid)
+    if now == -1:
         return False
-    recorded = holder.get("start")
-    return start is None or recorded is None or start == recorded
+    return now is None or start is None or now == start
+
+
+def _running(holder: dict[str, Any]) -> bool:
+    """Whether the holder (on this host) still runs, the process that took the lock."""
+    return alive(int(holder.get("pid", 0)), holder.get("start"))
 
 
 def _describe(holder: dict[str, Any]) -> str:
@@ -171,7 +174,7 @@ def hold_folder(
     mine = {
         "pid": os.getpid(),
         "host": host,
-        "start": _start_time(os.getpid()),
+        "start": start_time(os.getpid()),
         "since": time.time(),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300],
         "token": uuid.uuid4().hex,

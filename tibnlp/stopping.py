@@ -6,12 +6,19 @@ closed terminal) ends the process on the spot: no `finally` runs, so the MLflow 
 RUNNING, and a pipeline's launched stage (torchrun and its workers) goes on training with
 nobody to collect it. `stop_on_signals` makes both raise `Stopped`, a `KeyboardInterrupt`,
 so every path Ctrl-C takes (runs ended KILLED, "interrupted: ... run again to go on") is
-taken; the process then exits 128 + the signal's number, as the shell reports it. A second
-signal kills at once, for a clean-up that hangs.
+taken; the process then exits 128 + the signal's number, as the shell reports it.
+
+Python runs a handler only between bytecodes, so a stop that comes during one long C call
+(SentencePiece training, a collective waiting for a dead peer) would wait for the call. A
+watcher thread sees each signal as it arrives (`signal.set_wakeup_fd`): a stop Python has
+not taken within `TAKE_S` exits the process as the signal would have (the next run ends its
+MLflow runs, `tibnlp.tracking.orphans`), and so does a stop signal repeated after `REPEAT_S`,
+for a clean-up that hangs. A repeat within it is the same stop (systemd sends SIGTERM and
+SIGHUP together). Forked children (pool workers) get the defaults back.
 
 A process started by another dies with it too: `die_with_parent` (a child's SIGTERM when its
-starter dies, even by SIGKILL; Linux) and `stop_when_orphaned` (a launched worker, whose
-launcher may be killed together with the pipeline, stops when it is orphaned).
+starter dies, even by SIGKILL; Linux) and `stop_when_orphaned` (a launched worker stops once
+its launcher or the pipeline above it is gone).
 """
 
 from __future__ import annotations
@@ -20,37 +27,106 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
+from tibnlp.folder_lock import alive
+
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+TAKE_S = 5.0  # a stop Python has not taken by then exits as the signal would have
+REPEAT_S = 1.0  # a stop signal within this of the first is part of the same stop
 
 
 class Stopped(KeyboardInterrupt):
     """A SIGTERM or SIGHUP, raised where Ctrl-C raises KeyboardInterrupt."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+        super().__init__(int(signum))  # (args rebuild it: copy and pickle work)
+        self.signum = int(signum)
+
+    def __str__(self) -> str:
+        return signal.Signals(self.signum).name
 
 
 _received: int | None = None  # the signal that stopped this process, if one did
+_taken = threading.Event()  # Python's handler has run: the clean-up is under way
+_wakeup = -1  # the watcher's pipe, written by Python's C-level handler
 
 
 def _raise_stopped(signum: int, _frame: FrameType | None) -> None:
     global _received
+    if _taken.is_set():  # one stop; a repeat is the watcher's to judge
+        return
     _received = signum
-    for sig in SIGNALS:  # a second signal ends the process at once
-        signal.signal(sig, signal.SIG_DFL)
+    _taken.set()
     raise Stopped(signum)
 
 
+def _exit_now(signum: int, why: str) -> None:
+    with_name = signal.Signals(signum).name
+    try:
+        sys.stderr.write(f"\n{with_name}: {why}; exiting without clean-up\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(128 + signum)
+
+
+def _deadline(signum: int) -> None:
+    if not _taken.wait(TAKE_S):
+        _exit_now(signum, f"not taken within {TAKE_S:.0f} s (a call that cannot be interrupted)")
+
+
+def _watch(read_fd: int) -> None:
+    first = 0.0
+    while True:
+        try:
+            arrived = os.read(read_fd, 64)
+        except OSError:
+            return
+        for signum in arrived:
+            if signum not in SIGNALS:
+                continue
+            now = time.monotonic()
+            if not first:
+                first = now
+                threading.Thread(target=_deadline, args=(signum,), daemon=True).start()
+            elif now - first > REPEAT_S:
+                _exit_now(signum, "sent again while stopping")
+
+
+def _forget_in_child() -> None:
+    """A forked child (a pool's worker) stops as Python's default would, and its signals
+    no longer reach the parent's watcher."""
+    global _wakeup
+    _wakeup = -1  # (the pipe is the parent's; a child that stops on signals makes its own)
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in SIGNALS:
+            if signal.getsignal(sig) is _raise_stopped:
+                signal.signal(sig, signal.SIG_DFL)
+    except ValueError:  # (not the child's main thread)
+        pass
+
+
 def stop_on_signals() -> None:
-    """SIGTERM and SIGHUP raise `Stopped` from now on (main thread only). A signal the
-    process was started with ignored stays ignored: `nohup` keeps a command past logout."""
+    """SIGTERM and SIGHUP raise `Stopped` from now on, watched as the module says. From the
+    main thread only (elsewhere: nothing). A signal the process was started with ignored
+    stays ignored: `nohup` keeps a command past logout."""
+    global _received, _wakeup
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _received = None
+    _taken.clear()
     for sig in SIGNALS:
-        if signal.getsignal(sig) is signal.SIG_DFL:
+        if signal.getsignal(sig) in (signal.SIG_DFL, _raise_stopped):
             signal.signal(sig, _raise_stopped)
+    if _wakeup == -1:  # one watcher per process
+        read_fd, _wakeup = os.pipe()
+        os.set_blocking(_wakeup, False)
+        threading.Thread(target=_watch, args=(read_fd,), name="tibnlp-stop", daemon=True).start()
+        os.register_at_fork(after_in_child=_forget_in_child)
+    signal.set_wakeup_fd(_wakeup, warn_on_full_buffer=False)
 
 
 def exit_status(interrupt: BaseException | None = None) -> int:
@@ -94,15 +170,21 @@ def die_with_parent() -> Callable[[], None] | None:
     return arm
 
 
-def stop_when_orphaned(poll_s: float = 1.0) -> threading.Thread:
-    """Send this process SIGTERM once its parent is gone (a launched worker whose launcher
-    was killed with the pipeline that started it); polled from a daemon thread."""
+def stop_when_orphaned(
+    above: tuple[int, int | None] | None = None, poll_s: float = 1.0
+) -> threading.Thread:
+    """Send this process SIGTERM once its parent is gone, or the process `above` (pid, start
+    time: a pipeline that started this worker's launcher), which covers a launcher that died
+    before this process could note it as its parent; polled from a daemon thread."""
     parent = os.getppid()
+
+    def gone() -> bool:
+        return os.getppid() != parent or (above is not None and not alive(*above))
 
     def watch() -> None:
         stop = threading.Event()
         while not stop.wait(poll_s):
-            if os.getppid() != parent:
+            if gone():
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
 

@@ -6,13 +6,13 @@ import os
 import signal
 import tempfile
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
 
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
+from tibnlp.stopping import Stopped, exit_status, stop_on_signals
 from tibnlp.tracking import default_tracking_uri
 from tibnlp.tracking.reading import read_client
 from tibnlp.tracking.server import (
@@ -41,11 +41,12 @@ def ui(
         read_client(tracking_uri)
     check_listen(host, port)
     # `kill`, systemd and `docker stop` send SIGTERM, a closed terminal SIGHUP: leave through
-    # the `finally` below like Ctrl-C does, so the server's whole process group is stopped.
-    # SIGINT too is set explicitly: a shell starts background commands with it ignored.
+    # the `finally` below like Ctrl-C does (`stopping`), so the server's whole process group
+    # is stopped. SIGINT too is set explicitly: a shell starts background commands with it
+    # ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _exit_on_signal)
+    stop_on_signals()
+    code = 0
     # the server's output, read back when it stops by itself (removed when the UI ends)
     fd, name = tempfile.mkstemp(prefix="tibnlp-ui-", suffix=".log")
     os.close(fd)
@@ -66,18 +67,16 @@ def ui(
                 + (f"; its last output:\n{said}" if said else ""),
                 "start `tibnlp ui` again; if it stops again, its output above says why",
             )
-        except KeyboardInterrupt:
-            pass
+        except KeyboardInterrupt as stop:  # Ctrl-C: 0; SIGTERM, SIGHUP: 128 + the signal
+            code = exit_status(stop) if isinstance(stop, Stopped) else 0
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second signal must
                 signal.signal(sig, signal.SIG_IGN)  # not cut the shutdown short
             stop_server(proc)
     finally:
         log.unlink(missing_ok=True)
-
-
-def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    if code:
+        raise SystemExit(code)
 
 
 def server_url(host: str, port: int) -> str:

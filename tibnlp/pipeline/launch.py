@@ -27,6 +27,7 @@ from typing import Any
 
 from tibnlp.config import Config, from_dict, to_dict
 from tibnlp.errors import TibnlpError
+from tibnlp.folder_lock import start_time
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.registry import stage_def
 from tibnlp.stopping import die_with_parent, stop_when_orphaned
@@ -70,6 +71,9 @@ def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:
         "output": str(ctx.output.resolve()),
         "resume": ctx.resume,
         "params": ctx.params,
+        # whose stage it is: a worker whose launcher died before it could note its parent
+        # still sees the pipeline go
+        "pipeline": {"pid": os.getpid(), "start": start_time(os.getpid())},
     }
     ctx_file.write_text(json.dumps(data, ensure_ascii=False, default=str), encoding="utf-8")
     cmd = [*shlex.split(launch), "tibnlp.cli.main", "pipeline", "exec-stage", str(ctx_file)]
@@ -110,9 +114,11 @@ def _run_launcher(cmd: list[str]) -> int:
 def _stop_launcher(proc: subprocess.Popen[bytes]) -> None:
     try:  # a Ctrl-C at a terminal reached the launcher too: a second signal could cut its
         proc.wait(OWN_STOP_S)  # own shutdown short
-        return
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)  # torchrun and deepspeed pass it to their workers
+        pass
+    finally:  # (also when a second Ctrl-C cuts the wait short)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # torchrun and deepspeed pass it to their workers
     try:
         proc.wait(STOP_GRACE_S)
     except subprocess.TimeoutExpired:
@@ -122,8 +128,10 @@ def _stop_launcher(proc: subprocess.Popen[bytes]) -> None:
 
 def exec_stage(ctx_file: Path) -> None:
     """The launched side: rebuild the context, run the stage, rank 0 reports back."""
-    stop_when_orphaned()  # the launcher killed with the pipeline: stop, do not train on
     data = json.loads(Path(ctx_file).read_text(encoding="utf-8"))
+    # the launcher killed with the pipeline (or the pipeline gone): stop, do not train on
+    above = data.get("pipeline")
+    stop_when_orphaned((int(above["pid"]), above.get("start")) if above else None)
     if data.get("module"):  # a plugin's kind registers itself when its module is imported
         try:
             importlib.import_module(data["module"])

@@ -427,10 +427,10 @@ class Tracker:
     def end(self, status: str = "FINISHED") -> None:
         if not self.enabled or not self.run_id or self.ended:
             return
-        self.ended = True
         if not self.keep_status:
             rec = {"op": "set_terminated", "run": self._rid, "status": status, "time": now_ms()}
-            self._submit(rec)
+            self._submit(rec)  # (sent, or kept in the buffer for `tibnlp runs sync`)
+        self.ended = True  # not before: a stop inside the call leaves the run to end
         if self._offline:
             self._last_try = 0.0  # one last try now, whatever the probe interval
             if not self._maybe_reconnect():

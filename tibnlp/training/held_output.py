@@ -26,6 +26,7 @@ class OpenRun(Protocol):
     enabled: bool
     run_id: str | None
     uri: str
+    ended: bool
 
 
 NoteRun = Callable[[OpenRun], None]
@@ -46,21 +47,21 @@ def held_output(
 ) -> Iterator[NoteRun]:
     """Hold `folder` on the main process (the other ranks of a data-parallel run only write
     beside it); yields `note(tracker)`, which notes the run once it is open. Every run noted
-    is taken off the ledger when the block ends, however it ends: only a process killed
-    outright leaves its note. Every rank calls `meet` (`engine.wait_for_main`) before its
-    block: the others wait there, however long `--wait` takes, until the main process holds
-    the folder (a collective would time out first)."""
+    and ended is taken off the ledger when the block ends: only a process killed outright,
+    or stopped before its run ended, leaves its note. Every rank calls `meet`
+    (`engine.wait_for_main`) before its block: the others wait there, however long `--wait`
+    takes, until the main process holds the folder (a collective would time out first)."""
     if not main:
         if meet is not None:
             meet()
         yield _no_note
         return
-    noted: list[str] = []
+    noted: list[OpenRun] = []
 
     def note(run: OpenRun) -> None:
         if standalone and run.enabled and run.run_id:
             open_run(folder, run.run_id, run.uri)
-            noted.append(run.run_id)
+            noted.append(run)
 
     with hold_folder(folder, wait=wait, notify=say):
         if standalone:  # the folder is held: a noted run's process is gone
@@ -69,6 +70,7 @@ def held_output(
             meet()
         try:
             yield note
-        finally:
-            for run_id in noted:
-                close_run(folder, run_id)
+        finally:  # (a run a stop cut off before it ended stays noted: the next run ends it)
+            for run in noted:
+                if run.ended:
+                    close_run(folder, run.run_id)
