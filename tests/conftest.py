@@ -79,4 +79,5 @@ def _signals_as_they_were():
         signal.signal(sig, handler)
     signal.set_wakeup_fd(wakeup)
     stopping._received = None
+    stopping._generation += 1  # (the watcher forgets a stop a test made)
     stopping._taken.clear()

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -59,48 +59,74 @@ def test_a_signal_started_ignored_stays_ignored(handlers: None) -> None:
 
 # a process that stops on signals, then does WHAT (argv[1]); its clean-up writes argv[2]
 STOPPING = """
-import hashlib, multiprocessing, sys, time
+import hashlib, multiprocessing, signal, sys, time
 from pathlib import Path
 from tibnlp import stopping
 stopping.stop_on_signals()
 what, done = sys.argv[1], Path(sys.argv[2])
-try:
-    print("ready", flush=True)
-    if what == "c-call":  # one long call in C: no Python handler runs until it returns
-        hashlib.pbkdf2_hmac("sha256", b"x", b"y", 2**31 - 1)
-    elif what == "pools":  # pools whose idle workers are SIGTERMed at the end of `with`
-        for _ in range(8):
-            with multiprocessing.get_context("fork").Pool(2) as pool:
-                pool.map(abs, range(4))
-        print("pools done", flush=True)
-    else:
-        time.sleep(120)
-except KeyboardInterrupt as stop:
-    if what == "hanging-clean-up":
-        time.sleep(120)
-    time.sleep(1.5)  # a clean-up that takes a moment
-    done.write_text("cleaned up")
-    sys.exit(stopping.exit_status(stop))
+if what == "other-handler":  # another's handler, with a graceful shutdown of its own
+    def graceful(signum, frame):
+        time.sleep(stopping.TAKE_S + 2)
+        done.write_text("cleaned up")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, graceful)
+for round in range(2 if what == "twice" else 1):
+    try:
+        print("ready", flush=True)
+        if what == "c-call":  # one long call in C: no Python handler runs until it returns
+            hashlib.pbkdf2_hmac("sha256", b"x", b"y", 2**31 - 1)
+        elif what == "pools":  # pools whose idle workers are SIGTERMed at the end of `with`
+            for _ in range(8):
+                with multiprocessing.get_context("fork").Pool(2) as pool:
+                    pool.map(abs, range(4))
+            print("pools done", flush=True)
+        else:
+            time.sleep(120)
+    except KeyboardInterrupt as stop:
+        if what == "hanging-clean-up":
+            time.sleep(120)
+        if what == "busy-clean-up":  # one C call holding the GIL for seconds: the watcher
+            base, power = 7, 4_000_000  # reads the second byte only after it
+            base**power
+        time.sleep(1.5)  # a clean-up that takes a moment
+        done.write_text("cleaned up")
+        if what == "twice" and round == 0:
+            stopping.stop_on_signals()  # as a second command in this process would
+            continue
+        sys.exit(stopping.exit_status(stop))
 """
 
 
-def _stopping(what: str, tmp_path: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", STOPPING, what, str(tmp_path / "done")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-    return proc
+@pytest.fixture
+def stopping_child(tmp_path: Path) -> Iterator[Callable[[str], subprocess.Popen[str]]]:
+    """Start the STOPPING process doing WHAT; killed after the test, whatever happened."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(what: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", STOPPING, what, str(tmp_path / "done")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        started.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.communicate()
 
 
-def test_a_stop_during_a_long_c_call_exits_within_the_take_time(tmp_path: Path) -> None:
+def test_a_stop_during_a_long_c_call_exits_within_the_take_time(
+    tmp_path: Path, stopping_child: Callable[[str], subprocess.Popen[str]]
+) -> None:
     """SentencePiece training or a collective cannot run Python's handler: the process exits
     as SIGTERM would have (it ignored the signal until the call returned)."""
-    proc = _stopping("c-call", tmp_path)
+    proc = stopping_child("c-call")
     time.sleep(0.5)
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -110,9 +136,11 @@ def test_a_stop_during_a_long_c_call_exits_within_the_take_time(tmp_path: Path) 
     assert not (tmp_path / "done").exists()
 
 
-def test_sigterm_then_sighup_at_once_is_one_stop(tmp_path: Path) -> None:
+def test_sigterm_then_sighup_at_once_is_one_stop(
+    tmp_path: Path, stopping_child: Callable[[str], subprocess.Popen[str]]
+) -> None:
     """systemd sends both together: the clean-up runs to its end (it was cut short)."""
-    proc = _stopping("sleep", tmp_path)
+    proc = stopping_child("sleep")
     proc.send_signal(signal.SIGTERM)
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=60)
@@ -120,8 +148,10 @@ def test_sigterm_then_sighup_at_once_is_one_stop(tmp_path: Path) -> None:
     assert (tmp_path / "done").read_text() == "cleaned up"
 
 
-def test_a_stop_signal_sent_again_ends_a_hanging_clean_up(tmp_path: Path) -> None:
-    proc = _stopping("hanging-clean-up", tmp_path)
+def test_a_stop_signal_sent_again_ends_a_hanging_clean_up(
+    stopping_child: Callable[[str], subprocess.Popen[str]],
+) -> None:
+    proc = stopping_child("hanging-clean-up")
     proc.send_signal(signal.SIGTERM)
     time.sleep(stopping.REPEAT_S + 1)
     proc.send_signal(signal.SIGTERM)
@@ -129,13 +159,63 @@ def test_a_stop_signal_sent_again_ends_a_hanging_clean_up(tmp_path: Path) -> Non
     assert proc.returncode == 143 and "sent again" in err, err
 
 
-def test_forked_pool_workers_end_quietly(tmp_path: Path) -> None:
+def test_forked_pool_workers_end_quietly(
+    stopping_child: Callable[[str], subprocess.Popen[str]],
+) -> None:
     """A pool's idle workers are SIGTERMed when it closes: inheriting the handler, they
     printed a `Stopped` traceback now and then; a forked child gets the default back."""
-    proc = _stopping("pools", tmp_path)
+    proc = stopping_child("pools")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "pools done" in out, err
     assert "Stopped" not in err and "Traceback" not in err, err
+
+
+def test_a_busy_clean_up_is_not_taken_for_a_repeat(
+    tmp_path: Path, stopping_child: Callable[[str], subprocess.Popen[str]]
+) -> None:
+    """SIGHUP 0.2 s after SIGTERM is the same stop, even when the clean-up holds the GIL for
+    seconds (the watcher read the second byte late and took it for a repeat)."""
+    proc = stopping_child("busy-clean-up")
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=120)
+    assert (tmp_path / "done").read_text() == "cleaned up", err
+    assert proc.returncode == 143, err
+
+
+def test_another_handlers_shutdown_is_not_cut_at_the_take_time(
+    tmp_path: Path, stopping_child: Callable[[str], subprocess.Popen[str]]
+) -> None:
+    """A handler installed after stop_on_signals (a plugin's, a library's) took the signal:
+    its graceful shutdown, longer than TAKE_S, runs to its end."""
+    proc = stopping_child("other-handler")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and (tmp_path / "done").read_text() == "cleaned up", err
+
+
+def test_a_second_stop_after_the_handlers_are_set_again_is_a_stop_of_its_own(
+    tmp_path: Path, stopping_child: Callable[[str], subprocess.Popen[str]]
+) -> None:
+    proc = stopping_child("twice")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # round two
+    (tmp_path / "done").unlink()
+    time.sleep(stopping.REPEAT_S + 1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and (tmp_path / "done").read_text() == "cleaned up", err
+
+
+def test_a_rank_on_another_host_does_not_watch_the_pipelines_pid() -> None:
+    from tibnlp.pipeline.launch import _this_process, pipeline_to_watch
+
+    here = _this_process()
+    assert pipeline_to_watch(here) == (here["pid"], here["start"])
+    assert pipeline_to_watch({**here, "host": "another-node"}) is None
+    assert pipeline_to_watch({**here, "pid_ns": here["pid_ns"] + 1}) is None
+    assert pipeline_to_watch({}) is None
 
 
 def test_a_worker_stops_when_the_pipeline_above_it_is_gone() -> None:
@@ -175,7 +255,8 @@ from tibnlp import stopping
 how = sys.argv[1]
 grandchild = "import time\\n"
 if how == "orphan":
-    grandchild = "from tibnlp import stopping; stopping.stop_when_orphaned(0.1); import time\\n"
+    grandchild = "from tibnlp import stopping\\nstopping.stop_when_orphaned(poll_s=0.1)\\n"
+    grandchild += "import time\\n"
 grandchild += "time.sleep(120)"
 pre = stopping.die_with_parent() if how == "pdeathsig" else None
 child = subprocess.Popen([sys.executable, "-c", grandchild], preexec_fn=pre)

@@ -14,7 +14,9 @@ watcher thread sees each signal as it arrives (`signal.set_wakeup_fd`): a stop P
 not taken within `TAKE_S` exits the process as the signal would have (the next run ends its
 MLflow runs, `tibnlp.tracking.orphans`), and so does a stop signal repeated after `REPEAT_S`,
 for a clean-up that hangs. A repeat within it is the same stop (systemd sends SIGTERM and
-SIGHUP together). Forked children (pool workers) get the defaults back.
+SIGHUP together). A signal another handler took (installed later, by a plugin or library)
+is left to it. Forked children (pool workers) get the defaults back. A C call that holds
+the GIL throughout keeps the watcher from running too: only SIGKILL ends that.
 
 A process started by another dies with it too: `die_with_parent` (a child's SIGTERM when its
 starter dies, even by SIGKILL; Linux) and `stop_when_orphaned` (a launched worker stops once
@@ -24,6 +26,7 @@ its launcher or the pipeline above it is gone).
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
@@ -52,6 +55,8 @@ class Stopped(KeyboardInterrupt):
 _received: int | None = None  # the signal that stopped this process, if one did
 _taken = threading.Event()  # Python's handler has run: the clean-up is under way
 _wakeup = -1  # the watcher's pipe, written by Python's C-level handler
+_generation = 0  # bumped when the handlers are set again: the watcher forgets the last stop
+POLL_S = 0.25  # while a stop is under way, the watcher looks at least this often
 
 
 def _raise_stopped(signum: int, _frame: FrameType | None) -> None:
@@ -63,35 +68,57 @@ def _raise_stopped(signum: int, _frame: FrameType | None) -> None:
     raise Stopped(signum)
 
 
+def _ours(signum: int) -> bool:
+    """The signal is handled by `_raise_stopped` (not ignored, not another's handler)."""
+    return signal.getsignal(signum) is _raise_stopped
+
+
 def _exit_now(signum: int, why: str) -> None:
-    with_name = signal.Signals(signum).name
+    """Exit 128 + signum now. The exit is armed before the message: a stderr nobody reads
+    (a full pipe) must not keep the process."""
+    threading.Timer(0.5, os._exit, (128 + signum,)).start()
     try:
-        sys.stderr.write(f"\n{with_name}: {why}; exiting without clean-up\n")
-        sys.stderr.flush()
+        name = signal.Signals(signum).name
+        os.write(2, f"\n{name}: {why}; exiting without clean-up\n".encode())
     finally:
         os._exit(128 + signum)
 
 
-def _deadline(signum: int) -> None:
-    if not _taken.wait(TAKE_S):
-        _exit_now(signum, f"not taken within {TAKE_S:.0f} s (a call that cannot be interrupted)")
-
-
 def _watch(read_fd: int) -> None:
-    first = 0.0
+    """Python's handler runs only between bytecodes; this thread sees each signal as its
+    byte arrives. A stop (`_ours`) not taken within TAKE_S exits; so does a stop signal that
+    arrives after the watcher found the pipe empty more than REPEAT_S after the first (a
+    repeat, not the same burst: timed by what the watcher saw, never by when it got the GIL
+    back, so a busy clean-up is not taken for a repeat)."""
+    generation = _generation
+    first = 0.0  # when the current stop was seen (0: none)
+    quiet = 0.0  # the last time the pipe was found empty during it
+    pending = 0  # the stop's signal while not yet taken
     while True:
+        try:
+            ready, _, _ = select.select([read_fd], [], [], POLL_S if first else None)
+        except OSError:
+            return
+        now = time.monotonic()
+        if generation != _generation:  # the handlers were set again: a new start
+            generation, first, quiet, pending = _generation, 0.0, 0.0, 0
+        if pending and (_taken.is_set() or not _ours(pending)):
+            pending = 0
+        if not ready:
+            quiet = now
+            if pending and now - first >= TAKE_S:
+                _exit_now(pending, f"not taken within {TAKE_S:.0f} s (a call Python waits on)")
+            continue
         try:
             arrived = os.read(read_fd, 64)
         except OSError:
             return
         for signum in arrived:
-            if signum not in SIGNALS:
+            if signum not in SIGNALS or not _ours(signum):
                 continue
-            now = time.monotonic()
             if not first:
-                first = now
-                threading.Thread(target=_deadline, args=(signum,), daemon=True).start()
-            elif now - first > REPEAT_S:
+                first, pending = now, signum
+            elif quiet - first > REPEAT_S:
                 _exit_now(signum, "sent again while stopping")
 
 
@@ -113,10 +140,11 @@ def stop_on_signals() -> None:
     """SIGTERM and SIGHUP raise `Stopped` from now on, watched as the module says. From the
     main thread only (elsewhere: nothing). A signal the process was started with ignored
     stays ignored: `nohup` keeps a command past logout."""
-    global _received, _wakeup
+    global _received, _wakeup, _generation
     if threading.current_thread() is not threading.main_thread():
         return
     _received = None
+    _generation += 1
     _taken.clear()
     for sig in SIGNALS:
         if signal.getsignal(sig) in (signal.SIG_DFL, _raise_stopped):

@@ -21,6 +21,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,8 @@ from tibnlp.tracking import Tracker
 
 CONTEXT_FILE = ".tibnlp-launch.json"
 RESULT_FILE = ".tibnlp-launch-result.json"
-# after a stop: how long the launcher may take to stop on its own (it saw the Ctrl-C too),
-# then to stop its workers after our SIGTERM (torchrun gives them 30 s), before SIGKILL
-OWN_STOP_S = 5.0
+# after a stop: how long the launcher may take to stop its workers after our SIGTERM
+# (torchrun gives them 30 s), before SIGKILL
 STOP_GRACE_S = 60.0
 
 
@@ -73,7 +73,7 @@ def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:
         "params": ctx.params,
         # whose stage it is: a worker whose launcher died before it could note its parent
         # still sees the pipeline go
-        "pipeline": {"pid": os.getpid(), "start": start_time(os.getpid())},
+        "pipeline": _this_process(),
     }
     ctx_file.write_text(json.dumps(data, ensure_ascii=False, default=str), encoding="utf-8")
     cmd = [*shlex.split(launch), "tibnlp.cli.main", "pipeline", "exec-stage", str(ctx_file)]
@@ -100,10 +100,32 @@ def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:
     return path if path is not None else report
 
 
+def _this_process() -> dict[str, Any]:
+    """Where this process can be found again: pid, start time, host, pid namespace."""
+    try:
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pid_ns = 0
+    pid = os.getpid()
+    return {"pid": pid, "start": start_time(pid), "host": socket.gethostname(), "pid_ns": pid_ns}
+
+
+def pipeline_to_watch(pipeline: dict[str, Any]) -> tuple[int, int | None] | None:
+    """The pipeline's (pid, start time) when this process can see it: same host and pid
+    namespace (a rank on another node must not take a pid there for the pipeline's)."""
+    here = _this_process()
+    if not pipeline or any(pipeline.get(k) != here[k] for k in ("host", "pid_ns")):
+        return None
+    return int(pipeline["pid"]), pipeline.get("start")
+
+
 def _run_launcher(cmd: list[str]) -> int:
     """Run the launcher to its end; its exit code. Stopped (Ctrl-C, SIGTERM, an error here),
-    it is given time to stop its workers, then told to, then killed."""
-    proc = subprocess.Popen(cmd, preexec_fn=die_with_parent())
+    it is told to stop its workers, then killed after STOP_GRACE_S. It runs in a session of
+    its own, so this process alone signals it, and once: a Ctrl-C at the terminal or a
+    signal to the pipeline's group reached it too, and the second signal cut torchrun's own
+    shutdown short (leaving its workers orphaned)."""
+    proc = subprocess.Popen(cmd, preexec_fn=die_with_parent(), start_new_session=True)
     try:
         return proc.wait()
     except BaseException:
@@ -112,13 +134,8 @@ def _run_launcher(cmd: list[str]) -> int:
 
 
 def _stop_launcher(proc: subprocess.Popen[bytes]) -> None:
-    try:  # a Ctrl-C at a terminal reached the launcher too: a second signal could cut its
-        proc.wait(OWN_STOP_S)  # own shutdown short
-    except subprocess.TimeoutExpired:
-        pass
-    finally:  # (also when a second Ctrl-C cuts the wait short)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # torchrun and deepspeed pass it to their workers
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # torchrun and deepspeed pass it to their workers
     try:
         proc.wait(STOP_GRACE_S)
     except subprocess.TimeoutExpired:
@@ -130,8 +147,7 @@ def exec_stage(ctx_file: Path) -> None:
     """The launched side: rebuild the context, run the stage, rank 0 reports back."""
     data = json.loads(Path(ctx_file).read_text(encoding="utf-8"))
     # the launcher killed with the pipeline (or the pipeline gone): stop, do not train on
-    above = data.get("pipeline")
-    stop_when_orphaned((int(above["pid"]), above.get("start")) if above else None)
+    stop_when_orphaned(pipeline_to_watch(data.get("pipeline") or {}))
     if data.get("module"):  # a plugin's kind registers itself when its module is imported
         try:
             importlib.import_module(data["module"])
