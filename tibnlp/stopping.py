@@ -74,12 +74,14 @@ def _ours(signum: int) -> bool:
 
 
 def _exit_now(signum: int, why: str) -> None:
-    """Exit 128 + signum now. The exit is armed before the message: a stderr nobody reads
-    (a full pipe) must not keep the process."""
-    threading.Timer(0.5, os._exit, (128 + signum,)).start()
+    """Exit 128 + signum now, saying why only where stderr can take it at once (a full pipe
+    nobody reads must not keep the process; no thread: none starts at interpreter exit)."""
     try:
-        name = signal.Signals(signum).name
-        os.write(2, f"\n{name}: {why}; exiting without clean-up\n".encode())
+        if select.select([], [2], [], 0.5)[1]:  # (a pipe: room for PIPE_BUF bytes)
+            name = signal.Signals(signum).name
+            os.write(2, f"\n{name}: {why}; exiting without clean-up\n".encode())
+    except (OSError, ValueError):
+        pass
     finally:
         os._exit(128 + signum)
 
@@ -95,6 +97,7 @@ def _watch(read_fd: int) -> None:
     quiet = 0.0  # the last time the pipe was found empty during it
     pending = 0  # the stop's signal while not yet taken
     while True:
+        before = time.monotonic()  # (select's return may wait for the GIL: time it here)
         try:
             ready, _, _ = select.select([read_fd], [], [], POLL_S if first else None)
         except OSError:
@@ -104,10 +107,10 @@ def _watch(read_fd: int) -> None:
             generation, first, quiet, pending = _generation, 0.0, 0.0, 0
         if pending and (_taken.is_set() or not _ours(pending)):
             pending = 0
+        if pending and now - first >= TAKE_S:
+            _exit_now(pending, f"not taken within {TAKE_S:.0f} s (a call Python waits on)")
         if not ready:
-            quiet = now
-            if pending and now - first >= TAKE_S:
-                _exit_now(pending, f"not taken within {TAKE_S:.0f} s (a call Python waits on)")
+            quiet = before  # the pipe was empty from then at least
             continue
         try:
             arrived = os.read(read_fd, 64)
@@ -213,7 +216,8 @@ def stop_when_orphaned(
         stop = threading.Event()
         while not stop.wait(poll_s):
             if gone():
-                os.kill(os.getpid(), signal.SIGTERM)
+                if not _taken.is_set():  # (already stopping: not a second signal)
+                    os.kill(os.getpid(), signal.SIGTERM)
                 return
 
     thread = threading.Thread(target=watch, name="tibnlp-orphan-watch", daemon=True)
