@@ -38,12 +38,23 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _hangup_as_at_a_terminal() -> None:
+    """The UI as started from a terminal: SIGHUP not ignored. Under `nohup` (a test run in
+    the background) the UI inherits it ignored, and keeps ignoring it, as nohup asks."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _start_ui(store: str, port: int, log: Path) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     cmd = [sys.executable, "-m", "tibnlp.cli.main", "ui", "--port", str(port)]
     with log.open("w") as err:
         proc = subprocess.Popen(
-            [*cmd, "--tracking-uri", store], stdout=subprocess.PIPE, stderr=err, text=True, env=env
+            [*cmd, "--tracking-uri", store],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+            preexec_fn=_hangup_as_at_a_terminal,
         )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()  # printed once the server answers
