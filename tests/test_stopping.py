@@ -207,9 +207,10 @@ def test_a_second_stop_after_the_handlers_are_set_again_is_a_stop_of_its_own(
 
 
 def test_a_rank_on_another_host_does_not_watch_the_pipelines_pid() -> None:
-    from tibnlp.pipeline.launch import _this_process, pipeline_to_watch
+    from tibnlp.folder_lock import this_process
+    from tibnlp.pipeline.launch import pipeline_to_watch
 
-    here = _this_process()
+    here = this_process()
     assert pipeline_to_watch(here) == (here["pid"], here["start"])
     assert pipeline_to_watch({**here, "host": "another-node"}) is None
     assert pipeline_to_watch({**here, "pid_ns": here["pid_ns"] + 1}) is None

@@ -68,6 +68,16 @@ def alive(pid: int, start: int | None) -> bool:
     return now is None or start is None or now == start
 
 
+def this_process() -> dict[str, Any]:
+    """Where this process can be found again: pid, start time, host, pid namespace."""
+    try:
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pid_ns = 0
+    pid = os.getpid()
+    return {"pid": pid, "start": start_time(pid), "host": socket.gethostname(), "pid_ns": pid_ns}
+
+
 def _running(holder: dict[str, Any]) -> bool:
     """Whether the holder (on this host) still runs, the process that took the lock."""
     return alive(int(holder.get("pid", 0)), holder.get("start"))
@@ -172,9 +182,7 @@ def hold_folder(
     lock = folder / LOCK_NAME
     host = socket.gethostname()
     mine = {
-        "pid": os.getpid(),
-        "host": host,
-        "start": start_time(os.getpid()),
+        **this_process(),
         "since": time.time(),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300],
         "token": uuid.uuid4().hex,

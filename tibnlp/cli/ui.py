@@ -12,7 +12,7 @@ import typer
 
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError
-from tibnlp.stopping import Stopped, exit_status, stop_on_signals
+from tibnlp.stopping import Stopped, exit_status
 from tibnlp.tracking import default_tracking_uri
 from tibnlp.tracking.reading import read_client
 from tibnlp.tracking.server import (
@@ -40,12 +40,11 @@ def ui(
         # MLflow cannot open (not a database, an old schema) made its server exit unexplained
         read_client(tracking_uri)
     check_listen(host, port)
-    # `kill`, systemd and `docker stop` send SIGTERM, a closed terminal SIGHUP: leave through
-    # the `finally` below like Ctrl-C does (`stopping`), so the server's whole process group
-    # is stopped. SIGINT too is set explicitly: a shell starts background commands with it
-    # ignored.
+    # `kill`, systemd and `docker stop` send SIGTERM, a closed terminal SIGHUP: they leave
+    # through the `finally` below like Ctrl-C does (the entry point's `stop_on_signals`), so
+    # the server's whole process group is stopped. SIGINT too is set explicitly: a shell
+    # starts background commands with it ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    stop_on_signals()
     code = 0
     # the server's output, read back when it stops by itself (removed when the UI ends)
     fd, name = tempfile.mkstemp(prefix="tibnlp-ui-", suffix=".log")

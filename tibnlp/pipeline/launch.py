@@ -21,14 +21,13 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from tibnlp.config import Config, from_dict, to_dict
 from tibnlp.errors import TibnlpError
-from tibnlp.folder_lock import start_time
+from tibnlp.folder_lock import this_process
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.registry import stage_def
 from tibnlp.stopping import die_with_parent, stop_when_orphaned
@@ -73,7 +72,7 @@ def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:
         "params": ctx.params,
         # whose stage it is: a worker whose launcher died before it could note its parent
         # still sees the pipeline go
-        "pipeline": _this_process(),
+        "pipeline": this_process(),
     }
     ctx_file.write_text(json.dumps(data, ensure_ascii=False, default=str), encoding="utf-8")
     cmd = [*shlex.split(launch), "tibnlp.cli.main", "pipeline", "exec-stage", str(ctx_file)]
@@ -100,20 +99,10 @@ def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:
     return path if path is not None else report
 
 
-def _this_process() -> dict[str, Any]:
-    """Where this process can be found again: pid, start time, host, pid namespace."""
-    try:
-        pid_ns = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        pid_ns = 0
-    pid = os.getpid()
-    return {"pid": pid, "start": start_time(pid), "host": socket.gethostname(), "pid_ns": pid_ns}
-
-
 def pipeline_to_watch(pipeline: dict[str, Any]) -> tuple[int, int | None] | None:
     """The pipeline's (pid, start time) when this process can see it: same host and pid
     namespace (a rank on another node must not take a pid there for the pipeline's)."""
-    here = _this_process()
+    here = this_process()
     if not pipeline or any(pipeline.get(k) != here[k] for k in ("host", "pid_ns")):
         return None
     return int(pipeline["pid"]), pipeline.get("start")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -138,7 +137,7 @@ def run_finetune(
     if planned_world_size() > 1:
         meet = functools.partial(wait_for_main, init_distributed(cfg.engine))
     with (
-        held_output(output, main, not in_stage, wait, _say, meet) as note_run,
+        held_output(output, main, not in_stage, wait, meet) as note_run,
         tracker_from_config(tracking, f"{data.name} {setup.system}", tags) as parent,
     ):
         note_run(parent)  # a SIGKILL ends no run: the next run in this folder ends it
@@ -178,10 +177,6 @@ def run_finetune(
         if tracking.register_model:  # here only, standalone or in a pipeline stage
             register_result(parent, tracking, final, in_stage)
     return final
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _advts(setup: Setup, eval_also: Sequence[str]) -> LabelledSet | None:

@@ -11,6 +11,7 @@ pipeline's business: there the folder is held, but no run is noted or ended.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,14 +37,18 @@ def _no_note(_run: OpenRun) -> None:
     return None
 
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 @contextmanager
 def held_output(
     folder: Path,
     main: bool,
     standalone: bool,
     wait: bool,
-    say: Callable[[str], None],
     meet: Callable[[], None] | None = None,
+    say: Callable[[str], None] = _to_stderr,
 ) -> Iterator[NoteRun]:
     """Hold `folder` on the main process (the other ranks of a data-parallel run only write
     beside it); yields `note(tracker)`, which notes the run once it is open. Every run noted

@@ -62,7 +62,6 @@ from tibnlp.training.held_output import NoteRun, held_output
 from tibnlp.training.learning_check import LearningCheck, unigram_accuracy
 from tibnlp.training.loop import LoopSettings, TrainLoop, fit
 from tibnlp.training.pretrain_checks import (
-    note,
     note_missed_exports,
     note_spent,
     require_enough_examples,
@@ -137,7 +136,7 @@ def run_pretraining(
     world = init_distributed(cfg.engine)
     standalone = not cfg.tracking.run_id  # (a pipeline ends its own killed stages)
     meet = functools.partial(wait_for_main, world)  # (with --wait, as long as it takes)
-    with held_output(Path(p.output), world.is_main, standalone, wait, note, meet) as note_run:
+    with held_output(Path(p.output), world.is_main, standalone, wait, meet) as note_run:
         return _pretrain(cfg, resume, world, note_run, eval_only)
 
 
