@@ -4,6 +4,7 @@ the pipeline ended (tibnlp.stopping, tibnlp.pipeline.launch)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -399,3 +400,102 @@ def test_a_pipeline_killed_outright_takes_its_launched_stage_with_it(
     proc.communicate(timeout=60)
     assert all(_gone(pid) for pid in workers)
     assert _statuses(uri) == {"stopx": "RUNNING", "s": "RUNNING"}  # the next run ends them
+
+
+# the CLI's entry point with one more command, `nap`: it notes its pid, waits to be stopped,
+# and writes what its `finally` saw (a command stopped the Ctrl-C way gets to write it)
+NAP = """
+import os, sys, time
+from pathlib import Path
+from tibnlp.cli.main import app, main
+out = Path(sys.argv[1])
+@app.command("nap")
+def nap() -> None:
+    (out / f"pid-{os.environ.get('RANK', '0')}").write_text(str(os.getpid()))
+    try:
+        time.sleep(120)
+    finally:
+        (out / f"ended-{os.getpid()}").write_text("cleaned up")
+sys.argv = ["tibnlp", "nap"]
+main()
+"""
+
+# a middle process starts the `nap` command as a launcher would, prints its pid, then waits
+NAP_MIDDLE = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("launcher", [True, False], ids=["under-torchrun", "a-users-own"])
+def test_a_command_stops_when_its_launcher_is_killed_outright(
+    tmp_path: Path, launcher: bool
+) -> None:
+    """A worker torchrun started (its environment says so) stops the Ctrl-C way once its
+    launcher is SIGKILLed. A command a user started, reparented at logout, runs on."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for key in stopping.LAUNCHER_ENV:
+        env.pop(key, None)
+    if launcher:
+        env["TORCHELASTIC_RUN_ID"] = "none"
+    middle = subprocess.Popen(
+        [sys.executable, "-c", NAP_MIDDLE, NAP, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    child = 0
+    try:
+        assert middle.stdout is not None
+        child = int(middle.stdout.readline())
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "pid-0").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (tmp_path / "pid-0").exists(), "the command never started"
+        middle.kill()
+        middle.wait()
+        if launcher:
+            assert _gone(child), f"process {child} outlived its SIGKILLed launcher"
+            assert (tmp_path / f"ended-{child}").read_text() == "cleaned up"
+        else:
+            assert not _gone(child, within=2.5)
+    finally:
+        middle.kill()
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_standalone_torchrun_whose_torchrun_is_killed_takes_its_workers_with_it(
+    tmp_path: Path,
+) -> None:
+    """`torchrun ... tibnlp ...` outside a pipeline, torchrun SIGKILLed (an OOM killer):
+    torch leaves its workers running, in a session of their own; each stops itself."""
+    from tibnlp.tracking.server import free_port
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["PYTHONPATH"] = str(ROOT)
+    script = tmp_path / "nap.py"
+    script.write_text(NAP, encoding="utf-8")
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    run += ["--master_port", str(free_port()), str(script), str(tmp_path)]
+    proc = subprocess.Popen(run, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.3)  # (the files are written whole by then)
+        workers = [int(p.read_text()) for p in sorted(tmp_path.glob("pid-*"))]
+        assert len(workers) == 2, "torchrun never ran both workers"
+        proc.kill()
+        proc.wait()
+        assert all(_gone(pid) for pid in workers)
+        assert all((tmp_path / f"ended-{pid}").is_file() for pid in workers)
+    finally:
+        proc.kill()
+        for pid_file in tmp_path.glob("pid-*"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)

@@ -20,7 +20,9 @@ the GIL throughout keeps the watcher from running too: only SIGKILL ends that.
 
 A process started by another dies with it too: `die_with_parent` (a child's SIGTERM when its
 starter dies, even by SIGKILL; Linux) and `stop_when_orphaned` (a launched worker stops once
-its launcher or the pipeline above it is gone).
+its launcher or the pipeline above it is gone; the CLI arms it in every worker that torchrun or
+DeepSpeed's launcher started, so a standalone `torchrun ... tibnlp pretrain` whose torchrun is
+SIGKILLed stops too).
 """
 
 from __future__ import annotations
@@ -201,16 +203,37 @@ def die_with_parent() -> Callable[[], None] | None:
     return arm
 
 
+# what the launchers we know put in their workers' environment: torchrun's agent, and
+# DeepSpeed's launch.py (a worker's parent is then its launcher)
+LAUNCHER_ENV = ("TORCHELASTIC_RUN_ID", "CROSS_RANK")
+
+_above: list[tuple[int, int | None]] = []  # processes above the parent, watched as well
+_orphan_watch: threading.Thread | None = None
+
+
+def started_by_launcher() -> bool:
+    """True in a worker that torchrun or DeepSpeed's launcher started. Only there is a
+    changed parent a dead launcher: a user's own `nohup` command is reparented at logout and
+    must run on."""
+    return any(k in os.environ for k in LAUNCHER_ENV)
+
+
 def stop_when_orphaned(
     above: tuple[int, int | None] | None = None, poll_s: float = 1.0
 ) -> threading.Thread:
     """Send this process SIGTERM once its parent is gone, or the process `above` (pid, start
     time: a pipeline that started this worker's launcher), which covers a launcher that died
-    before this process could note it as its parent; polled from a daemon thread."""
+    before this process could note it as its parent; polled from a daemon thread, one per
+    process (a second call adds its `above` to it)."""
+    global _orphan_watch
+    if above is not None:
+        _above.append(above)
+    if _orphan_watch is not None:
+        return _orphan_watch
     parent = os.getppid()
 
     def gone() -> bool:
-        return os.getppid() != parent or (above is not None and not alive(*above))
+        return os.getppid() != parent or any(not alive(*a) for a in list(_above))
 
     def watch() -> None:
         stop = threading.Event()
@@ -220,6 +243,14 @@ def stop_when_orphaned(
                     os.kill(os.getpid(), signal.SIGTERM)
                 return
 
-    thread = threading.Thread(target=watch, name="tibnlp-orphan-watch", daemon=True)
-    thread.start()
-    return thread
+    _orphan_watch = threading.Thread(target=watch, name="tibnlp-orphan-watch", daemon=True)
+    _orphan_watch.start()
+    os.register_at_fork(after_in_child=_forget_watch_in_child)
+    return _orphan_watch
+
+
+def _forget_watch_in_child() -> None:
+    """(a forked child has no watch thread; it must not think it has)"""
+    global _orphan_watch
+    _orphan_watch = None
+    _above.clear()
