@@ -43,6 +43,7 @@ from tibnlp.training import checkpoint
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.budget import BudgetWatch
 from tibnlp.training.engine import World, all_reduce_sum
+from tibnlp.training.keep_best import KeepBest
 from tibnlp.training.prefetch import Prefetched
 from tibnlp.training.progress import TrainProgress
 
@@ -150,9 +151,7 @@ class TrainLoop:
         self.tokens = 0.0
         self.train_seconds = 0.0
         self._targets = sorted(float(t) for t in settings.export_at_tokens)
-        self._best_value: float | None = None
-        self._stale = 0
-        self._best_state: dict[str, torch.Tensor] | None = None
+        self.best: KeepBest | None = None  # with `select`: made when the run starts
         self.step = 0
         self.keys: list[str] = []
         self.window: dict[str, float] = {}  # sums since the last log, restored on resume
@@ -340,26 +339,47 @@ class TrainLoop:
             if self.exporter is not None and self.world.is_main:
                 self.exporter(target, self.progress)
 
-    # ---- keep-best and early stopping ------------------------------------------------
-    def _select(self, metrics: dict[str, float], result: LoopResult) -> bool:
-        """Keep the weights when `select` improved; True when patience has run out."""
-        key = self.settings.select
-        if key not in metrics:
-            raise TypeError(f"loop setting select={key!r}: the evaluation gave {sorted(metrics)}")
-        value = metrics[key]
-        if self._best_value is None or value > self._best_value:
-            self._best_value, self._stale = value, 0
-            self._best_state = {
-                k: v.detach().clone() for k, v in self.engine.module.state_dict().items()
-            }
-            result.best_step, result.best = self.step, dict(metrics)
-            return False
-        self._stale += 1
-        return bool(self.settings.patience) and self._stale >= self.settings.patience
+    # ---- logging, evaluation, keep-best ----------------------------------------------
+    def _log_window(
+        self,
+        seconds: float,
+        tracker: Any,
+        on_log: Callable[[int, dict[str, float]], None] | None,
+    ) -> dict[str, float]:
+        """The means of the steps since the last log, logged; the window starts again."""
+        n = self.window.pop("_steps")
+        tps = self.window.pop("_tokens") / max(seconds, 1e-9)
+        train = {f"train/{k}": v / n for k, v in self.window.items()}
+        train["lr"] = train.pop("train/lr")
+        train["tokens_per_s"] = tps
+        self.window = {}
+        if tracker is not None:
+            tracker.log_metrics(train, step=self.step)
+        if on_log is not None:
+            on_log(self.step, train)
+        return train
 
-    def _restore_best(self) -> None:
-        if self._best_state is not None:
-            self.engine.module.load_state_dict(self._best_state)
+    def _evaluate_and_select(
+        self,
+        result: LoopResult,
+        tracker: Any,
+        on_eval: Callable[[Progress, dict[str, float]], None] | None,
+        say: Callable[[str], None],
+    ) -> bool:
+        """Evaluate and log; with keep-best, keep improved weights. True: patience ran out."""
+        scores = self.evaluate()
+        result.eval = {f"eval/{k}": v for k, v in scores.items()}
+        if tracker is not None and result.eval:
+            tracker.log_metrics(result.eval, step=self.step)
+        if on_eval is not None and scores:
+            on_eval(self.progress, scores)
+        if self.best is None:
+            return False
+        if self.best.offer(scores, self.engine.module):
+            result.best_step, result.best = self.step, dict(scores)
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
+        say(f"{self.settings.progress_label} step {self.step}: {shown}")
+        return self.best.out_of_patience
 
     # ---- the loop -------------------------------------------------------------------
     def run(
@@ -372,7 +392,10 @@ class TrainLoop:
         start, seconds_before = s.clock(), self.train_seconds
         last_log_t = time.monotonic()
         result = LoopResult(step=self.step, stopped_by="max_steps", tracker=tracker)
-        self._stale = 0
+        if s.select and self.best is None:
+            self.best = KeepBest(s.select, s.patience)
+        if self.best is not None:
+            self.best.stale = 0
         self._targets = [t for t in self._targets if t > self.tokens]  # reached before resume
         show = s.progress and self.world.is_main
         budgeted = bool(s.time_budget_s or s.max_tokens)
@@ -409,34 +432,16 @@ class TrainLoop:
                 final = stop or out_of_tokens or self.step >= s.max_steps
                 if self.step % s.log_every == 0 or final:
                     now = time.monotonic()
-                    n = self.window.pop("_steps")
-                    tps = self.window.pop("_tokens") / max(now - last_log_t, 1e-9)
-                    train = {f"train/{k}": v / n for k, v in self.window.items()}
-                    train["lr"] = train.pop("train/lr")
-                    train["tokens_per_s"] = tps
-                    self.window, last_log_t = {}, now
-                    result.train = train
-                    if tracker is not None:
-                        tracker.log_metrics(train, step=self.step)
-                    if on_log is not None:
-                        on_log(self.step, train)
-                    bar.update(
-                        self.step, train["train/loss"], tps, budget_share=share() if share else None
-                    )
+                    result.train = self._log_window(now - last_log_t, tracker, on_log)
+                    last_log_t = now
+                    tps = result.train["tokens_per_s"]
+                    loss = result.train["train/loss"]
+                    bar.update(self.step, loss, tps, budget_share=share() if share else None)
                 else:
                     bar.update(self.step, budget_share=share() if share else None)
                 early = False
                 if self.step % s.eval_every == 0 or final:
-                    scores = self.evaluate()
-                    result.eval = {f"eval/{k}": v for k, v in scores.items()}
-                    if tracker is not None and result.eval:
-                        tracker.log_metrics(result.eval, step=self.step)
-                    if on_eval is not None and scores:
-                        on_eval(self.progress, scores)
-                    if s.select:
-                        early = self._select(scores, result)
-                        shown = ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
-                        bar.log(f"{s.progress_label} step {self.step}: {shown}")
+                    early = self._evaluate_and_select(result, tracker, on_eval, bar.log)
                 if s.checkpoint_every and (self.step % s.checkpoint_every == 0 or final):
                     # the evaluation above is training time the next step would have counted
                     self.train_seconds = seconds_before + s.clock() - start
@@ -450,8 +455,8 @@ class TrainLoop:
                         result.stopped_by, why = "early_stopping", f"no {s.select} gain, stopped"
                     bar.log(f"{why} at step {self.step}")
                     break
-        if s.select:
-            self._restore_best()
+        if self.best is not None:
+            self.best.restore(self.engine.module)
         result.step = self.step
         result.schedule = self.budget.tags()
         return result
