@@ -163,3 +163,50 @@ def test_a_run_the_store_could_not_end_stays_noted_beside_the_next_run(
     (legacy / LEDGER).write_text(f'{{"run_id": "{dead}", "uri": "{uri}"}}\n', encoding="utf-8")
     assert end_orphans(legacy, notes.append) == [dead]
     assert client.get_run(dead).info.status == "KILLED" and not (legacy / LEDGER).exists()
+
+
+def test_a_store_that_keeps_refusing_has_the_run_dropped_with_how_to_end_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lasting refusal (permissions, say) was noted again on every run, for good: after
+    GIVE_UP_AFTER runs the entry goes, with a note naming the call that ends it by hand."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import PERMISSION_DENIED
+
+    from tibnlp.tracking import orphans
+
+    uri = sqlite_store(tmp_path)
+    client = MlflowClient(uri)
+    dead = client.create_run(client.create_experiment("e")).info.run_id
+    open_run(tmp_path, dead, uri)
+
+    def refuse(self: MlflowClient, run_id: str) -> None:
+        raise MlflowException("not allowed", error_code=PERMISSION_DENIED)
+
+    monkeypatch.setattr(MlflowClient, "get_run", refuse)
+    notes: list[str] = []
+    for _ in range(orphans.GIVE_UP_AFTER - 1):
+        assert end_orphans(tmp_path, notes.append) == []
+        assert dead in (tmp_path / LEDGER).read_text(encoding="utf-8")
+    assert end_orphans(tmp_path, notes.append) == []
+    assert not (tmp_path / LEDGER).exists()
+    assert "no longer noted" in notes[-1] and f"set_terminated('{dead}', 'KILLED')" in notes[-1]
+    assert len(notes) == orphans.GIVE_UP_AFTER + 1  # each refusal, then the last word
+
+
+def test_a_run_deleted_in_the_ui_is_not_refused_but_its_running_children_end(
+    tmp_path: Path,
+) -> None:
+    """The store refuses to end a deleted run: that was a refusal on every run. Its children
+    still RUNNING are ended."""
+    uri = sqlite_store(tmp_path)
+    client = MlflowClient(uri)
+    exp = client.create_experiment("e")
+    parent = client.create_run(exp).info.run_id
+    child = client.create_run(exp, tags={"mlflow.parentRunId": parent}).info.run_id
+    client.delete_run(parent)
+    open_run(tmp_path, parent, uri)
+    notes: list[str] = []
+    assert end_orphans(tmp_path, notes.append) == [child]
+    assert client.get_run(child).info.status == "KILLED"
+    assert not (tmp_path / LEDGER).exists()

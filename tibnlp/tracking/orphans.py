@@ -12,7 +12,10 @@ the process that wrote it is gone: that run, and every run under it still RUNNIN
 KILLED, and the run says so on the console. A run that resumes (the interrupted stage from
 its partial output, `tibnlp pretrain --resume` from its checkpoint) marks it RUNNING again.
 A ledger can note several runs: one whose store did not answer stays noted beside the run
-now open, and each run removes only its own entry when it ends. A run created while the
+now open, and each run removes only its own entry when it ends. A store that answers but
+refuses to end a run (`GIVE_UP_AFTER` runs in a row) has it dropped, with a note saying how
+to end it by hand: such an error lasts, and repeating it on every run says nothing new. A
+store that does not answer is asked again each run: servers come back. A run created while the
 store was unreachable (an offline id, `tibnlp runs sync`) is noted by no ledger.
 """
 
@@ -22,6 +25,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -31,22 +35,31 @@ from tibnlp.tracking.buffer import OFFLINE_ID, sqlite_file
 from tibnlp.tracking.store import absolute_store, short_http_retries
 
 LEDGER = ".tibnlp-open-run.json"
+GIVE_UP_AFTER = 3  # runs in a row the store refused to end a noted run in: dropped then
+# MLflow's error codes for a store that did not answer or failed on its side: asked again
+PASSING_ERRORS = ("INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED")
+
+Noted = dict[str, Any]  # {"run_id", "uri"} and "refused", the refusals so far
 
 
-def _read(ledger: Path) -> list[dict[str, str]] | None:
-    """The runs a ledger notes ({"runs": [{"run_id", "uri"}, ...]}; an older one-run ledger,
-    {"run_id", "uri"}, reads as one), [] without a ledger, None when it cannot be read."""
+def _read(ledger: Path) -> list[Noted] | None:
+    """The runs a ledger notes ({"runs": [{"run_id", "uri", "refused"}, ...]}; an older
+    one-run ledger, {"run_id", "uri"}, reads as one), [] without a ledger, None when it cannot
+    be read."""
     if not ledger.is_file():
         return []
     try:
         noted = json.loads(ledger.read_text(encoding="utf-8"))
         runs = noted.get("runs", [noted])
-        return [{"run_id": str(r["run_id"]), "uri": str(r["uri"])} for r in runs]
+        return [
+            {"run_id": str(r["run_id"]), "uri": str(r["uri"]), "refused": int(r.get("refused", 0))}
+            for r in runs
+        ]
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, OSError):
         return None
 
 
-def _write(ledger: Path, runs: list[dict[str, str]]) -> None:
+def _write(ledger: Path, runs: list[Noted]) -> None:
     if runs:
         atomic_write_text(ledger, json.dumps({"runs": runs}) + "\n")
     else:
@@ -59,7 +72,7 @@ def open_run(folder: Path, run_id: str | None, uri: str) -> None:
     the buffer's business, `tibnlp runs sync`)."""
     if run_id and not OFFLINE_ID.fullmatch(run_id):
         runs = [r for r in _read(folder / LEDGER) or [] if r["run_id"] != run_id]
-        runs.append({"run_id": run_id, "uri": absolute_store(uri)})  # found from any directory
+        runs.append({"run_id": run_id, "uri": absolute_store(uri)})  # (from any directory)
         _write(folder / LEDGER, runs)
 
 
@@ -87,13 +100,28 @@ def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
         echo(f"note: {ledger} is unreadable; removed (a run it named may still read RUNNING)")
         ledger.unlink(missing_ok=True)
         return []
-    kept: list[dict[str, str]] = []
+    kept: list[Noted] = []
     ended: list[str] = []
-    down: set[str] = set()  # a store that did not answer is not asked again for the next run
+    down: set[str] = set()  # a store that did not answer is not asked again for this run
     for noted in runs:
-        if noted["uri"] in down or _end_noted(noted["run_id"], noted["uri"], ended, ledger, echo):
+        if noted["uri"] in down:
+            kept.append(noted)
+            continue
+        why = _end_noted(noted["run_id"], noted["uri"], ended, ledger, echo)
+        if why == "down":
             kept.append(noted)
             down.add(noted["uri"])
+        elif why == "refused":
+            noted["refused"] = int(noted.get("refused", 0)) + 1
+            if noted["refused"] < GIVE_UP_AFTER:
+                kept.append(noted)
+            else:
+                echo(
+                    f"note: {noted['uri']} refused to end the killed run {noted['run_id']} "
+                    f"{noted['refused']} runs in a row; no longer noted in {ledger}. End it by "
+                    f"hand: MlflowClient({noted['uri']!r}).set_terminated("
+                    f"{noted['run_id']!r}, 'KILLED')"
+                )
     _write(ledger, kept)
     if ended:
         echo(
@@ -105,32 +133,36 @@ def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
 
 def _end_noted(
     run_id: str, uri: str, ended: list[str], ledger: Path, echo: Callable[[str], None]
-) -> bool:
-    """End one noted run and its RUNNING descendants into `ended`; True when it must stay
-    noted (its store did not answer)."""
+) -> str:
+    """End one noted run and its RUNNING descendants into `ended`; "" when it is done with
+    (ended, or nothing left to end), "refused" when the store answered with an error, "down"
+    when it did not answer."""
     store = sqlite_file(uri)
     if store is not None and not store.is_file():
-        return False  # the store is gone: opening it would make an empty one
+        return ""  # the store is gone: opening it would make an empty one
     short_http_retries(uri)  # a server that is down answers in seconds, not minutes
     try:
         ended += _end_tree(MlflowClient(uri), run_id)
     except MlflowException as exc:
-        if "RESOURCE_DOES_NOT_EXIST" in str(getattr(exc, "error_code", "")):
-            return False  # deleted from the store since: nothing to end
+        code = str(getattr(exc, "error_code", ""))
+        if "RESOURCE_DOES_NOT_EXIST" in code:
+            return ""  # deleted from the store since: nothing to end
         echo(f"note: could not end the killed run {run_id} in {uri} ({exc}); kept in {ledger}")
-        return True
+        # (a server that does not answer, or fails on its side, is MLflow's INTERNAL_ERROR)
+        return "down" if code in PASSING_ERRORS else "refused"
     except Exception as exc:  # an unreachable store: try again next time
         echo(
             f"note: could not reach {uri} to end the killed run {run_id} ({exc}); kept in {ledger}"
         )
-        return True
-    return False
+        return "down"
+    return ""
 
 
 def _end_tree(client: MlflowClient, run_id: str) -> list[str]:
     run = client.get_run(run_id)
     ended = []
-    if run.info.status == "RUNNING":
+    # a run deleted in the UI cannot be ended (the store refuses): it is out of sight anyway
+    if run.info.status == "RUNNING" and run.info.lifecycle_stage != "deleted":
         client.set_terminated(run_id, "KILLED")
         ended.append(run_id)
     children = client.search_runs(
