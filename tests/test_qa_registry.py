@@ -253,3 +253,35 @@ def test_param_names_made_alike_do_not_drop_the_batch(tmp_path: Path) -> None:
     assert sorted(v for k, v in params.items() if k.startswith("vars.a_b")) == ["1", "2"]
     assert sorted(v for k, v in params.items() if k.startswith("k")) == ["x", "y"]
     assert all(len(k) <= 250 for k in params)
+
+
+def test_a_registration_buffered_offline_is_not_made_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun of a finished fine-tuning while the store is down cannot ask the registry
+    whether its seed is registered (`existing_version`), so it registers it again, buffered.
+    Replayed, that registration finds the seed's version and makes none; another seed's
+    registration is made."""
+    uri = sqlite_store(tmp_path)
+    model = _model(tmp_path / "clf")
+    once = {"tibnlp.seed_record": "record-1"}
+    with Tracker("reg", "first", uri=uri) as tracker:
+        tracker.register_model(model, "qa-once", tags=once, unique_tag="tibnlp.seed_record")
+    real = Applier._op_log_artifact
+
+    def gone(self: Applier, rec: dict) -> None:
+        raise ConnectionError("the tracking server went away")
+
+    monkeypatch.setattr(Applier, "_op_log_artifact", gone)
+    tracker = Tracker("reg", "rerun", uri=uri, buffer_dir=tmp_path / "buf", retry_seconds=3600)
+    with pytest.warns(TrackingOutageWarning):
+        tracker.register_model(model, "qa-once", tags=once, unique_tag="tibnlp.seed_record")
+    other = {"tibnlp.seed_record": "record-2"}
+    tracker.register_model(model, "qa-once", tags=other, unique_tag="tibnlp.seed_record")
+    assert tracker.offline
+    monkeypatch.setattr(Applier, "_op_log_artifact", real)
+    tracker.end()  # the store answers again: the buffer is replayed
+
+    assert not tracker.buffer.pending()
+    versions = MlflowClient(uri).search_model_versions("name='qa-once'")
+    assert sorted(v.tags["tibnlp.seed_record"] for v in versions) == ["record-1", "record-2"]

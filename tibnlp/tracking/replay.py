@@ -215,9 +215,13 @@ class Applier:
                 if race.error_code != "RESOURCE_ALREADY_EXISTS":
                     raise
         source = f"{run.info.artifact_uri.rstrip('/')}/{folder}"
+        unique = rec.get("unique_tag") or ""
+        held = (rec.get("tags") or {}).get(unique) if unique else None
         for version in self.client.search_model_versions(f"name='{name}'"):
             if version.run_id == run_id and version.source == source:
                 return  # already registered (replay after a lost answer)
+            if held and (version.tags or {}).get(unique) == held:
+                return  # what it names is registered already (a rerun's registration)
         tags = {k: run.data.tags[k] for k in rec.get("run_tags") or () if k in run.data.tags}
         for key, value in (rec.get("tags") or {}).items():
             offline = OFFLINE_ID.fullmatch(value)  # a run created offline: its real id

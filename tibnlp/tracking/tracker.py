@@ -393,6 +393,7 @@ class Tracker:
         tags: Mapping[str, str] | None = None,
         run_tags: Sequence[str] = (),
         model_description: str = "",
+        unique_tag: str = "",
     ) -> None:
         """Log a model directory and register it as a new version of registered model `name`.
 
@@ -401,7 +402,10 @@ class Tracker:
         (a value naming a run created offline is replaced by its real id), and the run's own
         tags named in `run_tags` (provenance: read from the run when the version is made).
         `description` is the version's; `model_description` the registered model's, when this
-        version creates it (`description` otherwise).
+        version creates it (`description` otherwise). `unique_tag`: a key of `tags` whose value
+        names what is registered; when a version of `name` carries it already, none is made
+        (checked when the call reaches the store, so a registration buffered while the store
+        was unreachable is not made twice).
         """
         if not self.enabled:
             return
@@ -421,6 +425,7 @@ class Tracker:
                 "run_tags": list(run_tags),
                 "description": description,
                 "model_description": model_description or description,
+                "unique_tag": unique_tag,
             }
         )
 

@@ -125,6 +125,7 @@ def _register_seed(
         tags=tags,
         run_tags=PROVENANCE_KEYS,
         model_description=MODEL_ABOUT.format(name=name),
+        unique_tag="tibnlp.seed_record",  # (a rerun while offline: `existing_version` is blind)
     )
 
 
