@@ -172,15 +172,15 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from tibnlp.training import worker_exit
-from tibnlp.training.engine import World, wait_for_main
+from tibnlp.training.ranks import wait_for_main
 
 dist.init_process_group("gloo", timeout=timedelta(seconds=2))
-world = World(dist.get_rank(), dist.get_rank(), dist.get_world_size())
-if world.is_main:
+rank = dist.get_rank()
+if rank == 0:
     time.sleep(5)  # as rank 0 waits for another run's folder (`--wait`): past the timeout
-wait_for_main(world)
+wait_for_main()
 dist.barrier()
-print(f"rank {world.rank} through", flush=True)
+print(f"rank {rank} through", flush=True)
 dist.destroy_process_group()
 worker_exit.left_group()
 worker_exit.end(0)  # as the CLI ends a launched worker (no gloo abort at finalization)

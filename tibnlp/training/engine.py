@@ -23,10 +23,8 @@
 from __future__ import annotations
 
 import atexit
-import itertools
 import os
 import socket
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -348,26 +346,6 @@ def shutdown(world: World) -> None:
 def barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
-
-
-_waits = itertools.count()  # every rank passes the same waits in the same order
-
-
-def wait_for_main(world: World, poll_s: float = 0.5) -> None:
-    """Rank 0 says it got here; the other ranks wait for that as long as it takes. A
-    collective gives up after the process group's timeout (DeepSpeed's 10 minutes) with a
-    gloo or NCCL traceback: too soon for what rank 0 alone may wait on (another run's
-    output folder under `--wait`) or do (tokenise a corpus). Should rank 0 fail instead,
-    the launcher stops the ranks waiting here."""
-    key = f"tibnlp/main-reached/{next(_waits)}"
-    if world.size == 1 or not dist.is_initialized():
-        return
-    store = dist.distributed_c10d._get_default_store()
-    if world.is_main:
-        store.set(key, "1")
-        return
-    while not store.check([key]):
-        time.sleep(poll_s)
 
 
 def all_gather_objects(obj: Any) -> list[Any]:

@@ -11,7 +11,6 @@ the result), so rerunning the same command resumes: finished seeds are reported,
 from __future__ import annotations
 
 import functools
-import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -70,6 +69,7 @@ from tibnlp.training.finetune_setup import (
 )
 from tibnlp.training.held_output import held_output
 from tibnlp.training.long_documents import prepare_reader
+from tibnlp.training.ranks import from_main, is_main_process, owns_output, wait_for_main
 from tibnlp.training.registration import register_result
 from tibnlp.training.soup_run import cook_soup, fine_tune_copies
 
@@ -101,7 +101,6 @@ def run_finetune(
         accumulation_steps,
         init_distributed,
         planned_world_size,
-        wait_for_main,
     )
 
     accumulation_steps(ft.batch_size, 0, planned_world_size(), "finetune.batch_size")
@@ -125,17 +124,18 @@ def run_finetune(
     if extra.get("mlflow_run_id"):  # also for the baselines: whose shape or vocabulary they use
         tags[TAG_PRETRAIN_RUN] = str(extra["mlflow_run_id"])
     tracking = cfg.tracking
-    if os.environ.get("RANK", "0") != "0":  # data parallel: one run (rank 0's), not one each
+    if not is_main_process():  # data parallel: one run (rank 0's), not one each
         tracking = replace(tracking, enabled=False)
     seeds: list[SeedResult] = []
     # the encoder actually loaded (from the model directory), not the config's model section
     described = {k: v for k, v in to_dict(cfg).items() if k != "tracking"}
     described["model"] = to_dict(setup.meta.model)
     in_stage = bool(tracking.run_id)  # a pipeline stage's run: it holds the config already
-    main = os.environ.get("RANK", "0") == "0"
+    main = is_main_process()
     meet = None  # data parallel: the other ranks wait for rank 0 to hold the output folder
     if planned_world_size() > 1:
-        meet = functools.partial(wait_for_main, init_distributed(cfg.engine))
+        init_distributed(cfg.engine)
+        meet = wait_for_main
     with (
         held_output(output, main, not in_stage, wait, meet) as note_run,
         tracker_from_config(tracking, f"{data.name} {setup.system}", tags) as parent,
@@ -172,7 +172,7 @@ def run_finetune(
             parent.log_metrics({f"{part}_{k}_mean": m for k, (m, _) in values.items()})
             parent.log_metrics({f"{part}_{k}_std": s for k, (_, s) in values.items()})
         final = FinetuneResult(setup.system, data.name, seeds, agg, notes, output)
-        for path in write_results(final, output):
+        for path in write_results(final, output) if owns_output() else []:
             parent.log_artifact(path)
         if tracking.register_model:  # here only, standalone or in a pipeline stage
             register_result(parent, tracking, final, in_stage)
@@ -214,18 +214,22 @@ def _run_seed(
     fingerprint = seed_fingerprint(setup, cfg, seed, advts is not None)
     weights = setup.pretrained_sha256
     data_sha256 = seed_data_sha256(setup, advts)
-    done = load_seed(directory, fingerprint, weights, data_sha256)
-    why = ""
-    if done is not None and lacks_predictions(done):
-        done = rescore(done, setup, ft, unseen, advts, fingerprint, weights)
-        why = "" if done is not None else RESCORE_FAILED
-    say_resume(seed, directory, done is not None, why)
-    if done is None and (directory / SEED_FILE).is_file():
-        drop_stale_results(directory.parent)
-    if done is not None:
-        if not done.record_id:  # a record from before record ids: it gets one now
+    main = owns_output()  # (data parallel: rank 0 alone reads and writes the folder)
+    done = None
+    if main:
+        done = load_seed(directory, fingerprint, weights, data_sha256)
+        why = ""
+        if done is not None and lacks_predictions(done):
+            done = rescore(done, setup, ft, unseen, advts, fingerprint, weights)
+            why = "" if done is not None else RESCORE_FAILED
+        say_resume(seed, directory, done is not None, why)
+        if done is None and (directory / SEED_FILE).is_file():
+            drop_stale_results(directory.parent)
+        if done is not None and not done.record_id:  # from before record ids: one now
             done.record_id = uuid.uuid4().hex
             save_seed(done, fingerprint, weights)
+    done = from_main(done)
+    if done is not None:
         # a standalone rerun reports the seed under a new parent run: the tag tells `runs
         # compare` that this is the record an earlier run reported, not another seed
         run.set_tags({"resumed": "true", TAG_SEED_RECORD: done.record_id})
@@ -285,7 +289,7 @@ def _run_seed(
     else:
         key = f"{fingerprint}:{weights}:{data_sha256}"
         aux = functools.partial(_aux_mlm, setup, ft)
-        copies = fine_tune_copies(train, aux, model, ft.soup, seed, run, directory, key)
+        copies = fine_tune_copies(train, aux, model, ft.soup, seed, run, directory, key, main)
         validation = cook_soup(model, copies, setup, ft, run)
         best_epoch, epochs_run = copies[0].best_epoch, copies[0].epochs_run  # the plain run's
 
@@ -295,28 +299,33 @@ def _run_seed(
     half = any(p.dtype != torch.float32 for p in model.parameters())
     if half:
         model.float()
-    metrics = score_seed(setup, ft, model, unseen, advts, None if half else validation)
+    result = None
+    if main:  # the ranks trained the same weights: rank 0 scores and saves them
+        metrics = score_seed(setup, ft, model, unseen, advts, None if half else validation)
+        result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
+        result.record_id, result.data_sha256 = uuid.uuid4().hex, data_sha256
+        _save_seed_folder(result, model, setup, run, fingerprint, weights)
+    shared = from_main(result)
+    assert shared is not None
+    return shared
+
+
+def _save_seed_folder(
+    result: SeedResult, model: Any, setup: Setup, run: Tracker, fingerprint: str, weights: str
+) -> None:
+    """The seed's classifier, confusion plots and record, written and logged."""
+    directory = result.directory
     save_classifier(directory, model, setup.meta, setup.vocab_dir)
-    for part, m in metrics.items():
-        png = confusion_png(m.confusion, labels, directory / f"confusion_{part}.png", part)
+    for part, m in result.metrics.items():
+        png = confusion_png(
+            m.confusion, setup.data.labels, directory / f"confusion_{part}.png", part
+        )
         run.log_artifact(png, "confusion")
-    result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
-    result.record_id, result.data_sha256 = _shared_record_id(), data_sha256
     save_seed(result, fingerprint, weights)
     run.set_tags({TAG_SEED_RECORD: result.record_id})
-    _log_seed(run, metrics)
+    _log_seed(run, result.metrics)
     run.log_artifact(directory / SEED_FILE)  # per-class reports and confusion counts
     run.log_artifact(directory / "classifier.yaml")
-    return result
-
-
-def _shared_record_id() -> str:
-    """A new seed record's id, rank 0's on every process of a data-parallel run: each writes
-    the seed's record (its own, on a node of its own), and rank 0's id is the one tracked."""
-    ids = [uuid.uuid4().hex]
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.broadcast_object_list(ids, src=0)
-    return ids[0]
 
 
 def _resegment(setup: Setup, ft: FinetuneConfig, seed: int) -> SampledSegmentation | None:

@@ -50,12 +50,13 @@ def held_output(
     meet: Callable[[], None] | None = None,
     say: Callable[[str], None] = _to_stderr,
 ) -> Iterator[NoteRun]:
-    """Hold `folder` on the main process (the other ranks of a data-parallel run only write
-    beside it); yields `note(tracker)`, which notes the run once it is open. Every run noted
-    and ended is taken off the ledger when the block ends: only a process killed outright,
-    or stopped before its run ended, leaves its note. Every rank calls `meet`
-    (`engine.wait_for_main`) before its block: the others wait there, however long `--wait`
-    takes, until the main process holds the folder (a collective would time out first)."""
+    """Hold `folder` on the main process (the other ranks of a data-parallel run read and
+    write none of it, `ranks`); yields `note(tracker)`, which notes the run once it is open.
+    Every run noted and ended is taken off the ledger when the block ends: only a process
+    killed outright, or stopped before its run ended, leaves its note. Every rank calls
+    `meet` (`ranks.wait_for_main`) before its block: the others wait there, however long
+    `--wait` takes, until the main process holds the folder (a collective would time out
+    first)."""
     if not main:
         if meet is not None:
             meet()

@@ -56,7 +56,6 @@ from tibnlp.training.engine import (
     init_distributed,
     planned_world_size,
     shutdown,
-    wait_for_main,
 )
 from tibnlp.training.held_output import NoteRun, held_output
 from tibnlp.training.learning_check import LearningCheck, unigram_accuracy
@@ -75,6 +74,7 @@ from tibnlp.training.pretrain_checks import (
 )
 from tibnlp.training.pretrain_init import initial_weights, load_initial, skipgram_start
 from tibnlp.training.pretrain_record import RunRecord, model_facts
+from tibnlp.training.ranks import wait_for_main
 from tibnlp.training.wiring import Training, start_training
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out masks differ from any training batch's
@@ -135,7 +135,7 @@ def run_pretraining(
     accumulation_steps(p.batch_size, p.micro_batch_size, planned_world_size())
     world = init_distributed(cfg.engine)
     standalone = not cfg.tracking.run_id  # (a pipeline ends its own killed stages)
-    meet = functools.partial(wait_for_main, world)  # (with --wait, as long as it takes)
+    meet = wait_for_main  # (with --wait, as long as it takes)
     with held_output(Path(p.output), world.is_main, standalone, wait, meet) as note_run:
         return _pretrain(cfg, resume, world, note_run, eval_only)
 
@@ -205,7 +205,7 @@ def _checked_inputs(cfg: Config, resume: bool, world: World, eval_only: bool) ->
     data_dir = output / ("data-heldout" if eval_only else "data")
     if world.is_main:
         _tokenise(cfg, vocab, data_dir, chain, resume, eval_only)
-    wait_for_main(world)  # the tokenising may outlast a collective's timeout
+    wait_for_main()  # the tokenising may outlast a collective's timeout
     splits, meta = load_pretraining_dataset(data_dir)
     model_cfg = resolve_model_config(cfg.model, vocab.size, meta)
     require_enough_examples(p, splits, data_dir, output, eval_only, world.is_main)

@@ -24,6 +24,7 @@ from tibnlp.fsutil import atomic_file
 from tibnlp.tracking import PrefixedRun, Tracker
 from tibnlp.training.classification import set_seed
 from tibnlp.training.finetune_setup import Setup
+from tibnlp.training.ranks import from_main
 from tibnlp.training.soup import greedy_soup
 
 SOUP_SALT = 1000  # the copies of seed s fine-tune with seeds s * SOUP_SALT + 1, + 2, ...
@@ -49,6 +50,7 @@ def fine_tune_copies(
     run: Tracker,
     directory: Path,
     key: str,
+    main: bool = True,
 ) -> list[SoupCopy]:
     """Fine-tune the `finetune.soup` copies of one seed from `model`'s current weights.
 
@@ -58,14 +60,16 @@ def fine_tune_copies(
     weights with seed `seed * SOUP_SALT + k`. Each finished copy is kept in
     `directory/soup-copies` under `key` (removed when the classifier is saved there), so a
     killed run resumes at the copy it was training: the copies are reseeded, so they do not
-    depend on the ones before."""
+    depend on the ones before. `main`: this process reads and writes the kept copies (rank 0
+    of a data-parallel run; the others take what it found, `ranks.from_main`)."""
     start = copy.deepcopy(model.state_dict())
     copies: list[SoupCopy] = []
     for index in range(count):
         path = directory / SOUP_DIR / f"copy-{index}.pt"
-        done = _load_copy(path, key)
+        done = from_main(_load_copy(path, key) if main else None)
         if done is not None:
-            print(f"soup: copy {index} of seed {seed} was fine-tuned before", file=sys.stderr)
+            if main:
+                print(f"soup: copy {index} of seed {seed} was fine-tuned before", file=sys.stderr)
             copies.append(done)
             continue
         copy_seed = seed if index == 0 else seed * SOUP_SALT + index
@@ -77,8 +81,9 @@ def fine_tune_copies(
         )
         state = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
         copies.append(SoupCopy(state, validation["macro_f1"], best_epoch, epochs_run))
-        with atomic_file(path) as tmp:
-            torch.save({"key": key, **dataclasses.asdict(copies[-1])}, tmp)
+        if main:
+            with atomic_file(path) as tmp:
+                torch.save({"key": key, **dataclasses.asdict(copies[-1])}, tmp)
     return copies
 
 
