@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from subprocess import Popen
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -429,12 +430,11 @@ time.sleep(120)
 """
 
 
-@pytest.mark.parametrize("launcher", [True, False], ids=["under-torchrun", "a-users-own"])
-def test_a_command_stops_when_its_launcher_is_killed_outright(
-    tmp_path: Path, launcher: bool
-) -> None:
-    """A worker torchrun started (its environment says so) stops the Ctrl-C way once its
-    launcher is SIGKILLed. A command a user started, reparented at logout, runs on."""
+@contextlib.contextmanager
+def _nap_under_a_launcher(tmp_path: Path, launcher: bool) -> Iterator[tuple[Popen, int]]:
+    """The `nap` command started by a middle process standing in for torchrun (with its
+    environment variable, or none); (the middle process, the command's pid), both ended
+    afterwards."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for key in stopping.LAUNCHER_ENV:
         env.pop(key, None)
@@ -450,6 +450,22 @@ def test_a_command_stops_when_its_launcher_is_killed_outright(
     try:
         assert middle.stdout is not None
         child = int(middle.stdout.readline())
+        yield middle, child
+    finally:
+        middle.kill()
+        middle.wait()
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("launcher", [True, False], ids=["under-torchrun", "a-users-own"])
+def test_a_command_stops_when_its_launcher_is_killed_outright(
+    tmp_path: Path, launcher: bool
+) -> None:
+    """A worker torchrun started (its environment says so) stops the Ctrl-C way once its
+    launcher is SIGKILLed. A command a user started, reparented at logout, runs on."""
+    with _nap_under_a_launcher(tmp_path, launcher) as (middle, child):
         deadline = time.monotonic() + 60
         while not (tmp_path / "pid-0").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -461,11 +477,17 @@ def test_a_command_stops_when_its_launcher_is_killed_outright(
             assert (tmp_path / f"ended-{child}").read_text() == "cleaned up"
         else:
             assert not _gone(child, within=2.5)
-    finally:
+
+
+def test_a_launcher_killed_while_the_worker_imports_the_cli_is_noticed(tmp_path: Path) -> None:
+    """Importing the CLI takes seconds: a launcher killed then used to go unnoticed (the
+    worker took its adoptive parent for its launcher and ran the whole command). The watch
+    is armed before those imports."""
+    with _nap_under_a_launcher(tmp_path, True) as (middle, child):
+        time.sleep(1.0)  # the child is importing torch and the rest
         middle.kill()
-        if child:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGKILL)
+        middle.wait()
+        assert _gone(child, within=60), f"process {child} outlived its SIGKILLed launcher"
 
 
 @pytest.mark.slow

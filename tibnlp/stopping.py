@@ -21,8 +21,8 @@ the GIL throughout keeps the watcher from running too: only SIGKILL ends that.
 A process started by another dies with it too: `die_with_parent` (a child's SIGTERM when its
 starter dies, even by SIGKILL; Linux) and `stop_when_orphaned` (a launched worker stops once
 its launcher or the pipeline above it is gone; the CLI arms it in every worker that torchrun or
-DeepSpeed's launcher started, so a standalone `torchrun ... tibnlp pretrain` whose torchrun is
-SIGKILLed stops too).
+DeepSpeed's launch.py started, `watch_launcher`, so a standalone `torchrun ... tibnlp pretrain`
+whose torchrun is SIGKILLed stops too).
 """
 
 from __future__ import annotations
@@ -212,10 +212,20 @@ _orphan_watch: threading.Thread | None = None
 
 
 def started_by_launcher() -> bool:
-    """True in a worker that torchrun or DeepSpeed's launcher started. Only there is a
+    """True in a worker that torchrun or DeepSpeed's launch.py started. Only there is a
     changed parent a dead launcher: a user's own `nohup` command is reparented at logout and
     must run on."""
     return any(k in os.environ for k in LAUNCHER_ENV)
+
+
+def watch_launcher() -> None:
+    """In a launcher's worker, stop once the launcher is gone (`stop_when_orphaned`): torch
+    leaves a SIGKILLed torchrun's workers running, in a session of their own. Called as
+    early as the CLI can (its package's import): a launcher killed before this runs goes
+    unnoticed. DeepSpeed's `deepspeed` command is a runner above launch.py: a runner killed
+    alone leaves launch.py, the workers' parent, alive, and them with it."""
+    if started_by_launcher():
+        stop_when_orphaned()
 
 
 def stop_when_orphaned(

@@ -12,13 +12,7 @@ from tibnlp.cli import corpus, data, export, finetune, pipeline, predict, pretra
 from tibnlp.cli import model as model_cli
 from tibnlp.cli.common import console
 from tibnlp.errors import TibnlpError, shown_here
-from tibnlp.stopping import (
-    exit_status,
-    started_by_launcher,
-    stop_on_signals,
-    stop_when_orphaned,
-    stopped_by_signal,
-)
+from tibnlp.stopping import exit_status, stop_on_signals, stopped_by_signal
 from tibnlp.training import worker_exit
 
 app = typer.Typer(
@@ -50,8 +44,6 @@ def one_outage_line() -> None:
 def main() -> None:
     one_outage_line()
     stop_on_signals()  # SIGTERM and SIGHUP leave through the same clean-up as Ctrl-C
-    if started_by_launcher():  # torchrun SIGKILLed (an OOM killer, a scheduler): stop too
-        stop_when_orphaned()
     try:
         app(standalone_mode=True)
     except SystemExit as exc:  # how click ends every command, success included
