@@ -22,12 +22,12 @@ class KeepBest:
                 f"loop setting select={self.metric!r}: the evaluation gave {sorted(metrics)}"
             )
         value = metrics[self.metric]
-        if self.value is not None and value <= self.value:
-            self.stale += 1
-            return False
-        self.value, self.stale = value, 0
-        self._state = {k: v.detach().clone() for k, v in module.state_dict().items()}
-        return True
+        if self.value is None or value > self.value:  # (a NaN never beats, nor is beaten)
+            self.value, self.stale = value, 0
+            self._state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+            return True
+        self.stale += 1
+        return False
 
     @property
     def out_of_patience(self) -> bool:
