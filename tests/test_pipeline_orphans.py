@@ -165,13 +165,26 @@ def test_a_run_the_store_could_not_end_stays_noted_beside_the_next_run(
     assert client.get_run(dead).info.status == "KILLED" and not (legacy / LEDGER).exists()
 
 
+@pytest.mark.parametrize(
+    "code, message",
+    [
+        ("PERMISSION_DENIED", "not allowed"),
+        # what MLflow's database store says of a database file it may not write
+        (
+            "TEMPORARILY_UNAVAILABLE",
+            "(sqlite3.OperationalError) attempt to write a readonly database",
+        ),
+    ],
+    ids=["denied", "read-only-sqlite"],
+)
 def test_a_store_that_keeps_refusing_has_the_run_dropped_with_how_to_end_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str, message: str
 ) -> None:
-    """A lasting refusal (permissions, say) was noted again on every run, for good: after
-    GIVE_UP_AFTER runs the entry goes, with a note naming the call that ends it by hand."""
+    """A lasting refusal was noted again on every run, for good: after GIVE_UP_AFTER runs
+    the entry goes, with a note naming the call that ends it by hand. A locked database
+    passes: it stays noted."""
     from mlflow.exceptions import MlflowException
-    from mlflow.protos.databricks_pb2 import PERMISSION_DENIED
+    from mlflow.protos import databricks_pb2
 
     from tibnlp.tracking import orphans
 
@@ -179,19 +192,29 @@ def test_a_store_that_keeps_refusing_has_the_run_dropped_with_how_to_end_it(
     client = MlflowClient(uri)
     dead = client.create_run(client.create_experiment("e")).info.run_id
     open_run(tmp_path, dead, uri)
+    error = message
 
     def refuse(self: MlflowClient, run_id: str) -> None:
-        raise MlflowException("not allowed", error_code=PERMISSION_DENIED)
+        raise MlflowException(error, error_code=getattr(databricks_pb2, code))
 
     monkeypatch.setattr(MlflowClient, "get_run", refuse)
     notes: list[str] = []
     for _ in range(orphans.GIVE_UP_AFTER - 1):
         assert end_orphans(tmp_path, notes.append) == []
         assert dead in (tmp_path / LEDGER).read_text(encoding="utf-8")
+        assert "kept in" in notes[-1]
     assert end_orphans(tmp_path, notes.append) == []
     assert not (tmp_path / LEDGER).exists()
-    assert "no longer noted" in notes[-1] and f"set_terminated('{dead}', 'KILLED')" in notes[-1]
-    assert len(notes) == orphans.GIVE_UP_AFTER + 1  # each refusal, then the last word
+    assert "no longer noted" in notes[-1] and "kept in" not in notes[-1]
+    assert f"set_terminated('{dead}', 'KILLED')" in notes[-1]
+    assert len(notes) == orphans.GIVE_UP_AFTER  # one note a run
+
+    open_run(tmp_path, dead, uri)
+    error = "(sqlite3.OperationalError) database is locked"  # passes: asked again and again
+    code = "TEMPORARILY_UNAVAILABLE"
+    for _ in range(orphans.GIVE_UP_AFTER + 1):
+        assert end_orphans(tmp_path, notes.append) == []
+    assert dead in (tmp_path / LEDGER).read_text(encoding="utf-8")
 
 
 def test_a_run_deleted_in_the_ui_is_not_refused_but_its_running_children_end(

@@ -36,7 +36,7 @@ from tibnlp.tracking.store import absolute_store, short_http_retries
 
 LEDGER = ".tibnlp-open-run.json"
 GIVE_UP_AFTER = 3  # runs in a row the store refused to end a noted run in: dropped then
-# MLflow's error codes for a store that did not answer or failed on its side: asked again
+# MLflow's error codes for a tracking server that did not answer or failed on its side
 PASSING_ERRORS = ("INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED")
 
 Noted = dict[str, Any]  # {"run_id", "uri"} and "refused", the refusals so far
@@ -104,23 +104,31 @@ def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
     ended: list[str] = []
     down: set[str] = set()  # a store that did not answer is not asked again for this run
     for noted in runs:
-        if noted["uri"] in down:
+        run_id, uri = noted["run_id"], noted["uri"]
+        if uri in down:
             kept.append(noted)
             continue
-        why = _end_noted(noted["run_id"], noted["uri"], ended, ledger, echo)
+        why, error = _end_noted(run_id, uri, ended)
         if why == "down":
+            echo(
+                f"note: could not reach {uri} to end the killed run {run_id} ({error}); "
+                f"kept in {ledger}"
+            )
             kept.append(noted)
-            down.add(noted["uri"])
+            down.add(uri)
         elif why == "refused":
             noted["refused"] = int(noted.get("refused", 0)) + 1
             if noted["refused"] < GIVE_UP_AFTER:
+                echo(
+                    f"note: could not end the killed run {run_id} in {uri} ({error}); "
+                    f"kept in {ledger}"
+                )
                 kept.append(noted)
             else:
                 echo(
-                    f"note: {noted['uri']} refused to end the killed run {noted['run_id']} "
-                    f"{noted['refused']} runs in a row; no longer noted in {ledger}. End it by "
-                    f"hand: MlflowClient({noted['uri']!r}).set_terminated("
-                    f"{noted['run_id']!r}, 'KILLED')"
+                    f"note: could not end the killed run {run_id} in {uri} ({error}), "
+                    f"{noted['refused']} runs in a row; no longer noted in {ledger}. End it "
+                    f"by hand: MlflowClient({uri!r}).set_terminated({run_id!r}, 'KILLED')"
                 )
     _write(ledger, kept)
     if ended:
@@ -131,31 +139,36 @@ def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
     return ended
 
 
-def _end_noted(
-    run_id: str, uri: str, ended: list[str], ledger: Path, echo: Callable[[str], None]
-) -> str:
-    """End one noted run and its RUNNING descendants into `ended`; "" when it is done with
-    (ended, or nothing left to end), "refused" when the store answered with an error, "down"
-    when it did not answer."""
+def _end_noted(run_id: str, uri: str, ended: list[str]) -> tuple[str, str]:
+    """End one noted run and its RUNNING descendants into `ended`. ("", "") when it is done
+    with (ended, or nothing left to end); ("refused", the error) when the store answered
+    with an error that will last; ("down", the error) when it did not answer, or failed in
+    a way that passes."""
     store = sqlite_file(uri)
     if store is not None and not store.is_file():
-        return ""  # the store is gone: opening it would make an empty one
+        return "", ""  # the store is gone: opening it would make an empty one
     short_http_retries(uri)  # a server that is down answers in seconds, not minutes
     try:
         ended += _end_tree(MlflowClient(uri), run_id)
     except MlflowException as exc:
         code = str(getattr(exc, "error_code", ""))
         if "RESOURCE_DOES_NOT_EXIST" in code:
-            return ""  # deleted from the store since: nothing to end
-        echo(f"note: could not end the killed run {run_id} in {uri} ({exc}); kept in {ledger}")
-        # (a server that does not answer, or fails on its side, is MLflow's INTERNAL_ERROR)
-        return "down" if code in PASSING_ERRORS else "refused"
+            return "", ""  # deleted from the store since: nothing to end
+        return ("down" if _passing(uri, code, exc) else "refused"), str(exc)
     except Exception as exc:  # an unreachable store: try again next time
-        echo(
-            f"note: could not reach {uri} to end the killed run {run_id} ({exc}); kept in {ledger}"
-        )
-        return "down"
-    return ""
+        return "down", str(exc)
+    return "", ""
+
+
+def _passing(uri: str, code: str, exc: Exception) -> bool:
+    """Whether a store's error may be gone by the next run. A server's: MLflow's client
+    retries what passes (timeouts, 429, 5xx, a refused connection) and then says
+    INTERNAL_ERROR; a 401, 403 or 404 has a code of its own. A local store's: only a locked
+    database passes; MLflow turns every database error into TEMPORARILY_UNAVAILABLE, a
+    read-only file included, and a local failure is INTERNAL_ERROR too."""
+    if uri.startswith(("http://", "https://")):
+        return code in PASSING_ERRORS
+    return "database is locked" in str(exc)
 
 
 def _end_tree(client: MlflowClient, run_id: str) -> list[str]:
