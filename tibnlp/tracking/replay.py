@@ -215,13 +215,11 @@ class Applier:
                 if race.error_code != "RESOURCE_ALREADY_EXISTS":
                     raise
         source = f"{run.info.artifact_uri.rstrip('/')}/{folder}"
-        unique = rec.get("unique_tag") or ""
-        held = (rec.get("tags") or {}).get(unique) if unique else None
         for version in self.client.search_model_versions(f"name='{name}'"):
             if version.run_id == run_id and version.source == source:
                 return  # already registered (replay after a lost answer)
-            if held and (version.tags or {}).get(unique) == held:
-                return  # what it names is registered already (a rerun's registration)
+        if self._held_already(name, rec.get("unique_tag") or "", rec.get("tags") or {}):
+            return  # what it names is registered already (a rerun's registration)
         tags = {k: run.data.tags[k] for k in rec.get("run_tags") or () if k in run.data.tags}
         for key, value in (rec.get("tags") or {}).items():
             offline = OFFLINE_ID.fullmatch(value)  # a run created offline: its real id
@@ -233,6 +231,15 @@ class Applier:
             tags=tags or None,
             description=rec.get("description") or None,
         )
+
+    def _held_already(self, name: str, key: str, tags: dict[str, str]) -> bool:
+        """Whether a version of `name` carries `tags[key]` under `key` (filtered by the
+        store: one version at most comes back, however many there are)."""
+        value = tags.get(key) if key else None
+        if not value or "'" in value or "'" in name or "`" in key:
+            return False  # (nothing to match, or not to be put in a filter: register)
+        query = f"name='{name}' AND tags.`{key}` = '{value}'"
+        return bool(self.client.search_model_versions(query, max_results=1))
 
     def _op_set_experiment_tags(self, rec: dict[str, Any]) -> None:
         experiment = self.experiment_id(rec["experiment"])
