@@ -25,7 +25,8 @@ def refuse(*_args, **_kwargs):
     raise AssertionError(f"rank {os.environ['RANK']} touched the output folder")
 
 if os.environ["RANK"] != "0":
-    for name in ("load_seed", "rescore", "save_seed", "save_classifier", "write_results"):
+    refused = ("load_seed", "rescore", "save_seed", "save_classifier", "write_results")
+    for name in (*refused, "require_same_dataset"):
         setattr(finetune, name, refuse)
     soup_run._load_copy = refuse
     soup_run.atomic_file = refuse

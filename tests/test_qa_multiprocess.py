@@ -47,6 +47,7 @@ import sys
 import torch.distributed as dist
 
 from tibnlp.errors import TibnlpError, run_script
+from tibnlp.training.ranks import wait_for_main
 
 
 def main():
@@ -54,6 +55,14 @@ def main():
     if who == "before":
         raise TibnlpError("bad config", "fix it")
     dist.init_process_group("gloo")
+    if who == "0-waited-for":  # rank 0 fails while the others wait for it (`wait_for_main`)
+        if dist.get_rank() == 0:
+            raise TibnlpError("bad input (0)", "fix it")
+        try:
+            wait_for_main()
+        except TibnlpError:
+            print(f"rank {dist.get_rank()} stopped by rank 0's error", file=sys.stderr)
+            raise
     if who in ("all", str(dist.get_rank())):
         raise TibnlpError(f"bad input ({who})", "fix it")
     dist.barrier()  # the others wait here for the one that failed
@@ -63,8 +72,9 @@ run_script(main)
 """
 
 
-def _launch(tmp_path: Path, who: str) -> str:
-    """WORKER under torchrun in two processes; its stderr."""
+def _launch(tmp_path: Path, who: str, monitor_s: float = 0.1) -> str:
+    """WORKER under torchrun in two processes (torchrun looking at them every `monitor_s`);
+    its stderr."""
     import os
     import subprocess
     import sys
@@ -76,7 +86,8 @@ def _launch(tmp_path: Path, who: str) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), *sys.path])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    cmd += ["--master_port", str(free_port()), str(script), who]
+    cmd += ["--master_port", str(free_port()), "--monitor-interval", str(monitor_s)]
+    cmd += [str(script), who]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     return done.stderr
@@ -94,6 +105,17 @@ def test_an_error_every_rank_meets_is_printed_once(tmp_path: Path, who: str) -> 
 def test_an_error_of_one_rank_alone_is_still_printed(tmp_path: Path) -> None:
     err = _launch(tmp_path, "1")
     assert err.count("error: bad input (1)") == 1, err
+
+
+@pytest.mark.slow
+def test_ranks_waiting_for_rank_0_stop_with_its_error(tmp_path: Path) -> None:
+    """Rank 0 refuses alone (it alone reads the output folder) while the others wait for it
+    with no timeout: they stop with its error, said once, instead of waiting for the
+    launcher (which, on another node, may never come). torchrun looks late here, so the
+    waiting rank gets there first."""
+    err = _launch(tmp_path, "0-waited-for", monitor_s=5)
+    assert err.count("error: bad input (0)") == 1, err
+    assert "rank 1 stopped by rank 0's error" in err, err
 
 
 def test_a_launcher_that_cannot_start_is_named(tmp_path: Path) -> None:

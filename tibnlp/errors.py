@@ -37,7 +37,7 @@ class DataError(TibnlpError):
     """An input file or dataset is missing or malformed; the message names the file (and line)."""
 
 
-_POSTED = "tibnlp/error"  # the group's store key rank 0 puts its error under
+POSTED_ERROR = "tibnlp/error"  # the group's store key rank 0 puts its error under
 
 
 def shown_here(message: str, wait_s: float = 5.0) -> bool:
@@ -55,10 +55,10 @@ def shown_here(message: str, wait_s: float = 5.0) -> bool:
     try:
         store = dist.distributed_c10d._get_default_store()
         if dist.get_rank() == 0:
-            store.set(_POSTED, message)
+            store.set(POSTED_ERROR, message)
             return True
-        store.wait([_POSTED], timedelta(seconds=wait_s))
-        return bool(store.get(_POSTED).decode("utf-8") != message)
+        store.wait([POSTED_ERROR], timedelta(seconds=wait_s))
+        return bool(store.get(POSTED_ERROR).decode("utf-8") != message)
     except Exception:  # no store, or rank 0's error not posted in time: say it here
         return True
 

@@ -109,7 +109,6 @@ def run_finetune(
     data = load_task_data(dataset, task)
     setup = prepare(cfg, data)
     output = Path(ft.output) / data.name / setup.system.replace("/", "_")
-    require_same_dataset(output, data)
     unseen = unseen_indices(setup.train_texts, texts(data, "test", ft.text_form))
     advts = _advts(setup, ft.eval_also)
     # a validation macro-F1 at this level is a classifier collapsed onto one class
@@ -136,6 +135,8 @@ def run_finetune(
     if planned_world_size() > 1:
         init_distributed(cfg.engine)
         meet = wait_for_main
+    if owns_output():  # (the other ranks wait for rank 0 in `meet`, and stop if it failed)
+        require_same_dataset(output, data)
     with (
         held_output(output, main, not in_stage, wait, meet) as note_run,
         tracker_from_config(tracking, f"{data.name} {setup.system}", tags) as parent,

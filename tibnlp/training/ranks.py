@@ -18,6 +18,8 @@ from typing import TypeVar
 
 import torch.distributed as dist
 
+from tibnlp.errors import POSTED_ERROR, TibnlpError
+
 T = TypeVar("T")
 
 _waits = itertools.count()  # every rank passes the same waits in the same order
@@ -44,7 +46,9 @@ def wait_for_main(poll_s: float = 0.5) -> None:
     collective gives up after the process group's timeout (DeepSpeed's 10 minutes) with a
     gloo or NCCL traceback: too soon for what rank 0 alone may wait on (another run's
     output folder under `--wait`) or do (tokenise a corpus, score and upload a seed).
-    Should rank 0 fail instead, the launcher stops the ranks waiting here."""
+    Should rank 0 fail with a user error instead (posted to the store, `errors.shown_here`),
+    the ranks waiting here fail with it, quietly: rank 0 printed it. Other failures are the
+    launcher's to see: it stops the ranks of its node."""
     key = f"tibnlp/main-reached/{next(_waits)}"
     if not _grouped():
         return
@@ -53,6 +57,8 @@ def wait_for_main(poll_s: float = 0.5) -> None:
         store.set(key, "1")
         return
     while not store.check([key]):
+        if store.check([POSTED_ERROR]):
+            raise TibnlpError(store.get(POSTED_ERROR).decode("utf-8"))
         time.sleep(poll_s)
 
 
