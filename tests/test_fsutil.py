@@ -119,3 +119,30 @@ def test_an_output_that_cannot_be_made_is_a_data_error_naming_it() -> None:
         atomic_write_text(target / "f.txt", "x")
     with pytest.raises(DataError, match=r"cannot write /proc/f.txt"):  # the folder exists
         atomic_write_text(Path("/proc/f.txt"), "x")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_an_output_that_is_a_pipe_is_written_into_not_replaced(tmp_path: Path) -> None:
+    """`-o fifo` (or `-o >(gzip > x)`): the rename put a regular file in the FIFO's place,
+    the reader got nothing and waited for good."""
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text("utf-8")), daemon=True)
+    reader.start()
+    atomic_write_text(fifo, "line\n")
+    reader.join(timeout=30)
+    assert got == ["line\n"] and stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_an_output_that_is_a_link_updates_the_file_it_names(tmp_path: Path) -> None:
+    """The rename replaced the link with a file, and the file it named kept its old text."""
+    real = tmp_path / "real.jsonl"
+    real.write_text("old\n", "utf-8")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    atomic_write_text(link, "new\n")
+    assert link.is_symlink() and real.read_text("utf-8") == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.jsonl", "real.jsonl"]

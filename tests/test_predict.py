@@ -255,3 +255,57 @@ def test_nothing_to_predict_and_blank_jsonl_texts_are_warned(classifier_dir, tmp
     said = " ".join(result.output.split())
     assert "2 record(s) of" in said and "(line 2, 3)" in said, said
     assert [json.loads(x)["id"] for x in out.read_text("utf-8").splitlines()] == ["a", "b", "c"]
+
+
+def test_texts_of_only_punctuation_are_warned_as_read_from_nothing(
+    classifier_dir, tmp_path
+) -> None:
+    """A line of a shad, a tsheg or a zero-width space is no text once read as the model
+    reads it; it was predicted from nothing, silently (only blank text was warned of)."""
+    src = tmp_path / "marks.txt"
+    src.write_text("།\nརྒྱལ་ཁབ\n་\n\u200b\n", "utf-8")
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(
+        app, ["predict", "--model", str(classifier_dir), "-i", str(src), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "3 record(s) of" in said and "(line 1, 3, 4)" in said, said
+    assert len(out.read_text("utf-8").splitlines()) == 4  # still one line per record
+
+
+def test_gold_labels_are_read_as_fine_tuning_reads_class_names(classifier_dir, tmp_path) -> None:
+    """1.0 is class "1", true is "true", and a Tibetan name in another normalisation is the
+    same class: they were warned of as labels of no class of the classifier."""
+    folder = tmp_path / "numbered"
+    shutil.copytree(classifier_dir, folder)
+    meta = folder / "classifier.yaml"
+    text = meta.read_text("utf-8")
+    nfc = unicodedata.normalize("NFC", "\u0f43\u0f72")
+    for old, new in (("Politics", "'1'"), ("Economics", "'true'"), ("Education", nfc)):
+        text = text.replace(f"- {old}\n", f"- {new}\n")
+    meta.write_text(text, "utf-8")
+    src = tmp_path / "gold.jsonl"
+    gold = [1.0, True, "\u0f43\u0f72"]  # (U+0F43: a precomposed letter NFC decomposes)
+    src.write_text("".join(json.dumps({"text": "ཀ", "label": g}) + "\n" for g in gold), "utf-8")
+    assert predict_file(folder, str(src), tmp_path / "out.jsonl").foreign_labels == []
+    src.write_text(json.dumps({"text": "ཀ", "label": 2}) + "\n", "utf-8")
+    assert predict_file(folder, str(src), tmp_path / "out.jsonl").foreign_labels == ["2"]
+
+
+def test_an_edited_read_length_past_the_encoders_positions_is_a_damaged_file(
+    tmp_path,
+) -> None:
+    """classifier.yaml's max_len raised past the encoder's model.max_len ended in a
+    ValueError traceback at the first long text."""
+    from tibnlp.config import to_dict
+    from tibnlp.config.model import ModelConfig
+    from tibnlp.models.classifier_io import META_FILE, ClassifierMeta, read_meta
+
+    meta = ClassifierMeta("albert", ["a", "b"], 1000, "x", 60, model=ModelConfig(max_len=128))
+    (tmp_path / META_FILE).write_text(json.dumps(to_dict(meta)), "utf-8")
+    with pytest.raises(DataError, match=r"damaged .*max_len.*past the encoder's model.max_len"):
+        read_meta(tmp_path)
+    meta.max_len = 128
+    (tmp_path / META_FILE).write_text(json.dumps(to_dict(meta)), "utf-8")
+    assert read_meta(tmp_path).max_len == 128

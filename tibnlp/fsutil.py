@@ -143,8 +143,18 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
 def atomic_file(final: Path, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path beside `final` to write to, renamed to `final` only if the block
     succeeds; on any error it is removed and `final` keeps its old content (or stays absent).
-    `suffix` keeps the extension writers that choose the format by name look at (".png")."""
+    `suffix` keeps the extension writers that choose the format by name look at (".png").
+
+    A link is followed: the file it names is replaced, not the link. A target that exists
+    and is not a file (a FIFO, `-o >(gzip > out.gz)`, /dev/stdout on a terminal) is
+    written as it is: there is nothing to rename over it. So is anything under /dev
+    (/dev/stdout redirected to a file names that file; a rename would drop what `>>` keeps)."""
     final = check_file_path(final)
+    if final.exists() and (not final.is_file() or final.absolute().parts[:2] == ("/", "dev")):
+        yield final
+        return
+    if final.is_symlink():
+        final = check_file_path(final.resolve())
     make_dirs(final.parent)
     with _unwritable(final):
         fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)

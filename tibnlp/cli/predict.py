@@ -52,7 +52,8 @@ def predict(
         more = f" and {len(done.blank_lines) - 10} more" if len(done.blank_lines) > 10 else ""
         console.print(
             f"[yellow]warning:[/] {len(done.blank_lines)} record(s) of {escape(done.source)} "
-            f"have a blank 'text' (line {shown}{more}): their predictions read no text"
+            f"have no text the classifier reads, blank or only punctuation and marks (line "
+            f"{shown}{more}): their predictions read no text"
         )
     if done.foreign_labels:
         shown = ", ".join(repr(x) for x in done.foreign_labels[:5])

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from tibnlp.data.collate import encode_counting_cuts, pad_batch
-from tibnlp.data.labelled import model_text
+from tibnlp.data.labelled import BadLabel, class_name, model_text
 from tibnlp.errors import DataError
 from tibnlp.fsutil import atomic_write_text, check_file_path, text_lines
 from tibnlp.models.attention.dynamic import per_text_routing
@@ -80,11 +80,15 @@ class Predictor:
         self.vocab = Vocabulary.load(directory)
         check_vocab(self.vocab, self.meta, directory)
 
+    def model_texts(self, texts: Sequence[str]) -> list[str]:
+        """Each text as the classifier reads it (normalised, in its input form)."""
+        form, join = self.meta.text_form, self.meta.join_spaced_syllables
+        return [model_text(t, form, join) for t in texts]
+
     def encode(self, texts: Sequence[str]) -> tuple[list[list[int]], list[int]]:
         """The ids the classifier reads of each text (any spelling), and the pieces each text
         lost to the cut at its read length (0: none), as fine-tuning encodes them."""
-        form, join = self.meta.text_form, self.meta.join_spaced_syllables
-        inputs = [model_text(t, form, join) for t in texts]
+        inputs = self.model_texts(texts)
         return encode_counting_cuts(self.vocab, inputs, read_length(self.meta))
 
     def proba(self, texts: Sequence[str], batch_size: int = 128) -> np.ndarray:
@@ -243,11 +247,20 @@ def _utf8_lines(raw: bytes, name: str) -> list[str]:
     return text_lines(text)
 
 
+def _class_of(label: object) -> str:
+    """A gold label as fine-tuning names its class (1.0 is "1", NFC); as written otherwise."""
+    try:
+        return class_name(label)
+    except BadLabel:
+        return str(label)
+
+
 @dataclass
 class Predicted:
     """What `predict_file` did: `count` records predicted from `source` (its name), the
-    lines of JSONL records whose text is blank (predicted from no text at all), and how many
-    texts (and pieces) were cut at the classifier's read length."""
+    lines of records with no text once read as the model reads it (blank JSONL text, or only
+    punctuation and marks: predicted from no text at all), and how many texts (and pieces)
+    were cut at the classifier's read length."""
 
     count: int
     meta: ClassifierMeta
@@ -277,9 +290,11 @@ def predict_file(
     predictor = Predictor(model_dir)
     name, numbered = numbered_inputs(source)
     records = [record for _, record in numbered]
-    blank = [line for line, record in numbered if not record["text"].strip()]
+    # no text once read as the model reads it: blank, or only punctuation, marks and spaces
+    read = predictor.model_texts([r["text"] for r in records])
+    blank = [line for (line, _), text in zip(numbered, read, strict=True) if not text.strip()]
     known = set(predictor.meta.labels)
-    gold = (str(r["label"]) for r in records if r.get("label") is not None)
+    gold = (_class_of(r["label"]) for r in records if r.get("label") is not None)
     foreign = sorted({label for label in gold if label not in known})
     ids, dropped = predictor.encode([r["text"] for r in records])
     preds = predictor.rows(predictor.proba_of_ids(ids, batch_size))
