@@ -233,6 +233,15 @@ def test_a_result_folder_names_its_seed_classifiers(classifier_dir) -> None:
     assert str(classifier_dir) in str(err.value.hint)
 
 
+def _predicted_saying(classifier_dir: Path, src: Path, out: Path) -> str:
+    """`tibnlp predict` run on `src` into `out` (exit 0); what it said, on one line."""
+    result = CliRunner().invoke(
+        app, ["predict", "--model", str(classifier_dir), "-i", str(src), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
 def test_nothing_to_predict_and_blank_jsonl_texts_are_warned(classifier_dir, tmp_path) -> None:
     """An empty input and a JSONL record whose text is blank still run (the output keeps one
     line per record), but the user is told: neither is a prediction of a text."""
@@ -248,11 +257,7 @@ def test_nothing_to_predict_and_blank_jsonl_texts_are_warned(classifier_dir, tmp
     rows = [{"id": "a", "text": "ཀ"}, {"id": "b", "text": " "}, {"id": "c", "text": ""}]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
     out = tmp_path / "out.jsonl"
-    result = CliRunner().invoke(
-        app, ["predict", "--model", str(classifier_dir), "-i", str(src), "-o", str(out)]
-    )
-    assert result.exit_code == 0, result.output
-    said = " ".join(result.output.split())
+    said = _predicted_saying(classifier_dir, src, out)
     assert "2 record(s) of" in said and "(line 2, 3)" in said, said
     assert [json.loads(x)["id"] for x in out.read_text("utf-8").splitlines()] == ["a", "b", "c"]
 
@@ -265,11 +270,7 @@ def test_texts_of_only_punctuation_are_warned_as_read_from_nothing(
     src = tmp_path / "marks.txt"
     src.write_text("།\nརྒྱལ་ཁབ\n་\n\u200b\n", "utf-8")
     out = tmp_path / "out.jsonl"
-    result = CliRunner().invoke(
-        app, ["predict", "--model", str(classifier_dir), "-i", str(src), "-o", str(out)]
-    )
-    assert result.exit_code == 0, result.output
-    said = " ".join(result.output.split())
+    said = _predicted_saying(classifier_dir, src, out)
     assert "3 record(s) of" in said and "(line 1, 3, 4)" in said, said
     assert len(out.read_text("utf-8").splitlines()) == 4  # still one line per record
 
