@@ -20,8 +20,9 @@ Output layout (a contract: vocabulary and pretraining read it through `load_prep
                            corpus is published, so an interrupted segmentation resumes)
 
 Steps: read the inputs into a raw Arrow file (documents = blank-line separated blocks, or JSONL
-records); `datasets.map(num_proc=...)` normalises, filters and splits each document (documents
-are shuffled first so the process shards get similar amounts of text); then, in document order,
+records); a map over `num_proc` processes (`process_map`) normalises, filters and splits each
+document (documents are shuffled first so the process shards get similar amounts of text);
+then, in document order,
 exact sentence dedup across the whole corpus and the held-out split by document.
 
 Nothing half-written: the corpus is built in a hidden temporary directory beside OUT and renamed
@@ -60,6 +61,7 @@ from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.filtering import LINE_REASONS, choose_heldout, dedup_mask, process_documents
 from tibnlp.text.prepared import MARKER, MARKER_CONTENT, SPLITS, load_prepared, save_splits
+from tibnlp.text.process_map import map_in_processes
 from tibnlp.text.readers import (
     InputInfo,
     expand_inputs,
@@ -220,7 +222,7 @@ def prepare_corpus(
             infos = _read_inputs(files, work / "raw.arrow", cfg, progress)
             _check_documents(infos)
             timings["read"] = time.perf_counter() - started - sum(timings.values())
-            processed = _process(work, cfg, num_proc)
+            processed = _process(work, cfg, num_proc, progress)
             timings["process"] = time.perf_counter() - started - sum(timings.values())
             report = _finish(processed, tmp, cfg, infos)
             timings["dedup_split_write"] = time.perf_counter() - started - sum(timings.values())
@@ -269,27 +271,40 @@ def _check_documents(infos: list[InputInfo]) -> None:
     raise DataError("the inputs hold no documents (all files empty?)", "check the --input files")
 
 
-def _process(work: Path, cfg: CorpusConfig, num_proc: int) -> datasets.Dataset:
+STEP = "normalise, filter, split"
+
+
+def _process(
+    work: Path, cfg: CorpusConfig, num_proc: int, progress: bool = True
+) -> datasets.Dataset:
     raw = datasets.Dataset.from_file(str(work / "raw.arrow"))
     # Shuffled so that each process gets a similar share of text (documents are very unequal
     # and sorted by source); the order is restored (by doc_id) before dedup.
     shuffled = raw.shuffle(seed=cfg.seed, keep_in_memory=True)
+    kwargs = {
+        "join_spaced_syllables": cfg.join_spaced_syllables,
+        "min_tibetan_ratio": cfg.min_tibetan_ratio,
+        "min_syllables": cfg.min_syllables,
+        "ga_boundary": cfg.split_on_ga_space,
+    }
+    batches: dict[str, Any] = {
+        "batch_size": 8,
+        "writer_batch_size": 64,
+        "remove_columns": ["lines", "line"],
+    }
+    procs = min(num_proc, len(raw))
+    if procs > 1:  # (not datasets' num_proc: its pool hung when stopped, `process_map`)
+        return map_in_processes(
+            shuffled, process_documents, kwargs, procs, work, STEP, progress, **batches
+        )
     return shuffled.map(
         process_documents,
         batched=True,
-        batch_size=8,
-        writer_batch_size=64,
-        num_proc=min(num_proc, len(raw)) if num_proc > 1 else None,
-        remove_columns=["lines", "line"],
-        fn_kwargs={
-            "join_spaced_syllables": cfg.join_spaced_syllables,
-            "min_tibetan_ratio": cfg.min_tibetan_ratio,
-            "min_syllables": cfg.min_syllables,
-            "ga_boundary": cfg.split_on_ga_space,
-        },
+        fn_kwargs=kwargs,
         cache_file_name=str(work / "processed.arrow"),
         load_from_cache_file=False,
-        desc="normalise, filter, split",
+        desc=STEP,
+        **batches,
     )
 
 

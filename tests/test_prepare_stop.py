@@ -1,0 +1,82 @@
+"""`tibnlp corpus prepare` stopped in its multi-process step (normalise, filter, split): it
+leaves as stopped (130 for Ctrl-C, 143 for SIGTERM), with no worker left and nothing
+half-written. Under `datasets.map(num_proc=...)` it hung (the pool waited on workers it
+had forked again) or ended in pages of traceback with exit 1 (tibnlp.text.process_map)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# the CLI with a slow step: each batch notes its worker's pid, then takes half a second
+SLOW = """
+import os, sys, time
+from pathlib import Path
+from tibnlp.text import prepare
+
+real = prepare.process_documents
+marks = Path(sys.argv[2])
+
+def slow(batch, **kwargs):
+    (marks / f"worker-{os.getpid()}").touch()
+    time.sleep(0.5)
+    return real(batch, **kwargs)
+
+prepare.process_documents = slow
+from tibnlp.cli.main import main
+sys.argv = ["tibnlp", "corpus", "prepare", "-i", sys.argv[1], "-o", sys.argv[3],
+            "--num-proc", "2", "--no-progress"]
+main()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.is_file() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_in_the_multi_process_step_leaves_cleanly(tmp_path: Path, sig: int) -> None:
+    """The signal goes to the whole process group, as a terminal's Ctrl-C and `timeout` send
+    it: the workers get it too."""
+    corpus = tmp_path / "in.txt"
+    doc = "བོད་ཀྱི་ལོ་རྒྱུས་ནི་རིང་པོ་ཡིན། དེང་སང་གི་གནས་ཚུལ་གསར་པ།\n\n"
+    corpus.write_text(doc * 200, encoding="utf-8")
+    marks, out = tmp_path / "marks", tmp_path / "out"
+    marks.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW, str(corpus), str(marks), str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # a group of its own, as a shell's job
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")
+            time.sleep(0.1)
+        workers = [int(p.name.split("-")[1]) for p in marks.iterdir()]
+        assert len(workers) == 2, "the step never ran in two workers"
+        os.killpg(proc.pid, sig)
+        text = proc.communicate(timeout=60)[0].decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert not any(_alive(pid) for pid in workers)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "marks"]  # no staging
