@@ -238,6 +238,17 @@ def test_bad_jsonl(tmp_path: Path) -> None:
     assert report["dropped_lines"]["invalid_json"] == 1
 
 
+def test_a_jsonl_text_with_a_lone_surrogate_escape_is_named(tmp_path: Path) -> None:
+    """A cut emoji ("\\ud83d") is valid JSON but no character: it ended in a UnicodeEncodeError
+    traceback from the Arrow writer, naming no line, and --on-error skip did not skip it."""
+    bad = tmp_path / "scraped.jsonl"
+    good = json.dumps({"text": S1}, ensure_ascii=False)
+    bad.write_text(good + '\n{"text": "\\ud83d' + S1 + '"}\n', encoding="utf-8")
+    _expect_error(tmp_path, [bad], r"scraped\.jsonl:2: field 'text' holds an unpaired surrogate")
+    report = prepare_corpus([bad], tmp_path / "out", _cfg(on_error="skip"), progress=False)
+    assert report["dropped_lines"]["invalid_utf8"] == 1 and report["total"]["documents"] == 1
+
+
 def test_file_without_tibetan(tmp_path: Path, corpus: Path) -> None:
     latin = tmp_path / "english.txt"
     latin.write_text("Only English here.\n\nAnd here.\n", encoding="utf-8")

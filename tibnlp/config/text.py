@@ -90,10 +90,10 @@ class VocabConfig:
 
     def validate(self, prefix: str) -> None:
         check(self.vocab_size >= 16, f"{prefix}.vocab_size", "must be >= 16")
-        check(
-            0.9 <= self.character_coverage <= 1.0,
+        check(  # (SentencePiece refuses less than 0.98)
+            0.98 <= self.character_coverage <= 1.0,
             f"{prefix}.character_coverage",
-            "must be in [0.9, 1]",
+            "must be in [0.98, 1]",
         )
         if self.cross_syllables:
             check(

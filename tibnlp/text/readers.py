@@ -434,6 +434,14 @@ def _text_docs(
         yield Document(info.source, start, current)
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _jsonl_docs(
     path: Path,
     lines: Iterator[tuple[int, str]],
@@ -457,6 +465,12 @@ def _jsonl_docs(
                 problem, reason = f"a JSON {kind}, not a record (an object)", "missing_field"
             elif not isinstance(value, str):
                 problem, reason = f"no string field {field_name!r}", "missing_field"
+            elif not _encodable(value):  # a lone \ud83d escape (a broken emoji): no character
+                problem = (
+                    f"field {field_name!r} holds an unpaired surrogate escape, not a character"
+                )
+                reason = "invalid_utf8"
+                hint = "repair the record (a cut emoji?), or --on-error skip to drop such records"
         if text.lstrip().startswith("[") and not isinstance(value, str):
             # a .json file holding one array (of records) is the usual mistake: say so, rather
             # than send the user after --field or a JSON syntax error on its first line

@@ -261,7 +261,7 @@ def _train_error(config: VocabConfig, text: str) -> DataError:
             "and special pieces the corpus needs "
             f"(vocab.character_coverage={config.character_coverage})",
             f"raise --vocab-size to at least {small.group(1)}, or lower "
-            "vocab.character_coverage to leave rare characters out as [UNK]",
+            "vocab.character_coverage (down to 0.98) to leave rare characters out as [UNK]",
         )
     if "Vocabulary size" in text or "vocab_size" in text:
         found = _TOO_BIG_RE.search(text)
