@@ -74,6 +74,10 @@ for round in range(2 if what == "twice" else 1):
         print("ready", flush=True)
         if what == "c-call":  # one long call in C: no Python handler runs until it returns
             hashlib.pbkdf2_hmac("sha256", b"x", b"y", 2**31 - 1)
+        elif what == "c-call-logged":  # the same with fd 2 piped, as SentencePiece's log is
+            from tibnlp.text.spm_log import c_stderr
+            with c_stderr(lambda line: line):
+                hashlib.pbkdf2_hmac("sha256", b"x", b"y", 2**31 - 1)
         elif what == "pools":  # pools whose idle workers are SIGTERMed at the end of `with`
             for _ in range(8):
                 with multiprocessing.get_context("fork").Pool(2) as pool:
@@ -120,12 +124,15 @@ def stopping_child(tmp_path: Path) -> Iterator[Callable[[str], subprocess.Popen[
         proc.communicate()
 
 
+@pytest.mark.parametrize("what", ["c-call", "c-call-logged"])
 def test_a_stop_during_a_long_c_call_exits_within_the_take_time(
-    tmp_path: Path, stopping_child: Callable[[str], subprocess.Popen[str]]
+    tmp_path: Path, stopping_child: Callable[[str], subprocess.Popen[str]], what: str
 ) -> None:
     """SentencePiece training or a collective cannot run Python's handler: the process exits
-    as SIGTERM would have (it ignored the signal until the call returned)."""
-    proc = stopping_child("c-call")
+    as SIGTERM would have (it ignored the signal until the call returned), and says so on
+    the user's stderr also while fd 2 is piped into SentencePiece's log reader (the line went
+    into the pipe, whose reader dies with the process: an exit without a word)."""
+    proc = stopping_child(what)
     time.sleep(0.5)
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)

@@ -27,13 +27,14 @@ whose torchrun is SIGKILLed stops too).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 from tibnlp.folder_lock import alive
@@ -75,13 +76,28 @@ def _ours(signum: int) -> bool:
     return signal.getsignal(signum) is _raise_stopped
 
 
+_say_fd = 2  # where `_exit_now` says why: the terminal's stderr while fd 2 is redirected
+
+
+@contextlib.contextmanager
+def saying_to(fd: int) -> Iterator[None]:
+    """While fd 2 is redirected (SentencePiece's log into a pipe whose reader dies with the
+    process), a forced exit says why on `fd`, the stderr the user sees."""
+    global _say_fd
+    before, _say_fd = _say_fd, fd
+    try:
+        yield
+    finally:
+        _say_fd = before
+
+
 def _exit_now(signum: int, why: str) -> None:
     """Exit 128 + signum now, saying why only where stderr can take it at once (a full pipe
     nobody reads must not keep the process; no thread: none starts at interpreter exit)."""
     try:
-        if select.select([], [2], [], 0.5)[1]:  # (a pipe: room for PIPE_BUF bytes)
+        if select.select([], [_say_fd], [], 0.5)[1]:  # (a pipe: room for PIPE_BUF bytes)
             name = signal.Signals(signum).name
-            os.write(2, f"\n{name}: {why}; exiting without clean-up\n".encode())
+            os.write(_say_fd, f"\n{name}: {why}; exiting without clean-up\n".encode())
     except (OSError, ValueError):
         pass
     finally:

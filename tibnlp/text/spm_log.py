@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tibnlp.stopping import saying_to
+
 Progress = Callable[[str, int, int | None], None]
 """`progress(stage, done, total)`, stages in order: "units" (sentences counted for
 vocab.whole_units), "reading" (sentences handed to SentencePiece, of the train split's),
@@ -128,7 +130,8 @@ def c_stderr(handle: Callable[[str], str | None]) -> Iterator[bool]:
     if swap:
         sys.stderr = real
     try:
-        yield True
+        with saying_to(saved):
+            yield True
     finally:
         os.dup2(saved, 2)  # closes the pipe's last write end: the reader sees its end
         if swap:
