@@ -135,9 +135,10 @@ def _write(path: Path, files: list[Path], runs: list[dict]) -> None:
     total = report["total"]
     lines += [
         "",
-        "Only the per-document step (normalise, filter, split: `datasets.map(num_proc=...)`) runs "
-        "in parallel; reading/decompressing the inputs and the corpus-wide dedup, held-out split "
-        "and write are serial, which bounds the speed-up (Amdahl).",
+        "Only the per-document step (normalise, filter, split: one forked process per shard, "
+        "`tibnlp.text.process_map`) runs in parallel; reading/decompressing the inputs and the "
+        "corpus-wide dedup, held-out split and write are serial, which bounds the speed-up "
+        "(Amdahl).",
         "",
         f"Result (identical for every setting): {total['documents']:,} documents, "
         f"{total['sentences']:,} sentences, {total['syllables']:,} syllables, "

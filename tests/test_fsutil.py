@@ -146,3 +146,11 @@ def test_an_output_that_is_a_link_updates_the_file_it_names(tmp_path: Path) -> N
     atomic_write_text(link, "new\n")
     assert link.is_symlink() and real.read_text("utf-8") == "new\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.jsonl", "real.jsonl"]
+
+
+def test_a_loop_of_links_is_a_clear_error(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(DataError, match="cannot write"):
+        atomic_write_text(a, "x")

@@ -139,6 +139,12 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _a_stream(path: Path) -> bool:
+    """/dev/stdout, /dev/stderr or /dev/fd/N: a descriptor of this process, not a file."""
+    name = str(path.absolute())
+    return name in ("/dev/stdout", "/dev/stderr") or name.startswith(("/dev/fd/", "/proc/self/fd/"))
+
+
 @contextmanager
 def atomic_file(final: Path, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path beside `final` to write to, renamed to `final` only if the block
@@ -147,14 +153,17 @@ def atomic_file(final: Path, suffix: str = ".tmp") -> Iterator[Path]:
 
     A link is followed: the file it names is replaced, not the link. A target that exists
     and is not a file (a FIFO, `-o >(gzip > out.gz)`, /dev/stdout on a terminal) is
-    written as it is: there is nothing to rename over it. So is anything under /dev
-    (/dev/stdout redirected to a file names that file; a rename would drop what `>>` keeps)."""
+    written as it is: there is nothing to rename over it. So are /dev/stdout, /dev/stderr
+    and /dev/fd/N (redirected to a file they name it; a rename would drop what `>>` keeps)."""
     final = check_file_path(final)
-    if final.exists() and (not final.is_file() or final.absolute().parts[:2] == ("/", "dev")):
+    if final.exists() and (not final.is_file() or _a_stream(final)):
         yield final
         return
     if final.is_symlink():
-        final = check_file_path(final.resolve())
+        try:
+            final = check_file_path(final.resolve(strict=False))
+        except (RuntimeError, OSError) as exc:  # a loop of links
+            raise DataError(f"cannot write {final}: {exc}", "give a file path") from exc
     make_dirs(final.parent)
     with _unwritable(final):
         fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)

@@ -5,9 +5,12 @@ the process group as `timeout` and systemd send it), its workers died, the pool 
 ones that waited for good on a queue lock a dead one held, and the pool's terminate waited
 for them: `tibnlp corpus prepare` hung (2 of 5 tries) or ended in pages of traceback with
 exit 1. Here each worker is a plain forked process that maps one contiguous shard into an
-Arrow file of its own, as `datasets` does, with nothing shared but a row counter; a stop
-kills them all and leaves as it came (Ctrl-C's 130, SIGTERM's 143). The shards are
-concatenated in order, so the result is the single-process map's.
+Arrow file of its own, as `datasets` does, sharing nothing but a row count per worker
+(no lock a killed worker could keep); a stop kills them all and leaves as it came (Ctrl-C's
+130, SIGTERM's 143), and a worker whose parent is killed outright stops too (Linux). The
+workers are forked before the progress bar's thread starts (a lock held by a thread at the
+fork stays held in the child). The shards are concatenated in order, so the result is the
+single-process map's.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from tibnlp.stopping import die_with_parent
+
 POLL_S = 0.2  # how often the parent looks at its workers and updates the bar
 
 
@@ -47,11 +52,14 @@ def map_in_processes(
     """`data.map(function, batched=True, ...)` over `procs` forked processes, each writing
     `work/mapped-NNNNN.arrow`; rows in `data`'s order. A bar shows rows, rate and ETA."""
     ctx = multiprocessing.get_context("fork")
-    done = ctx.Value("q", 0)  # rows mapped so far, all workers
+    done = ctx.RawArray("q", procs)  # rows mapped so far, one slot per worker
     paths = [work / f"mapped-{i:05d}.arrow" for i in range(procs)]
     settings = (function, fn_kwargs, batch_size, writer_batch_size, remove_columns)
+    arm = die_with_parent()  # (made here: it notes this process as the parent)
     workers = [
-        ctx.Process(target=_map_shard, args=(data, i, procs, path, done, settings), daemon=True)
+        ctx.Process(
+            target=_map_shard, args=(data, i, procs, path, done, settings, arm), daemon=True
+        )
         for i, path in enumerate(paths)
     ]
     bar = Progress(
@@ -63,17 +71,17 @@ def map_in_processes(
         disable=not progress,
     )
     try:
+        began = time.monotonic()
+        for worker in workers:  # before the bar's refresh thread exists
+            worker.start()
         with bar:
             task = bar.add_task(description, total=len(data), rate="")
-            began = time.monotonic()
-            for worker in workers:
-                worker.start()
             while any(w.is_alive() for w in workers):
                 time.sleep(POLL_S)
-                rows = done.value
+                rows = sum(done)
                 rate = rows / max(time.monotonic() - began, 1e-9)
                 bar.update(task, completed=rows, rate=f"{rate:,.0f} rows/s")
-            bar.update(task, completed=done.value)
+            bar.update(task, completed=sum(done))
     except BaseException:  # a stop (or an error here): no worker outlives it
         for worker in workers:
             if worker.is_alive():
@@ -100,8 +108,12 @@ def _map_shard(
     path: Path,
     done: Any,
     settings: tuple[Callable[..., dict[str, list[Any]]], dict[str, Any], int, int, list[str]],
+    arm: Callable[[], None] | None,
 ) -> None:
-    """One worker: shard `index` of `count` (contiguous) mapped into `path`."""
+    """One worker: shard `index` of `count` (contiguous) mapped into `path`; its rows
+    counted in `done[index]`."""
+    if arm is not None:
+        arm()  # SIGTERM when the parent dies, even by SIGKILL
     # Ctrl-C at the terminal reaches every process of the group: the parent stops the
     # workers, so a worker does not stop (or print a traceback) on its own
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -110,8 +122,7 @@ def _map_shard(
 
     def counted(batch: dict[str, list[Any]], **kwargs: Any) -> dict[str, list[Any]]:
         out = function(batch, **kwargs)
-        with done.get_lock():
-            done.value += len(next(iter(batch.values())))
+        done[index] += len(next(iter(batch.values())))  # (this worker's slot alone)
         return out
 
     data.shard(count, index, contiguous=True).map(
@@ -123,4 +134,5 @@ def _map_shard(
         fn_kwargs=fn_kwargs,
         cache_file_name=str(path),
         load_from_cache_file=False,
+        new_fingerprint=f"mapped-{index:05d}",  # (`counted` cannot be hashed: no warning)
     )
