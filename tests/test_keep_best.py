@@ -18,7 +18,7 @@ def _scores(keep: KeepBest, values: list[float]) -> list[bool]:
             module.weight.fill_(float(step))
         kept.append(keep.offer({"macro_f1": value}, module))
     keep.restore(module)
-    kept.append(float(module.weight))  # type: ignore[arg-type]
+    kept.append(float(module.weight.detach()))  # type: ignore[arg-type]
     return kept
 
 
