@@ -310,3 +310,11 @@ def test_an_edited_read_length_past_the_encoders_positions_is_a_damaged_file(
     meta.max_len = 128
     (tmp_path / META_FILE).write_text(json.dumps(to_dict(meta)), "utf-8")
     assert read_meta(tmp_path).max_len == 128
+
+
+def test_text_the_vocabulary_knows_nothing_of_is_warned(classifier_dir, tmp_path) -> None:
+    """Latin or digits alone encode to [UNK] only: a prediction of nothing, given silently."""
+    src = tmp_path / "mixed.txt"
+    src.write_text("hello world\nརྒྱལ ཁབ སྲིད\nabc རྒྱལ\n", "utf-8")
+    said = _predicted_saying(classifier_dir, src, tmp_path / "out.jsonl")
+    assert "1 record(s) of" in said and "only [UNK] (line 1)" in said, said

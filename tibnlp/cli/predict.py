@@ -55,6 +55,14 @@ def predict(
             f"have no text the classifier reads, blank or only punctuation and marks (line "
             f"{shown}{more}): their predictions read no text"
         )
+    if done.unknown_lines:
+        shown = ", ".join(map(str, done.unknown_lines[:10]))
+        more = f" and {len(done.unknown_lines) - 10} more" if len(done.unknown_lines) > 10 else ""
+        console.print(
+            f"[yellow]warning:[/] {len(done.unknown_lines)} record(s) of {escape(done.source)} "
+            f"hold no piece the classifier's vocabulary knows, only [UNK] (line {shown}{more}): "
+            "not Tibetan text? their predictions read nothing of it"
+        )
     if done.foreign_labels:
         shown = ", ".join(repr(x) for x in done.foreign_labels[:5])
         more = f" and {len(done.foreign_labels) - 5} more" if len(done.foreign_labels) > 5 else ""

@@ -274,6 +274,8 @@ class Predicted:
     cut_texts: int = 0
     cut_tokens: int = 0
     read_length: int = 0
+    # lines whose text the vocabulary knows none of (all [UNK]): not Tibetan, or another script
+    unknown_lines: list[int] = field(default_factory=list)
 
 
 def predict_file(
@@ -297,6 +299,12 @@ def predict_file(
     gold = (_class_of(r["label"]) for r in records if r.get("label") is not None)
     foreign = sorted({label for label in gold if label not in known})
     ids, dropped = predictor.encode([r["text"] for r in records])
+    # text, but not one piece of it the vocabulary knows (Latin, say)
+    unknown = [
+        line
+        for (line, _), row in zip(numbered, ids, strict=True)
+        if predictor.vocab.knows_none(row)
+    ]
     preds = predictor.rows(predictor.proba_of_ids(ids, batch_size))
     pairs = zip(records, preds, strict=True)
     lines = (json.dumps({**r, **p}, ensure_ascii=False) for r, p in pairs)
@@ -311,6 +319,7 @@ def predict_file(
         name,
         blank,
         foreign,
+        unknown_lines=unknown,
         cut_texts=sum(n > 0 for n in dropped),
         cut_tokens=sum(dropped),
         read_length=read_length(predictor.meta),

@@ -119,6 +119,12 @@ class Vocabulary:
         self._lone_space = [p == WORD_START for p in pieces]
         self._opens_word = [p.startswith(WORD_START) for p in pieces]
 
+    def knows_none(self, ids: Sequence[int]) -> bool:
+        """Whether encoded text holds [UNK] and nothing else the vocabulary knows (control
+        symbols and lone word-start markers aside): text of another script."""
+        rest = [i for i in ids if i not in self.special_ids and not self._lone_space[i]]
+        return bool(rest) and all(i == self.unk_id for i in rest)
+
     @classmethod
     def load(cls, path: Path | str) -> Vocabulary:
         path = Path(path)
