@@ -47,22 +47,18 @@ def predict(
             f"[yellow]warning:[/] {escape(done.source)} holds no text (blank lines are skipped), "
             "so nothing was predicted"
         )
-    if done.blank_lines:
-        shown = ", ".join(map(str, done.blank_lines[:10]))
-        more = f" and {len(done.blank_lines) - 10} more" if len(done.blank_lines) > 10 else ""
-        console.print(
-            f"[yellow]warning:[/] {len(done.blank_lines)} record(s) of {escape(done.source)} "
-            f"have no text the classifier reads, blank or only punctuation and marks (line "
-            f"{shown}{more}): their predictions read no text"
-        )
-    if done.unknown_lines:
-        shown = ", ".join(map(str, done.unknown_lines[:10]))
-        more = f" and {len(done.unknown_lines) - 10} more" if len(done.unknown_lines) > 10 else ""
-        console.print(
-            f"[yellow]warning:[/] {len(done.unknown_lines)} record(s) of {escape(done.source)} "
-            f"hold no piece the classifier's vocabulary knows, only [UNK] (line {shown}{more}): "
-            "not Tibetan text? their predictions read nothing of it"
-        )
+    _warn_lines(
+        done.blank_lines,
+        done.source,
+        "have no text the classifier reads, blank or only punctuation and marks",
+        "their predictions read no text",
+    )
+    _warn_lines(
+        done.unknown_lines,
+        done.source,
+        "hold no piece the classifier's vocabulary knows, only [UNK]",
+        "not Tibetan text? their predictions read nothing of it",
+    )
     if done.foreign_labels:
         shown = ", ".join(repr(x) for x in done.foreign_labels[:5])
         more = f" and {len(done.foreign_labels) - 5} more" if len(done.foreign_labels) > 5 else ""
@@ -74,3 +70,15 @@ def predict(
                 f"another dataset than {meta.dataset}, or the wrong classifier?"
             )
         )
+
+
+def _warn_lines(lines: list[int], source: str, what: str, meaning: str) -> None:
+    """A warning naming the input lines (the first ten) whose records are `what`."""
+    if not lines:
+        return
+    shown = ", ".join(map(str, lines[:10]))
+    more = f" and {len(lines) - 10} more" if len(lines) > 10 else ""
+    console.print(
+        f"[yellow]warning:[/] {len(lines)} record(s) of {escape(source)} "
+        + escape(f"{what} (line {shown}{more}): {meaning}")
+    )
