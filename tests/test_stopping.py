@@ -438,15 +438,15 @@ time.sleep(120)
 
 
 @contextlib.contextmanager
-def _nap_under_a_launcher(tmp_path: Path, launcher: bool) -> Iterator[tuple[Popen, int]]:
-    """The `nap` command started by a middle process standing in for torchrun (with its
-    environment variable, or none); (the middle process, the command's pid), both ended
-    afterwards."""
+def _nap_under_a_launcher(tmp_path: Path, launcher: str) -> Iterator[tuple[Popen, int]]:
+    """The `nap` command started by a middle process standing in for a launcher (`launcher`:
+    the environment variable it sets, torchrun's or DeepSpeed launch.py's; "": none);
+    (the middle process, the command's pid), both ended afterwards."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for key in stopping.LAUNCHER_ENV:
         env.pop(key, None)
     if launcher:
-        env["TORCHELASTIC_RUN_ID"] = "none"
+        env[launcher] = "0"
     middle = subprocess.Popen(
         [sys.executable, "-c", NAP_MIDDLE, NAP, str(tmp_path)],
         stdout=subprocess.PIPE,
@@ -466,12 +466,17 @@ def _nap_under_a_launcher(tmp_path: Path, launcher: bool) -> Iterator[tuple[Pope
                 os.kill(child, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("launcher", [True, False], ids=["under-torchrun", "a-users-own"])
+@pytest.mark.parametrize(
+    "launcher",
+    ["TORCHELASTIC_RUN_ID", "CROSS_RANK", ""],
+    ids=["under-torchrun", "under-deepspeed-launch", "a-users-own"],
+)
 def test_a_command_stops_when_its_launcher_is_killed_outright(
-    tmp_path: Path, launcher: bool
+    tmp_path: Path, launcher: str
 ) -> None:
-    """A worker torchrun started (its environment says so) stops the Ctrl-C way once its
-    launcher is SIGKILLed. A command a user started, reparented at logout, runs on."""
+    """A worker torchrun or DeepSpeed's launch.py started (its environment says so) stops the
+    Ctrl-C way once its launcher is SIGKILLed. A command a user started, reparented at
+    logout, runs on."""
     with _nap_under_a_launcher(tmp_path, launcher) as (middle, child):
         deadline = time.monotonic() + 60
         while not (tmp_path / "pid-0").exists() and time.monotonic() < deadline:
@@ -490,7 +495,7 @@ def test_a_launcher_killed_while_the_worker_imports_the_cli_is_noticed(tmp_path:
     """Importing the CLI takes seconds: a launcher killed then used to go unnoticed (the
     worker took its adoptive parent for its launcher and ran the whole command). The watch
     is armed before those imports."""
-    with _nap_under_a_launcher(tmp_path, True) as (middle, child):
+    with _nap_under_a_launcher(tmp_path, "TORCHELASTIC_RUN_ID") as (middle, child):
         time.sleep(1.0)  # the child is importing torch and the rest
         middle.kill()
         middle.wait()

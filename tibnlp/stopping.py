@@ -144,9 +144,14 @@ def _watch(read_fd: int) -> None:
 
 
 def _forget_in_child() -> None:
-    """A forked child (a pool's worker) stops as Python's default would, and its signals
-    no longer reach the parent's watcher."""
-    global _wakeup
+    """A forked child (a pool's worker) stops as Python's default would, its signals no
+    longer reach the parent's watcher, and it has no orphan watch (the thread is the
+    parent's) until it arms its own."""
+    global _wakeup, _orphan_watch
+    _orphan_watch = None
+    _above.clear()
+    if _wakeup == -1:
+        return  # (this process never stopped on signals)
     _wakeup = -1  # (the pipe is the parent's; a child that stops on signals makes its own)
     try:
         signal.set_wakeup_fd(-1)
@@ -174,7 +179,6 @@ def stop_on_signals() -> None:
         read_fd, _wakeup = os.pipe()
         os.set_blocking(_wakeup, False)
         threading.Thread(target=_watch, args=(read_fd,), name="tibnlp-stop", daemon=True).start()
-        os.register_at_fork(after_in_child=_forget_in_child)
     signal.set_wakeup_fd(_wakeup, warn_on_full_buffer=False)
 
 
@@ -271,12 +275,7 @@ def stop_when_orphaned(
 
     _orphan_watch = threading.Thread(target=watch, name="tibnlp-orphan-watch", daemon=True)
     _orphan_watch.start()
-    os.register_at_fork(after_in_child=_forget_watch_in_child)
     return _orphan_watch
 
 
-def _forget_watch_in_child() -> None:
-    """(a forked child has no watch thread; it must not think it has)"""
-    global _orphan_watch
-    _orphan_watch = None
-    _above.clear()
+os.register_at_fork(after_in_child=_forget_in_child)  # (once: children inherit it)

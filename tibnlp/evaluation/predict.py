@@ -80,15 +80,11 @@ class Predictor:
         self.vocab = Vocabulary.load(directory)
         check_vocab(self.vocab, self.meta, directory)
 
-    def model_texts(self, texts: Sequence[str]) -> list[str]:
-        """Each text as the classifier reads it (normalised, in its input form)."""
-        form, join = self.meta.text_form, self.meta.join_spaced_syllables
-        return [model_text(t, form, join) for t in texts]
-
     def encode(self, texts: Sequence[str]) -> tuple[list[list[int]], list[int]]:
         """The ids the classifier reads of each text (any spelling), and the pieces each text
         lost to the cut at its read length (0: none), as fine-tuning encodes them."""
-        inputs = self.model_texts(texts)
+        form, join = self.meta.text_form, self.meta.join_spaced_syllables
+        inputs = [model_text(t, form, join) for t in texts]
         return encode_counting_cuts(self.vocab, inputs, read_length(self.meta))
 
     def proba(self, texts: Sequence[str], batch_size: int = 128) -> np.ndarray:
@@ -292,19 +288,15 @@ def predict_file(
     predictor = Predictor(model_dir)
     name, numbered = numbered_inputs(source)
     records = [record for _, record in numbered]
-    # no text once read as the model reads it: blank, or only punctuation, marks and spaces
-    read = predictor.model_texts([r["text"] for r in records])
-    blank = [line for (line, _), text in zip(numbered, read, strict=True) if not text.strip()]
     known = set(predictor.meta.labels)
     gold = (_class_of(r["label"]) for r in records if r.get("label") is not None)
     foreign = sorted({label for label in gold if label not in known})
     ids, dropped = predictor.encode([r["text"] for r in records])
+    numbers, vocab = [line for line, _ in numbered], predictor.vocab
+    # no text once read as the model reads it: blank, or only punctuation, marks and spaces
+    blank = [n for n, row in zip(numbers, ids, strict=True) if not vocab.text_ids(row)]
     # text, but not one piece of it the vocabulary knows (Latin, say)
-    unknown = [
-        line
-        for (line, _), row in zip(numbered, ids, strict=True)
-        if predictor.vocab.knows_none(row)
-    ]
+    unknown = [n for n, row in zip(numbers, ids, strict=True) if vocab.knows_none(row)]
     preds = predictor.rows(predictor.proba_of_ids(ids, batch_size))
     pairs = zip(records, preds, strict=True)
     lines = (json.dumps({**r, **p}, ensure_ascii=False) for r, p in pairs)

@@ -69,15 +69,12 @@ class ClassifierMeta:
             f"{self.text_form!r} is not allowed; allowed values: {', '.join(TEXT_FORMS)}",
         )
         if self.encoder == "albert":  # fine-tuning clamps both; an edit may not have
-            window = self.reading.window or self.max_len
-            rows = window
-            if self.reading.mode == "memory":  # [CLS] memory [SEP] and the window after [CLS]
-                rows = 1 + self.reading.memory.budget + 1 + (window - 1)
+            rows = self.reading.positions(self.max_len)
             check(
                 rows <= self.model.max_len,
                 f"{prefix}.max_len",
-                f"a {window}-token window reads {rows} positions, past the encoder's "
-                f"model.max_len {self.model.max_len}",
+                f"a {self.reading.window or self.max_len}-token window reads {rows} positions, "
+                f"past the encoder's model.max_len {self.model.max_len}",
             )
 
 

@@ -22,8 +22,8 @@ Output layout (a contract: vocabulary and pretraining read it through `load_prep
 Steps: read the inputs into a raw Arrow file (documents = blank-line separated blocks, or JSONL
 records); a map over `num_proc` processes (`process_map`) normalises, filters and splits each
 document (documents are shuffled first so the process shards get similar amounts of text);
-then, in document order,
-exact sentence dedup across the whole corpus and the held-out split by document.
+then, in document order, exact sentence dedup across the whole corpus and the held-out split
+by document.
 
 Nothing half-written: the corpus is built in a hidden temporary directory beside OUT and renamed
 into place only on success. An existing OUT is refused unless `force=True`, and even then only a

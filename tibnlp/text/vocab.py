@@ -119,10 +119,15 @@ class Vocabulary:
         self._lone_space = [p == WORD_START for p in pieces]
         self._opens_word = [p.startswith(WORD_START) for p in pieces]
 
+    def text_ids(self, ids: Sequence[int]) -> list[int]:
+        """The ids of encoded text that stand for text: control symbols and lone word-start
+        markers left out ([] for a text of nothing, or of punctuation the form drops)."""
+        return [i for i in ids if i not in self.special_ids and not self._lone_space[i]]
+
     def knows_none(self, ids: Sequence[int]) -> bool:
-        """Whether encoded text holds [UNK] and nothing else the vocabulary knows (control
-        symbols and lone word-start markers aside): text of another script."""
-        rest = [i for i in ids if i not in self.special_ids and not self._lone_space[i]]
+        """Whether encoded text holds [UNK] and nothing else the vocabulary knows: text of
+        another script."""
+        rest = self.text_ids(ids)
         return bool(rest) and all(i == self.unk_id for i in rest)
 
     @classmethod

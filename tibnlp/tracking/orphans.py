@@ -117,7 +117,7 @@ def end_orphans(folder: Path, echo: Callable[[str], None] = print) -> list[str]:
             kept.append(noted)
             down.add(uri)
         elif why == "refused":
-            noted["refused"] = int(noted.get("refused", 0)) + 1
+            noted["refused"] += 1
             if noted["refused"] < GIVE_UP_AFTER:
                 echo(
                     f"note: could not end the killed run {run_id} in {uri} ({error}); "

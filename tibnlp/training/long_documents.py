@@ -54,7 +54,8 @@ def reading_of(ft: FinetuneConfig, model_cfg: ModelConfig, window: int) -> Readi
             "pass --model DIR (a pretraining output) or use long_document=segments",
         )
     gm = ft.global_memory
-    need = 1 + gm.budget + 1 + (window - 1)
+    reading.selection, reading.memory = ft.memory_selection, gm
+    need = reading.positions(window)
     if need > model_cfg.max_len:  # the encoder refuses longer rows, whatever its positions
         raise ConfigError(
             f"config key 'finetune.global_memory.budget': [CLS] + {gm.budget} memory + [SEP] + "
@@ -62,7 +63,6 @@ def reading_of(ft: FinetuneConfig, model_cfg: ModelConfig, window: int) -> Readi
             f"{model_cfg.max_len}",
             "lower finetune.global_memory.budget or finetune.max_len",
         )
-    reading.selection, reading.memory = ft.memory_selection, gm
     return reading
 
 

@@ -135,8 +135,8 @@ def run_pretraining(
     accumulation_steps(p.batch_size, p.micro_batch_size, planned_world_size())
     world = init_distributed(cfg.engine)
     standalone = not cfg.tracking.run_id  # (a pipeline ends its own killed stages)
-    meet = wait_for_main  # (with --wait, as long as it takes)
-    with held_output(Path(p.output), world.is_main, standalone, wait, meet) as note_run:
+    # (the other ranks wait for rank 0 with --wait as long as it takes)
+    with held_output(Path(p.output), world.is_main, standalone, wait, wait_for_main) as note_run:
         return _pretrain(cfg, resume, world, note_run, eval_only)
 
 

@@ -40,6 +40,14 @@ class Reading:
         )
         check(self.document_max_len >= 0, f"{prefix}.document_max_len", "must be >= 0")
 
+    def positions(self, window: int) -> int:
+        """Positions one encoder row takes: the window, or with memory `[CLS]`, the memory
+        budget, `[SEP]` and the window's tokens after its own `[CLS]`."""
+        size = self.window or window
+        if self.mode != "memory":
+            return size
+        return 1 + self.memory.budget + 1 + (size - 1)
+
     def read_length(self, window: int) -> int:
         """Tokens of each text encoded: the window, or the long-document cap (below one
         window too: a document is read up to `document_max_len` tokens, as set)."""
