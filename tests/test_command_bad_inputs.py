@@ -9,6 +9,7 @@ import re
 import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tibetan_fixtures import prepared_inputs, write_prepared
@@ -57,7 +58,32 @@ def test_corpus_prepare_help_names_the_config_keys() -> None:
         assert key in result.output, result.output
 
 
-@pytest.mark.parametrize("indent", [None, 1])
+def _commands(cmd: Any, ctx: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    if not hasattr(cmd, "list_commands"):
+        return [(path, cmd)]
+    return [
+        leaf
+        for name in cmd.list_commands(ctx)
+        for leaf in _commands(cmd.get_command(ctx, name), ctx, (*path, name))
+    ]
+
+
+def test_every_command_lists_as_one_line() -> None:
+    """A group's command list prints the docstring's first paragraph with its line breaks
+    kept: `data list` showed a five-line entry, broken mid-sentence ("exits / 1 when ...")."""
+    import click
+    import typer
+
+    root = typer.main.get_command(app)
+    commands = dict(_commands(root, click.Context(root)))
+    assert ("data", "list") in commands and ("pretrain",) in commands, list(commands)
+    for path, cmd in commands.items():
+        first = (cmd.help or "").strip().split("\n\n")[0]
+        assert first and "\n" not in first, (path, first)
+    shown = CliRunner().invoke(app, ["data", "--help"], env={"COLUMNS": "200"}).output
+    assert "matching checksums." in shown and "damaged" not in shown, shown
+
+
 def test_a_json_array_file_is_named_as_one(tmp_path: Path, indent: int | None) -> None:
     """A `.json` holding one array was reported as a JSON syntax error on line 1 or as "no
     string field 'text'", with advice to pass --field."""

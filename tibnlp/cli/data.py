@@ -24,8 +24,9 @@ def list_datasets(
         bool, typer.Option(help="Check sha256 of every file (else only that each is there).")
     ] = True,
 ) -> None:
-    """Known datasets and corpora, and whether each is present with matching checksums; exits
-    1 when one is damaged (partial, a checksum mismatch, a broken link, unreadable, a folder
+    """Known datasets and corpora, and whether each is present with matching checksums.
+
+    Exits 1 when one is damaged (partial, a checksum mismatch, a broken link, unreadable, a folder
     without its files; for a set you download, which has no checksums: some split files
     only, several archives, a damaged archive). A dataset absent is not an error: each
     command names the one it needs."""

@@ -199,8 +199,10 @@ def compare(
         ),
     ] = None,
 ) -> None:
-    """Is A above B? The difference of their seed-mean scores, with a paired-bootstrap interval
-    over the items (the seeds' spread does not show how much another test sample would move it)."""
+    """Is A above B? Their seed-mean difference, with a paired-bootstrap interval.
+
+    The interval is over the items: the seeds' spread does not show how much another test
+    sample would move it."""
     runs_a = [load_one_result(p) for p in [result_a, *(pool or [])]]
     runs_b = [load_one_result(p) for p in [result_b, *(pool_b or [])]]
     row_a, row_b = pool_pair(runs_a, runs_b, part)

@@ -82,8 +82,10 @@ def clean(
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Remove them (without: list only).")] = False,
 ) -> None:
-    """List the stage outputs the file's current plan does not use (other settings,
-    interrupted runs); --yes removes them. Give the same --set as the runs to keep."""
+    """List the stage outputs the file's current plan does not use; --yes removes them.
+
+    They are outputs of other settings and of interrupted runs. Give the same --set as the
+    runs to keep."""
     from tibnlp.folder_lock import hold_folder
     from tibnlp.pipeline.clean import remove, unused_outputs
     from tibnlp.pipeline.planner import Planner

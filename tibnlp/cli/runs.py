@@ -124,8 +124,10 @@ def plot(
     title: Annotated[str, typer.Option(help="Figure title.")] = "",
     tracking_uri: UriOption = "",
 ) -> None:
-    """Learning curve: fine-tuning scores (mean ± std over seeds) against pretraining tokens
-    and CPU-hours, with the random-init twin, TextCNN and published results as references."""
+    """Learning curve: fine-tuning scores against pretraining tokens and CPU-hours.
+
+    Mean ± std over seeds, with the random-init twin, TextCNN and published results as
+    references."""
     target = run_id or pipeline_parent(experiment[0], tracking_uri) or ""
     curve, skipped = plot_curve(
         experiment,
