@@ -78,6 +78,12 @@ for round in range(2 if what == "twice" else 1):
             from tibnlp.text.spm_log import c_stderr
             with c_stderr(lambda line: line):
                 hashlib.pbkdf2_hmac("sha256", b"x", b"y", 2**31 - 1)
+        elif what == "c-call-staged":  # the same while a folder and a file are written
+            from tibnlp import fsutil
+            with fsutil.staged_dir(done.parent / "out") as d, fsutil.atomic_file(done) as f:
+                (d / "part").write_text("x")
+                f.write_text("x")
+                hashlib.pbkdf2_hmac("sha256", b"x", b"y", 2**31 - 1)
         elif what == "pools":  # pools whose idle workers are SIGTERMed at the end of `with`
             for _ in range(8):
                 with multiprocessing.get_context("fork").Pool(2) as pool:
@@ -124,14 +130,15 @@ def stopping_child(tmp_path: Path) -> Iterator[Callable[[str], subprocess.Popen[
         proc.communicate()
 
 
-@pytest.mark.parametrize("what", ["c-call", "c-call-logged"])
+@pytest.mark.parametrize("what", ["c-call", "c-call-logged", "c-call-staged"])
 def test_a_stop_during_a_long_c_call_exits_within_the_take_time(
     tmp_path: Path, stopping_child: Callable[[str], subprocess.Popen[str]], what: str
 ) -> None:
     """SentencePiece training or a collective cannot run Python's handler: the process exits
     as SIGTERM would have (it ignored the signal until the call returned), and says so on
     the user's stderr also while fd 2 is piped into SentencePiece's log reader (the line went
-    into the pipe, whose reader dies with the process: an exit without a word)."""
+    into the pipe, whose reader dies with the process: an exit without a word). What it was
+    writing is not left half-written: its temporaries beside the outputs are removed."""
     proc = stopping_child(what)
     time.sleep(0.5)
     started = time.monotonic()
@@ -139,7 +146,7 @@ def test_a_stop_during_a_long_c_call_exits_within_the_take_time(
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and "not taken within" in err, err
     assert time.monotonic() - started < stopping.TAKE_S + 10
-    assert not (tmp_path / "done").exists()
+    assert not list(tmp_path.iterdir())  # no "done", no staged temporaries
 
 
 def test_sigterm_then_sighup_at_once_is_one_stop(

@@ -1,13 +1,16 @@
 """Publishing outputs whole: readers see the old file or folder, or the complete new one.
 
 `atomic_file` (any writer: text, safetensors, a figure) and `atomic_write_text` for files,
-`staged_dir` for folders. Every stage writes through these, never a copy of them.
+`staged_dir` for folders. Every stage writes through these, never a copy of them. Their
+temporaries are removed on any error; a forced exit, which runs no `finally`, removes them
+with `remove_staged` (`tibnlp.stopping`).
 An output path that names the wrong kind of thing (a folder where a file goes, a file where a
 folder goes, or under a file) is a `DataError` naming it, checked before anything is written:
 `check_file_path` and `check_folder_path` let a command refuse it before its work, too."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -17,6 +20,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tibnlp.errors import DataError
+
+_staged: dict[Path, int] = {}  # temporaries being written, by the pid that made each
+
+
+def remove_staged() -> None:
+    """Remove this process's temporaries (best effort): for an exit that runs no `finally`.
+    A forked child's copy of its parent's entries is left alone."""
+    for tmp, pid in list(_staged.items()):
+        if pid == os.getpid():
+            if tmp.is_dir() and not tmp.is_symlink():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
 
 
 def _umask() -> int:
@@ -119,6 +136,7 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
     make_dirs(final.parent)
     with _unwritable(final):
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    _staged[tmp] = os.getpid()
     tmp.chmod(0o777 & ~_umask())
     try:
         yield tmp
@@ -137,6 +155,7 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        _staged.pop(tmp, None)
 
 
 def _a_stream(path: Path) -> bool:
@@ -169,6 +188,7 @@ def atomic_file(final: Path, suffix: str = ".tmp") -> Iterator[Path]:
         fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
     os.close(fd)
     tmp = Path(name)
+    _staged[tmp] = os.getpid()
     share(tmp)  # mkstemp makes it private
     try:
         yield tmp
@@ -176,6 +196,7 @@ def atomic_file(final: Path, suffix: str = ".tmp") -> Iterator[Path]:
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
+        _staged.pop(tmp, None)
 
 
 def atomic_write_text(path: Path, text: str | Iterable[str]) -> None:

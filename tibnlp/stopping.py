@@ -11,12 +11,13 @@ taken; the process then exits 128 + the signal's number, as the shell reports it
 Python runs a handler only between bytecodes, so a stop that comes during one long C call
 (SentencePiece training, a collective waiting for a dead peer) would wait for the call. A
 watcher thread sees each signal as it arrives (`signal.set_wakeup_fd`): a stop Python has
-not taken within `TAKE_S` exits the process as the signal would have (the next run ends its
-MLflow runs, `tibnlp.tracking.orphans`), and so does a stop signal repeated after `REPEAT_S`,
-for a clean-up that hangs. A repeat within it is the same stop (systemd sends SIGTERM and
-SIGHUP together). A signal another handler took (installed later, by a plugin or library)
-is left to it. Forked children (pool workers) get the defaults back. A C call that holds
-the GIL throughout keeps the watcher from running too: only SIGKILL ends that.
+not taken within `TAKE_S` exits the process as the signal would have, removing the
+temporaries it was writing (the next run ends its MLflow runs, `tibnlp.tracking.orphans`),
+and so does a stop signal repeated after `REPEAT_S`, for a clean-up that hangs. A repeat
+within it is the same stop (systemd sends SIGTERM and SIGHUP together). A signal another
+handler took (installed later, by a plugin or library) is left to it. Forked children (pool
+workers) get the defaults back. A C call that holds the GIL throughout keeps the watcher
+from running too: only SIGKILL ends that.
 
 A process started by another dies with it too: `die_with_parent` (a child's SIGTERM when its
 starter dies, even by SIGKILL; Linux) and `stop_when_orphaned` (a launched worker stops once
@@ -37,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 
+from tibnlp import fsutil
 from tibnlp.folder_lock import alive
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -97,10 +99,13 @@ def _exit_now(signum: int, why: str) -> None:
     try:
         if select.select([], [_say_fd], [], 0.5)[1]:  # (a pipe: room for PIPE_BUF bytes)
             name = signal.Signals(signum).name
-            os.write(_say_fd, f"\n{name}: {why}; exiting without clean-up\n".encode())
+            os.write(
+                _say_fd, f"\n{name}: {why}; exiting now, its temporary files removed\n".encode()
+            )
     except (OSError, ValueError):
         pass
     finally:
+        fsutil.remove_staged()  # (no `finally` runs after this: nothing half-written is left)
         os._exit(128 + signum)
 
 
