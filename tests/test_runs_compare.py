@@ -227,3 +227,49 @@ def test_seeds_stuck_at_the_majority_class_are_marked(tmp_path: Path) -> None:
     pivoted = compare_runs("stuck", ["test_macro_f1"], columns_by="tag:tibnlp.model", uri=uri)
     assert pivoted.group_keys == [] and len(pivoted.rows) == 1
     assert pivoted.runs(0) == "3 (1 [bad] at majority class: not a result)"
+
+
+def test_runs_of_other_datasets_systems_or_settings_are_not_taken_for_seeds(
+    tmp_path: Path,
+) -> None:
+    """`tibnlp finetune` runs carry no `tibnlp.model` tag (pipelines set it): runs of two
+    datasets, of two pretrained models or with two learning rates, in one experiment (the
+    default one), were one row of "4 runs" whose mean belonged to no system."""
+    from tibnlp.tracking.compare import compare_runs
+
+    uri = sqlite_store(tmp_path)
+    runs = [  # dataset, system, lr, seed list, output, seed, score
+        ("tncc-title", "textcnn", 0.01, "[1, 2]", "runs/a", 1, 0.9),
+        ("tncc-title", "textcnn", 0.01, "[3]", "runs/b", 3, 0.92),  # more seeds, run later
+        ("myset", "textcnn", 0.01, "[1]", "runs/a", 1, 0.6),
+        ("tncc-title", "albert(mlmA)", 0.01, "[1]", "runs/a", 1, 0.7),
+        ("tncc-title", "albert(mlmB)", 0.01, "[1]", "runs/a", 1, 0.5),
+        ("tncc-title", "textcnn", 0.5, "[1]", "runs/a", 1, 0.2),
+    ]
+    for dataset, system, lr, seeds, output, seed, f1 in runs:  # one `tibnlp finetune` each
+        tags = {"dataset": dataset, "system": system}
+        with (
+            Tracker("tibnlp", system, uri=uri, buffer_dir=tmp_path / "buf", tags=tags) as parent,
+            parent.child(f"seed {seed}", tags={**tags, "seed": str(seed)}) as run,
+        ):
+            run.log_params(
+                {
+                    "finetune": {
+                        "optimizer": {"lr": lr},
+                        "seeds": seeds,
+                        "output": output,
+                        "seed": seed,
+                    }
+                }
+            )
+            run.log_metrics({"test_macro_f1": f1})
+    result = compare_runs("tibnlp", ["test_macro_f1"], uri=uri)
+    assert result.group_keys == ["tag:dataset", "tag:system", "finetune.optimizer.lr"]
+    rows = {tuple(g): (n, cells[0].text(2)) for g, n, cells in result.rows}
+    assert rows == {
+        ("tncc-title", "textcnn", "0.01"): (2, "0.91 ± 0.01"),  # repeats: seeds 1 and 3
+        ("myset", "textcnn", "0.01"): (1, "0.60"),
+        ("tncc-title", "albert(mlmA)", "0.01"): (1, "0.70"),
+        ("tncc-title", "albert(mlmB)", "0.01"): (1, "0.50"),
+        ("tncc-title", "textcnn", "0.5"): (1, "0.20"),
+    }

@@ -4,7 +4,8 @@ Runs whose nested runs carry the same metrics (a fine-tuning stage over its seed
 left out: the seeds are counted, not their aggregate again.
 The grouping follows the toolkit's convention: the `tibnlp.model` tag (set by pipelines to the
 variant's name) when runs carry it, plus the params that describe a model (head counts, scales,
-fine-tuning head) wherever they differ between runs. Runs in one group are repeats (seeds).
+fine-tuning head) wherever they differ between runs, then whatever still tells runs of one
+group apart (dataset, system, a fine-tuning setting). Runs in one group are repeats (seeds).
 """
 
 from __future__ import annotations
@@ -37,6 +38,22 @@ DEFAULT_GROUP_KEYS = (
     "finetune.head",
     "finetune.init",  # a random-init twin is another system, not more seeds
     "finetune.encoder",  # TextCNN ("none")
+)
+# Runs those keys put together are split further by these when they differ within a group:
+# the dataset and the system (`tibnlp finetune` tags every run with both; only pipelines set
+# `tibnlp.model`), then any fine-tuning or model setting. Not these, which repeats may differ
+# in: the seed list, where the output went, the device, the evaluation batch, extra test sets.
+SPLIT_KEYS = ("tag:dataset", "tag:system")
+SETTING_PREFIXES = ("finetune.", "model.")
+NOT_SETTINGS = frozenset(
+    {
+        "finetune.seed",
+        "finetune.seeds",
+        "finetune.output",
+        "finetune.device",
+        "finetune.eval_batch_size",
+        "finetune.eval_also",
+    }
 )
 # The headline numbers of a classification paper; `--metric 'test*'` lists every test metric.
 DEFAULT_METRICS = ("test_accuracy", "test_*f1")
@@ -274,6 +291,7 @@ def compare_runs(
         model = DEFAULT_GROUP_KEYS[0]  # never the pivot too: one value per row, a diagonal
         if not keys and model != columns_by and any(_value(r, model) for r in runs):
             keys = [model]
+        keys += splitting_keys(runs, keys, columns_by)
     pivots = sorted({_value(r, columns_by) or "" for r in runs}) if columns_by else [""]
     columns = [(m, p) for m in names for p in pivots]
     groups: dict[tuple[str, ...], dict[tuple[str, str], Cell]] = {}
@@ -299,6 +317,38 @@ def compare_runs(
         warnings.append(_warning_text(warned.get(gkey, {})))
     labels = [f"{m} [{p}]" if columns_by else m for m, p in columns]
     return Comparison(keys, labels, rows, warnings)
+
+
+def splitting_keys(runs: Sequence[Run], keys: Sequence[str], columns_by: str = "") -> list[str]:
+    """The keys that tell apart runs `keys` would put in one group: its runs would be taken
+    for seeds of one system, and a mean over two datasets, two pretrained models or two
+    learning rates printed as "4 runs". A key some runs lack (a run of an older version)
+    splits only runs that carry it."""
+    settings = sorted(
+        {
+            k
+            for r in runs
+            for k in r.data.params
+            if k.startswith(SETTING_PREFIXES) and k not in NOT_SETTINGS
+        }
+        - set(DEFAULT_GROUP_KEYS)
+    )
+    chosen = list(keys)
+    added = []
+    for key in (*SPLIT_KEYS, *settings):
+        if key in chosen or key == columns_by:
+            continue
+        seen: dict[tuple[str, ...], str] = {}
+        for r in runs:
+            value = _value(r, key)
+            if value is None:
+                continue
+            group = tuple(_value(r, k) or "" for k in chosen)
+            if seen.setdefault(group, value) != value:
+                chosen.append(key)
+                added.append(key)
+                break
+    return added
 
 
 def _warning_text(counts: dict[tuple[str, str], int]) -> str:
