@@ -26,14 +26,16 @@ SYSTEMS = {
 }
 
 
-def _experiment(uri: str, folder: Path, name: str, pipeline: bool) -> str:
+def _experiment(
+    uri: str, folder: Path, name: str, pipeline: bool, dataset: str = "tncc-title"
+) -> str:
     tags = {"tibnlp.pipeline": "curve"} if pipeline else {}
     with Tracker(name, "curve", uri=uri, buffer_dir=folder / "buf", tags=tags) as parent:
         for (system, init, encoder, tokens, seconds), scores in SYSTEMS.items():
             with parent.child(f"finetune[{system}]") as stage:
                 stage.log_metrics({"test_macro_f1": sum(scores) / 3})  # the aggregate: not a seed
                 for seed, f1 in enumerate(scores, start=1):
-                    with stage.child(f"seed {seed}", tags={"dataset": "tncc-title"}) as run:
+                    with stage.child(f"seed {seed}", tags={"dataset": dataset}) as run:
                         run.log_params(
                             {
                                 "finetune": {"init": init, "encoder": encoder, "head": "cnn"},
@@ -53,6 +55,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     uri = sqlite_store(folder)
     parent = _experiment(uri, folder, "curve-a", pipeline=True)
     _experiment(uri, folder, "curve-b", pipeline=False)
+    _experiment(uri, folder, "curve-mixed", pipeline=False)
+    _experiment(uri, folder, "curve-mixed", pipeline=False, dataset="tusa")
     with Tracker("no-metric", "pretrain", uri=uri, buffer_dir=folder / "buf") as run:
         run.log_metrics({"loss": 3.0, "test_accuracy": 0.5})
     return uri, parent
@@ -241,3 +245,22 @@ def test_long_legend_labels_stay_inside_the_figure(tmp_path: Path, monkeypatch) 
     from tibnlp.evaluation.plots import plt
 
     plt.close(fig)
+
+
+def test_runs_of_two_datasets_are_refused_not_averaged(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    """TNCC and TUSA runs at one token count were one point: the mean of both datasets'
+    seeds, and the published results (per dataset) silently left out."""
+    uri, _ = store
+    out = tmp_path / "mixed.png"
+    args = ["runs", "plot", "-e", "curve-mixed", "-o", str(out)]
+    result = CliRunner().invoke(app, [*args, "--tracking-uri", uri])
+    assert isinstance(result.exception, TibnlpError), result.output
+    assert "2 datasets (runs: tncc-title 12, tusa 12)" in str(result.exception)
+    assert "--filter \"tags.dataset = 'tncc-title'\"" in str(result.exception.hint)
+    assert not out.exists()
+    result = CliRunner().invoke(
+        app, [*args, "--tracking-uri", uri, "--filter", "tags.dataset = 'tusa'"]
+    )
+    assert result.exit_code == 0, result.output

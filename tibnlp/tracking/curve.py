@@ -140,6 +140,7 @@ def read_curve_runs(
                 warning=run.data.tags.get(TAG_WARNING, ""),
             )
         )
+    _one_dataset(result.runs)
     if not any(r.kind == "pretrained" for r in result.runs):
         raise TibnlpError(
             f"no fine-tuning of a pretrained model with {PRETRAIN}tokens in "
@@ -147,6 +148,22 @@ def read_curve_runs(
             "; ".join(result.skipped[:3]) or "fine-tune a model directory from `tibnlp pretrain`",
         )
     return result
+
+
+def _one_dataset(runs: Sequence[CurveRun]) -> None:
+    """A curve is of one dataset: runs of two at one token count were one point, their mean
+    over both datasets' seeds (and the published results, which are per dataset, left out)."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.dataset] = counts.get(r.dataset, 0) + 1
+    if len(counts) > 1:
+        shown = ", ".join(f"{name or 'no dataset tag'} {n}" for name, n in sorted(counts.items()))
+        first = min(name for name in counts if name) if any(counts) else ""
+        raise TibnlpError(
+            f"the runs to plot are of {len(counts)} datasets (runs: {shown}): a learning curve "
+            "is of one",
+            f"plot one at a time: --filter \"tags.dataset = '{first}'\"",
+        )
 
 
 def pipeline_parent(experiment: str, uri: str = "") -> str | None:
