@@ -273,3 +273,18 @@ def test_runs_of_other_datasets_systems_or_settings_are_not_taken_for_seeds(
         ("tncc-title", "albert(mlmB)", "0.01"): (1, "0.50"),
         ("tncc-title", "textcnn", "0.5"): (1, "0.20"),
     }
+
+
+def test_an_infinite_metric_is_shown_as_such(tmp_path: Path) -> None:
+    """MLflow stores inf (a diverged loss) as the largest float: the spread raised
+    OverflowError (a traceback from `runs compare` and `runs plot`), and a mean would have
+    printed 309 digits."""
+    from tibnlp.tracking.compare import compare_runs
+
+    uri = sqlite_store(tmp_path)
+    with Tracker("inf", "p", uri=uri, buffer_dir=tmp_path / "buf") as parent:
+        for seed, loss in ((1, float("inf")), (2, 0.5)):
+            with parent.child(f"seed {seed}") as run:
+                run.log_metrics({"test_macro_f1": 0.5, "train_loss": loss})
+    result = compare_runs("inf", ["test_macro_f1", "train_loss"], uri=uri)
+    assert [c.text() for c in result.rows[0][2]] == ["0.5000 ± 0.0000", "inf ± nan"]

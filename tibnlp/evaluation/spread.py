@@ -18,4 +18,6 @@ def mean_std(values: Iterable[float]) -> tuple[float, float]:
     mean = math.fsum(xs) / len(xs)
     if len(xs) == 1:
         return mean, 0.0
-    return mean, math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    # (x - mean) * (x - mean), not ** 2: a float's ** raises OverflowError where * gives inf,
+    # and MLflow stores an infinite metric (a diverged loss) as 1.8e308
+    return mean, math.sqrt(math.fsum((x - mean) * (x - mean) for x in xs) / (len(xs) - 1))

@@ -25,7 +25,7 @@ from mlflow.tracking import MlflowClient
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.evaluation.spread import mean_std
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_SEED_RECORD, TAG_WARNING, WARNING_MAJORITY
-from tibnlp.tracking.reading import read_client
+from tibnlp.tracking.reading import metric_value, read_client
 
 DEFAULT_GROUP_KEYS = (
     f"tag:{TAG_MODEL}",
@@ -308,7 +308,7 @@ def compare_runs(
             counts[(pivot, warning)] = counts.get((pivot, warning), 0) + 1
         for m in names:
             if m in r.data.metrics:
-                cells[(m, pivot)].values.append(float(r.data.metrics[m]))
+                cells[(m, pivot)].values.append(metric_value(r.data.metrics[m]))
     rows, warnings = [], []
     for gkey in sorted(groups, key=_natural if order == "natural" else started.__getitem__):
         cells = groups[gkey]

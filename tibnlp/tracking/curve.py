@@ -23,7 +23,7 @@ from tibnlp.evaluation.curve import Curve, CurveRun, Kind, aggregate_curve, draw
 from tibnlp.fsutil import check_file_path
 from tibnlp.tracking.compare import finished_runs, leaf_runs
 from tibnlp.tracking.conventions import PRETRAIN, TAG_WARNING
-from tibnlp.tracking.reading import read_client
+from tibnlp.tracking.reading import metric_value, read_client
 from tibnlp.tracking.store import default_tracking_uri
 from tibnlp.tracking.tracker import Tracker
 
@@ -132,7 +132,7 @@ def read_curve_runs(
                 kind=kind,
                 tokens=tokens,
                 hours=None if seconds is None else seconds * processes / 3600.0,
-                values={p: float(run.data.metrics[f"{p}_{metric}"]) for p in parts},
+                values={p: metric_value(run.data.metrics[f"{p}_{metric}"]) for p in parts},
                 series=", ".join(s for s in (experiment if several else "", series) if s),
                 experiment=experiment,
                 run_id=run.info.run_id,

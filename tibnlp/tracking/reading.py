@@ -8,7 +8,9 @@ after MLflow's minutes of retries, and a URI MLflow cannot open is a ConfigError
 
 from __future__ import annotations
 
+import math
 import os
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -25,6 +27,13 @@ HINT = (
     "point --tracking-uri (or $MLFLOW_TRACKING_URI) at an existing store: "
     "sqlite:///PATH/mlflow.db, or a tracking server http://HOST:PORT"
 )
+
+
+def metric_value(value: float) -> float:
+    """A stored metric as logged: MLflow stores an infinite value (a diverged loss) as the
+    largest float, which a mean would show as 309 digits."""
+    value = float(value)
+    return math.copysign(math.inf, value) if abs(value) == sys.float_info.max else value
 
 
 def read_client(uri: str = "") -> MlflowClient:
