@@ -274,3 +274,23 @@ def test_a_record_whose_classifier_is_gone_says_why_it_is_retrained(env, capsys)
     assert "its classifier is missing or no longer gives the recorded scores" in err, err
     assert "other settings" not in err
     assert again.seeds[0].metrics["test"].predictions  # trained again, with predictions
+
+
+def test_compare_marks_a_system_whose_seeds_did_not_learn(tmp_path: Path) -> None:
+    """`finetune report`, `runs compare` and `runs plot` mark seeds stuck at the majority
+    class as not a result; `finetune compare` printed a significant gain over such a system."""
+    a, b = _row("sys-a"), _row("sys-b")
+    for seed in b["seeds"]:
+        seed["metrics"]["validation"]["macro_f1"] = 0.2  # the majority-class level
+    for name, row in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(row), "utf-8")
+    out = CliRunner().invoke(
+        app,
+        ["finetune", "compare", str(tmp_path / "a"), str(tmp_path / "b")],
+        env={"COLUMNS": "300"},
+    )
+    assert out.exit_code == 0, out.output
+    assert "B sys-b (NOT LEARNING: 2/2 seeds at majority class)" in out.output
+    assert "warning: B has seeds that did not learn" in out.output
+    assert "A sys-a:" in out.output  # the other side unmarked

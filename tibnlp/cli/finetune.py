@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
 from tibnlp.config import Config
@@ -15,9 +16,11 @@ from tibnlp.data.tasks import classification_datasets
 from tibnlp.evaluation.report import (
     load_one_result,
     load_results,
+    not_learning_seeds,
     rich_table,
     select_best,
     summary_dict,
+    system_cell,
 )
 from tibnlp.evaluation.significance import compare_rows, pool_pair
 from tibnlp.stopping import exit_status
@@ -215,7 +218,16 @@ def compare(
     )
     for tag, row, score in (("A", row_a, d.a), ("B", row_b, d.b)):
         console.print(
-            f"  {tag} {row['system']}: {100 * score:.2f} (mean over seeds)", soft_wrap=True
+            escape(f"  {tag} {system_cell(row)}: {100 * score:.2f} (mean over seeds)"),
+            soft_wrap=True,
+        )
+    stuck = [tag for tag, row in (("A", row_a), ("B", row_b)) if not_learning_seeds(row)]
+    if stuck:  # as `finetune report` marks it: a score at the majority class is not a result
+        console.print(
+            f"[yellow]warning:[/] {' and '.join(stuck)} {'has' if len(stuck) == 1 else 'have'} "
+            "seeds that did not learn (validation macro-F1 at the majority-class level): the "
+            "difference below is not a comparison of two results",
+            soft_wrap=True,
         )
     console.print(
         f"  A - B: {100 * d.diff:+.2f}, {100 * d.level:g}% interval {d.interval()}; "
