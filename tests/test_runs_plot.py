@@ -264,3 +264,17 @@ def test_runs_of_two_datasets_are_refused_not_averaged(
         app, [*args, "--tracking-uri", uri, "--filter", "tags.dataset = 'tusa'"]
     )
     assert result.exit_code == 0, result.output
+
+
+def test_a_failed_seed_left_out_is_said(tmp_path: Path) -> None:
+    """Runs left out for want of tokens were listed; a failed or running seed was left out
+    without a word."""
+    uri = sqlite_store(tmp_path)
+    _experiment(uri, tmp_path, "curve-f", pipeline=False)
+    with Tracker("curve-f", "again", uri=uri, buffer_dir=tmp_path / "buf") as parent:
+        seed = parent.child("seed 4", tags={"dataset": "tncc-title"})
+        seed.log_metrics({"test_macro_f1": 0.1, "validation_macro_f1": 0.1})
+        seed.end("FAILED")
+    read = read_curve_runs(["curve-f"], uri=uri)
+    assert len(read.runs) == 12
+    assert read.skipped == ["curve-f: runs with the metric not finished (1 FAILED)"]

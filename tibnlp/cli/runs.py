@@ -95,6 +95,12 @@ def compare(
         for row in result.table(digits, scale):
             table.add_row(*row)
         console.print(table)
+    if result.left_out:  # (on stderr: a csv or markdown table on stdout stays clean)
+        console.print(
+            f"[yellow]left out:[/] runs with these metrics that are not finished "
+            f"({result.left_out})",
+            highlight=False,
+        )
 
 
 @app.command("plot")

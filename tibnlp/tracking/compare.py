@@ -88,6 +88,7 @@ class Comparison:
     # per row, the runs tagged `warning` (a seed stuck at the majority class): the means hold
     # them, so the runs column says so ("" or e.g. "1 at majority class: not a result")
     warnings: list[str] = field(default_factory=list)
+    left_out: str = ""  # runs with the metrics that are not finished, in words (`split_finished`)
 
     def warning(self, i: int) -> str:
         return self.warnings[i] if i < len(self.warnings) else ""
@@ -157,9 +158,9 @@ def _value(run: object, key: str) -> str | None:
     return data.params.get(key)
 
 
-def finished_runs(client: MlflowClient, experiment: str, filter_string: str = "") -> list[Run]:
-    """Every finished run of `experiment` (all pages); a clear error naming the known
-    experiments when there is no such experiment."""
+def experiment_runs(client: MlflowClient, experiment: str, filter_string: str = "") -> list[Run]:
+    """Every run of `experiment` (all pages), whatever its status; a clear error naming the
+    known experiments when there is no such experiment."""
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         names = sorted(e.name for e in client.search_experiments())
@@ -177,11 +178,22 @@ def finished_runs(client: MlflowClient, experiment: str, filter_string: str = ""
     token = None
     while True:
         page = _search_page(client, exp.experiment_id, filter_string, token)
-        runs += [r for r in page if r.info.status == "FINISHED"]
+        runs += list(page)
         token = page.token
         if not token:
             break
     return runs
+
+
+def split_finished(runs: Sequence[Run]) -> tuple[list[Run], str]:
+    """The finished runs, and the others in words ("1 FAILED, 1 RUNNING"; "" when none): a
+    failed, killed or running seed left out of a mean without a word reads as fewer seeds."""
+    finished = [r for r in runs if r.info.status == "FINISHED"]
+    counts: dict[str, int] = {}
+    for r in runs:
+        if r.info.status != "FINISHED":
+            counts[r.info.status] = counts.get(r.info.status, 0) + 1
+    return finished, ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
 
 def _search_page(
@@ -271,12 +283,16 @@ def compare_runs(
         keys = run.data.metrics  # type: ignore[attr-defined]
         return {k for k in keys if any(fnmatch.fnmatch(k, p) for p in patterns)}
 
-    runs = leaf_runs(finished_runs(client, experiment, filter_string), matching)
+    runs, left_out = split_finished(
+        leaf_runs(experiment_runs(client, experiment, filter_string), matching)
+    )
     names = sorted({k for r in runs for k in matching(r)})
     if not names:
         raise TibnlpError(
             f"no finished run of {experiment!r} has a metric matching {', '.join(patterns)}",
-            "list metric names in `tibnlp ui`, or pass --metric PATTERN (globs allowed)",
+            f"the runs that have one are not finished ({left_out}): compare once they end"
+            if left_out
+            else "list metric names in `tibnlp ui`, or pass --metric PATTERN (globs allowed)",
         )
     check_keys(runs, group_by, "--group-by")
     check_keys(runs, [columns_by] if columns_by else [], "--columns-by")
@@ -316,7 +332,7 @@ def compare_runs(
         rows.append((list(gkey), n, [cells[c] for c in columns]))
         warnings.append(_warning_text(warned.get(gkey, {})))
     labels = [f"{m} [{p}]" if columns_by else m for m, p in columns]
-    return Comparison(keys, labels, rows, warnings)
+    return Comparison(keys, labels, rows, warnings, left_out)
 
 
 def splitting_keys(runs: Sequence[Run], keys: Sequence[str], columns_by: str = "") -> list[str]:

@@ -21,7 +21,7 @@ from mlflow.exceptions import MlflowException
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.evaluation.curve import Curve, CurveRun, Kind, aggregate_curve, draw_curve
 from tibnlp.fsutil import check_file_path
-from tibnlp.tracking.compare import finished_runs, leaf_runs
+from tibnlp.tracking.compare import experiment_runs, leaf_runs, split_finished
 from tibnlp.tracking.conventions import PRETRAIN, TAG_WARNING
 from tibnlp.tracking.reading import metric_value, read_client
 from tibnlp.tracking.store import default_tracking_uri
@@ -93,11 +93,15 @@ def read_curve_runs(
     names = [f"{part}_{metric}" for part in parts]
     wanted = set(run_ids)
     found: list[tuple[str, Run]] = []
+    result = CurveRuns([])
     for experiment in dict.fromkeys(experiments):  # one named twice: its runs count once
-        runs = finished_runs(client, experiment, filter_string)
+        runs = experiment_runs(client, experiment, filter_string)
         leaves = leaf_runs(runs, lambda r: all(n in r.data.metrics for n in names))
         if wanted:
             leaves = [r for r in leaves if r.info.run_id in wanted]
+        leaves, left_out = split_finished(leaves)
+        if left_out:
+            result.skipped.append(f"{experiment}: runs with the metric not finished ({left_out})")
         if not leaves:
             have = sorted({k for r in runs for k in r.data.metrics if not k.endswith("_std")})
             shown = ", ".join(have[:15]) + (" ..." if len(have) > 15 else "")
@@ -110,7 +114,6 @@ def read_curve_runs(
             )
         found += [(experiment, r) for r in leaves]
     several = len(experiments) > 1
-    result = CurveRuns([])
     labels = _series([r for _, r in found], series_keys)
     for (experiment, run), series in zip(found, labels, strict=True):
         params = run.data.params
