@@ -327,3 +327,79 @@ def test_the_parser_knows_every_operation_the_replay_applies() -> None:
 
     handlers = {n.removeprefix("_op_") for n in vars(Applier) if n.startswith("_op_")}
     assert handlers == set(OPS) | {"header"}
+
+
+def _offline_artifacts(buf: Path, uri: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run whose text and file artifacts were buffered (staged copies) while the store was
+    away: its buffer file."""
+    real = Applier.apply
+    monkeypatch.setattr(Applier, "apply", _down)
+    source = buf.parent / "results.json"
+    source.write_text("{}", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = Tracker("pipe", "r", uri=uri, buffer_dir=buf, retry_seconds=3600)
+        run.log_text("hello", "reports/r.txt")
+        run.log_artifact(source)
+        run.end()
+    monkeypatch.setattr(Applier, "apply", real)
+    source.unlink()  # (its copy is what is uploaded)
+    (path,) = buf.glob("*.jsonl")
+    return path
+
+
+def _artifacts(uri: str) -> list[str]:
+    client, run_id = MlflowClient(uri), _runs(uri)["r"].info.run_id
+    return sorted(a.path for a in client.list_artifacts(run_id) if not a.is_dir) + [
+        a.path for a in client.list_artifacts(run_id, "reports")
+    ]
+
+
+def test_a_buffer_folder_carried_elsewhere_sends_its_artifacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The offline workflow: train where the store is away, carry the buffer folder to a
+    machine that reaches it, sync. The staged copies were buffered by their absolute paths,
+    so every artifact was dropped ("the store refused it: ... no longer exists", exit 2)."""
+    uri, buf = sqlite_store(tmp_path), tmp_path / "buf"
+    _offline_artifacts(buf, uri, monkeypatch)
+    carried = buf.rename(tmp_path / "carried")
+    code, said, _ = _sync(str(carried))
+    assert code == 0 and not list(carried.glob("*.unsent")), said
+    assert _artifacts(uri) == ["results.json", "reports/r.txt"]
+
+
+def test_a_buffer_written_with_absolute_paths_and_moved_still_sends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A buffer written before staged paths were kept relative: moved, its copies are found
+    in its own `files/` folder."""
+    uri, buf = sqlite_store(tmp_path), tmp_path / "buf"
+    path = _offline_artifacts(buf, uri, monkeypatch)
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        if rec.get("staged"):  # as an older tibnlp wrote it
+            rec["path"] = str((buf / rec["path"]).resolve())
+        lines.append(json.dumps(rec))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    carried = buf.rename(tmp_path / "carried")
+    code, said, _ = _sync(str(carried))
+    assert code == 0, said
+    assert _artifacts(uri) == ["results.json", "reports/r.txt"]
+
+
+def test_a_buffered_artifact_whose_file_is_gone_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its staged copy deleted: said to be missing (not "the store refused it"), kept."""
+    uri, buf = sqlite_store(tmp_path), tmp_path / "buf"
+    _offline_artifacts(buf, uri, monkeypatch)
+    for staged in (buf / "files").glob("staged-*/results.json"):
+        staged.unlink()
+    code, said, exc = _sync(str(buf))
+    assert code == 2 and isinstance(exc, DataError), said
+    assert "not sent, its file is missing:" in said and "results.json" in said, said
+    assert "the store refused it" not in said
+    assert len(list(buf.glob("*.unsent"))) == 1
+    assert _artifacts(uri) == ["reports/r.txt"]

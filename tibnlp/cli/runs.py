@@ -165,10 +165,10 @@ def sync(
     """Replay tracking calls buffered while the store was unreachable.
 
     Exit status: 0 when every call was sent; 1 when some wait for the store (run this again
-    later); 2 when some could not be sent (damaged lines, calls the store refused): they are
-    kept in BUFFER.unsent to repair and sync by name; 2 too when the folder's ids.json is
-    damaged (nothing is sent), or when calls wait on a run created offline that no sync can
-    find."""
+    later); 2 when some could not be sent (damaged lines, calls the store refused, artifacts
+    whose file is gone): they are kept in BUFFER.unsent to repair and sync by name; 2 too when
+    the folder's ids.json is damaged (nothing is sent), or when calls wait on a run created
+    offline that no sync can find."""
     if buffer is not None and not buffer.exists():
         raise DataError(f"buffer {buffer} does not exist", "give a buffer file or folder")
     target = sqlite_file(tracking_uri) if tracking_uri else None
@@ -197,11 +197,14 @@ def sync(
         console.print(f"[yellow]not sent, the store refused it: {escape(line)}[/]", soft_wrap=True)
     for line in done.damaged:
         console.print(f"[yellow]not sent, damaged in the buffer: {escape(line)}[/]", soft_wrap=True)
+    for line in done.missing:
+        console.print(f"[yellow]not sent, its file is missing: {escape(line)}[/]", soft_wrap=True)
     for line in done.waiting:
         console.print(f"[yellow]kept: {escape(line)}; run this again later[/]", soft_wrap=True)
     for line in done.lost:
         console.print(f"[yellow]cannot be sent: {escape(line)}[/]", soft_wrap=True)
-    if done.lost and not (done.dropped or done.damaged):
+    unsent = done.dropped + done.damaged + done.missing
+    if done.lost and not unsent:
         raise DataError(
             f"{len(done.lost)} buffer file(s) wait on a run that no sync can find (listed "
             "above); they are kept as they are"
@@ -210,8 +213,8 @@ def sync(
             "ids.json beside the buffers, or repair the file named, and sync again; or delete "
             "the buffer file if its calls are not needed",
         )
-    if done.dropped or done.damaged:
-        count = len(done.dropped) + len(done.damaged)
+    if unsent:
+        count = len(unsent)
         files = ", ".join(str(p) for p in done.unsent)
         raise DataError(
             f"{count} buffered tracking call(s) could not be sent (listed above); they are "

@@ -61,6 +61,10 @@ def artifact_location(uri: str, experiment: str) -> str | None:
     return str(db.resolve().parent / "mlruns" / folder)
 
 
+class MissingFile(DataError):
+    """A buffered artifact whose file is gone: not sent, though the store did not refuse it."""
+
+
 class Applier:
     """Applies records to one MLflow store (used live and by replay: one code path)."""
 
@@ -69,6 +73,7 @@ class Applier:
         self.ids = ids
         self._experiments: dict[str, str] = {}
         self.replaying = False
+        self.folder: Path | None = None  # replaying: the buffer file's folder
 
     def experiment_id(self, name: str) -> str:
         if name not in self._experiments:
@@ -169,11 +174,11 @@ class Applier:
             )
 
     def _op_log_artifact(self, rec: dict[str, Any]) -> None:
-        run, path = self._run(rec), Path(rec["path"])
+        run, path = self._run(rec), self._local(rec)
         if not path.exists() and rec.get("staged") and self._uploaded(run, rec):
             return  # its copy goes once uploaded: a replay stopped before its bookkeeping
         if not path.exists():  # not an OSError: a local file gone is no store outage
-            raise DataError(
+            raise MissingFile(
                 f"artifact {path} no longer exists (moved or deleted after it was buffered); "
                 "nothing was uploaded"
             )
@@ -183,6 +188,19 @@ class Applier:
             self.client.log_artifact(run, str(path), rec.get("artifact_path"))
         if rec.get("staged"):  # a copy of its own (`Tracker._staged`): FOLDER/NAME
             shutil.rmtree(path.parent, ignore_errors=True)
+
+    def _local(self, rec: dict[str, Any]) -> Path:
+        """Where `rec`'s file is. A staged copy is buffered relative to its buffer's folder
+        (`files/staged-X/NAME`: the folder may be carried to another machine and synced
+        there); one buffered by its absolute path (before) is looked for in that folder too
+        once that path is gone."""
+        path = Path(rec["path"])
+        if not rec.get("staged") or self.folder is None:
+            return path
+        if not path.is_absolute():
+            return self.folder / path
+        moved = self.folder / "files" / path.parent.name / path.name
+        return moved if not path.exists() and moved.exists() else path
 
     def _uploaded(self, run: str, rec: dict[str, Any]) -> bool:
         """Whether `run` holds the file `rec` uploads. (A folder's files are uploaded under
@@ -253,13 +271,15 @@ class Applier:
 @dataclass
 class Replayed:
     """What one `replay` did: records sent, records the store refused (dropped, with why) and
-    the outage the rest waits on (None when nothing is left). Damaged lines and refused
-    records are not sent: they are kept in `unsent` (a buffer file to repair and sync)."""
+    the outage the rest waits on (None when nothing is left). Damaged lines, refused records
+    and artifacts whose file is gone are not sent: they are kept in `unsent` (a buffer file to
+    repair and sync)."""
 
     sent: int = 0
     refused: list[str] = field(default_factory=list)
     waiting: BaseException | None = None
     damaged: list[str] = field(default_factory=list)  # lines or records no replay can send
+    missing: list[str] = field(default_factory=list)  # artifacts whose file is gone
     unsent: Path | None = None  # where the damaged and refused ones are kept (None: none)
     store: str = ""  # the store replayed into (set by `sync_buffers`)
 
@@ -284,6 +304,7 @@ def _replay(path: Path, applier: Applier) -> Replayed:
     unsent = [d.line for d in bad]  # as they were in the file
     pos = 0  # the first record not handled yet: kept from here on, whatever stops the loop
     applier.replaying = True
+    applier.folder = path.resolve().parent
     try:
         while pos < len(todo):
             try:
@@ -295,6 +316,8 @@ def _replay(path: Path, applier: Applier) -> Replayed:
                     break
                 if isinstance(exc, (KeyError, TypeError, ValueError)):  # a field gone or garbled
                     out.damaged.append(f"a {todo[pos]['op']} record is damaged ({exc!r})")
+                elif isinstance(exc, MissingFile):
+                    out.missing.append(f"{todo[pos].get('op')}: {exc}")
                 else:
                     out.refused.append(f"{todo[pos].get('op')}: {exc}")
                 unsent.append(json.dumps(todo[pos], ensure_ascii=False))
@@ -303,6 +326,7 @@ def _replay(path: Path, applier: Applier) -> Replayed:
             pos += 1
     finally:
         applier.replaying = False
+        applier.folder = None
         rest = [json.dumps(r, ensure_ascii=False) for r in todo[pos:]]
         keep = unsent_path(path)
         if unsent and keep != path:  # kept before the buffer that holds them goes

@@ -35,7 +35,8 @@ from tibnlp.tracking.store import default_tracking_uri, short_http_retries
 class SyncResult:
     """What `sync_buffers` did: calls sent, buffer files left, calls the store refused (not
     sent, with why), why the calls left wait (an outage, or a parent run not replayed yet),
-    damaged lines, the `.unsent` files where the refused and damaged ones are kept, calls
+    damaged lines, artifacts whose file is gone, the `.unsent` files where those not sent
+    are kept, calls
     that wait on a run no later sync can find without help (`lost`), and the `*.jsonl` files
     of the folder that are no buffer (`skipped`)."""
 
@@ -44,6 +45,7 @@ class SyncResult:
     dropped: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)  # lines no replay can send
+    missing: list[str] = field(default_factory=list)  # artifacts whose file is gone
     unsent: list[Path] = field(default_factory=list)  # where dropped and damaged ones are kept
     lost: list[str] = field(default_factory=list)  # waiting on a run nothing here creates
     skipped: list[Path] = field(default_factory=list)
@@ -140,6 +142,7 @@ def _count(result: SyncResult, path: Path, done: Replayed) -> None:
     result.sent += done.sent
     result.dropped += [f"{path.name}: {why}" for why in done.refused]
     result.damaged += [f"{path.name}: {why}" for why in done.damaged]
+    result.missing += [f"{path.name}: {why}" for why in done.missing]
     if done.unsent is not None and done.unsent not in result.unsent:
         result.unsent.append(done.unsent)
 

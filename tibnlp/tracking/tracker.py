@@ -201,6 +201,8 @@ class Tracker:
             log.warning("tracking: the store rejected a buffered record: %s; %s", why, kept)
         for why in done.damaged:
             log.warning("tracking: %s: %s; %s", self.buffer.path, why, kept)
+        for why in done.missing:
+            log.warning("tracking: a buffered artifact's file is missing: %s; %s", why, kept)
         self._refresh_run_id()
         return not self.buffer.pending()
 
@@ -219,7 +221,11 @@ class Tracker:
         """Buffer `rec`. An artifact is uploaded from its path only when the buffer is
         replayed, and by then a pipeline stage's partial folder has been renamed to its output
         (and a file may be rewritten): the upload was dropped ("no longer exists") and a model
-        registered from it pointed at nothing. What is buffered is a copy, taken now."""
+        registered from it pointed at nothing. What is buffered is a copy, taken now.
+
+        A copy's path is kept relative to the buffer's folder (`files/staged-X/NAME`): the
+        folder is carried to a machine that reaches the store and synced there, where its
+        absolute path named nothing and every artifact was dropped."""
         if rec.get("op") == "log_artifact" and not rec.get("staged"):
             source = Path(rec["path"])
             try:
@@ -231,7 +237,12 @@ class Tracker:
             except OSError as exc:  # no room for a copy: the path itself, as before
                 log.warning("tracking: %s is buffered without a copy (%s)", source, exc)
             else:
-                rec = {**rec, "path": str(copy.resolve()), "staged": True}
+                rec = {**rec, "path": str(copy), "staged": True}
+        if rec.get("staged"):
+            home = self.buffer.path.parent.resolve()
+            path = Path(rec["path"]).resolve()
+            if path.is_relative_to(home):
+                rec = {**rec, "path": path.relative_to(home).as_posix()}
         self.buffer.append(rec)
 
     def _submit(self, rec: dict[str, Any]) -> None:
