@@ -168,6 +168,51 @@ def test_tokenizer_keeps_vowel_signs_and_records_its_settings(exported, vocab_di
     assert tokenizer.backend_tokenizer.normalizer.normalize_str("བོད") == "བོད"
 
 
+def _same_decode(decode, vocab: Vocabulary, texts: list[str]) -> int:
+    """Assert `decode(ids)` is `vocab.decode`'s text for each text; the number compared. Texts
+    with an unknown piece are left out: SentencePiece shows it as " ⁇ ", transformers as
+    [UNK] (or nothing, skipping special tokens)."""
+    checked = 0
+    for text in texts:
+        ids = _tibnlp_ids(vocab, text)
+        if vocab.unk_id not in ids:
+            assert decode(ids) == vocab.decode(ids[1:-1]), text
+            checked += 1
+    return checked
+
+
+def test_decode_gives_the_text_tibnlp_decodes(exported, vocab_dir, titles, heldout) -> None:
+    """The export's decoder was a plain Metaspace: every tsheg came back a space ("བོད ཀྱི
+    རྒྱལ ཁབ"), in `decode`, `batch_decode` and the fill-mask pipeline's sequences."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(exported[0])
+    vocab = Vocabulary.load(vocab_dir)
+    ids = tokenizer("བོད་ཀྱི་རྒྱལ་ཁབ")["input_ids"]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "བོད་ཀྱི་རྒྱལ་ཁབ"
+    texts = [t["text_tsheg"] for t in titles[:300]] + [h[:300] for h in heldout[:100]]
+    texts += ["བོད་ཀྱི་ 2024 ལོ།", "བོད་ཀྱི་སྐད་ཡིག། ལོ། །བདག་ཉིད"]
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    assert _same_decode(decode, vocab, texts) > 100
+
+
+def test_decode_drops_the_space_before_a_shad_piece(tmp_path: Path, vocab_dir, titles) -> None:
+    """With `punctuation_pieces` a closing shad is a piece (`▁།`): its space goes, as
+    `Vocabulary.decode` has it ("ཁབ།", not "ཁབ །")."""
+    from tokenizers import Tokenizer
+
+    from tibnlp.export.hf_tokenizer import build_tokenizer
+    from tibnlp.text.vocab_build import build_vocabulary
+
+    config = VocabConfig(vocab_size=1000, num_threads=1, punctuation_pieces=True)
+    build_vocabulary(vocab_dir.parent / "corpus", tmp_path / "vocab", config)
+    vocab = Vocabulary.load(tmp_path / "vocab")
+    assert vocab.punctuation_pieces
+    tokenizer = Tokenizer.from_str(build_tokenizer(vocab).to_str())  # as tokenizer.json has it
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    assert decode(_tibnlp_ids(vocab, "བོད་ཀྱི་རྒྱལ་ཁབ། ལོ།")) == "བོད་ཀྱི་རྒྱལ་ཁབ། ལོ།"
+    texts = [t["text_tsheg"] for t in titles[:300]] + ["ང་། ཁ", "ཀ། །ཁ", "ཀ་ཁ༎ ག"]
+    assert _same_decode(decode, vocab, texts) > 100
+
+
 def _batch(tokenizer, texts: list[str]) -> dict[str, torch.Tensor]:
     return tokenizer(texts, padding=True, return_tensors="pt")
 

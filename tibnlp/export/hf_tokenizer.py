@@ -27,7 +27,12 @@ from tibnlp.text.normalize import (
     NBSP_TSHEG,
     TSHEG,
 )
-from tibnlp.text.vocab import WORD_START, Vocabulary
+from tibnlp.text.vocab import (
+    _SPACE_AFTER_SYLLABLE,
+    _SPACE_BEFORE_SHAD,
+    WORD_START,
+    Vocabulary,
+)
 
 SPECIAL_TOKENS = {
     "pad_token": "[PAD]",
@@ -83,6 +88,19 @@ def tibetan_normalizers(n: Any, regex: Any) -> list[Any]:
     ]
 
 
+def tibetan_decoder(d: Any, regex: Any, vocab: Vocabulary) -> Any:
+    """`Vocabulary.decode` as a decoder: SentencePiece's whitespace, then its rules on the
+    joined text (a plain Metaspace gave every tsheg back as a space). The rules are the same
+    patterns (Oniguruma reads Python's lookarounds and classes alike); `Fuse` first, since a
+    decoder step sees one token at a time and a rule looks across two."""
+    steps = [d.Metaspace(replacement=WORD_START, prepend_scheme="always"), d.Fuse()]
+    if vocab.punctuation_pieces:
+        steps.append(d.Replace(regex(_SPACE_BEFORE_SHAD.pattern), ""))
+    if vocab.split_on_tsheg:
+        steps.append(d.Replace(regex(_SPACE_AFTER_SYLLABLE.pattern), TSHEG))
+    return d.Sequence(steps)
+
+
 def _charsmap(vocab: Vocabulary) -> bytes:
     """The SentencePiece model's compiled normalisation rules (empty for identity)."""
     from sentencepiece import sentencepiece_model_pb2 as pb
@@ -114,7 +132,7 @@ def build_tokenizer(vocab: Vocabulary) -> Any:
     tokenizer.pre_tokenizer = tk.pre_tokenizers.Metaspace(
         replacement=WORD_START, prepend_scheme="always"
     )
-    tokenizer.decoder = tk.decoders.Metaspace(replacement=WORD_START, prepend_scheme="always")
+    tokenizer.decoder = tibetan_decoder(tk.decoders, regex, vocab)
     cls, sep = SPECIAL_TOKENS["cls_token"], SPECIAL_TOKENS["sep_token"]
     tokenizer.post_processor = tk.processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0",
