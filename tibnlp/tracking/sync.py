@@ -36,9 +36,8 @@ class SyncResult:
     """What `sync_buffers` did: calls sent, buffer files left, calls the store refused (not
     sent, with why), why the calls left wait (an outage, or a parent run not replayed yet),
     damaged lines, artifacts whose file is gone, the `.unsent` files where those not sent
-    are kept, calls
-    that wait on a run no later sync can find without help (`lost`), and the `*.jsonl` files
-    of the folder that are no buffer (`skipped`)."""
+    are kept, calls that wait on a run no later sync can find without help (`lost`), and the
+    `*.jsonl` files of the folder that are no buffer (`skipped`)."""
 
     sent: int = 0
     left: int = 0
