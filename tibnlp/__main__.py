@@ -1,5 +1,5 @@
 """`python -m tibnlp ...`: the same CLI as the `tibnlp` command."""
 
-from tibnlp.cli.main import main
+from tibnlp.cli.entry import main
 
 main()
