@@ -45,6 +45,30 @@ def test_unseen_compares_texts_in_the_models_input_form(env) -> None:  # noqa: F
     assert result.seeds[0].metrics["test_unseen"].count == 28
 
 
+def test_a_test_split_inside_train_warns_and_scores_without_an_unseen_plot(env, capsys) -> None:  # noqa: F811
+    """Every test text also in train: an empty test_unseen crashed plotting its confusion
+    after training (AxisError), leaving the seed folder without its record, so every rerun
+    trained and crashed again. Now it warns before training and the seed finishes."""
+
+    def inside(train: list[dict], test: list[dict]) -> None:
+        for i in range(len(test)):
+            _copy(test, i, train[i], train[i]["text"])
+
+    _rewrite_test(inside)
+    cfg = _cfg(env, "finetune.epochs=1", "finetune.seeds=[1]")
+    result = run_finetune(cfg, "tncc")
+    said = " ".join(capsys.readouterr().err.split())
+    assert "warning: dataset 'tncc-title': 0 of 30 test texts are unseen" in said
+    assert "the test score is a score on training texts" in said
+    (seed,) = result.seeds
+    assert seed.metrics["test_unseen"].count == 0 and seed.metrics["test"].count == 30
+    assert (seed.directory / "seed_result.json").exists()
+    assert (seed.directory / "confusion_test.png").exists()
+    assert not (seed.directory / "confusion_test_unseen.png").exists()
+    run_finetune(cfg, "tncc")  # the rerun reports the finished seed
+    assert "finished earlier" in capsys.readouterr().err
+
+
 def test_limit_train_on_a_file_sorted_by_label_says_what_it_left_out(env, capsys) -> None:  # noqa: F811
     """The first N of a training file sorted by label (TUSA's) hold one class: a classifier
     trained on them reported a score without any warning. A smoke run may still want it."""

@@ -318,6 +318,8 @@ def _save_seed_folder(
     directory = result.directory
     save_classifier(directory, model, setup.meta, setup.vocab_dir)
     for part, m in result.metrics.items():
+        if not m.count:  # a part with no items (every test text also in train) has no plot
+            continue
         png = confusion_png(
             m.confusion, setup.data.labels, directory / f"confusion_{part}.png", part
         )

@@ -119,6 +119,16 @@ def run_notes(
             file=sys.stderr,
             flush=True,
         )
+    tests = len(data.splits["test"])
+    if tests and not unseen:  # was: noted only, then a crash plotting the empty unseen part
+        where = f" ({data.folder})" if data.folder else ""
+        print(
+            f"warning: dataset '{data.name}'{where}: 0 of {tests} test texts are unseen: each "
+            f"occurs in train ({ft.text_form} form), so the test score is a score on training "
+            "texts and there is no unseen score (give test texts that are not in train)",
+            file=sys.stderr,
+            flush=True,
+        )
     if absent := classes_absent(data):
         notes["classes_absent"] = absent
         print(f"note: {absent}", file=sys.stderr, flush=True)
