@@ -304,6 +304,10 @@ def test_numeric_and_boolean_labels_are_class_names(env) -> None:
     for split in ("train", "validation", "test"):
         _relabel(env.folder, lambda r, _: r["label"] in (10, "10"), split)  # was: "True"/"False"
     assert load_classification("mine").labels == ["false", "true"]
+    # a label with two dashes is a name, not a number: was a ValueError traceback from int()
+    for split in ("train", "validation", "test"):
+        _relabel(env.folder, lambda r, line: ("1", "--1", "-2")[line % 3], split)
+    assert load_classification("mine").labels == ["--1", "-2", "1"]
 
 
 @pytest.mark.parametrize(

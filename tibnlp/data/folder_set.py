@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -255,7 +256,9 @@ def sorted_labels(labels: set[str]) -> list[str]:
 
 
 def _numeric(labels: Iterable[str]) -> bool:
-    return all(label.lstrip("-").isdigit() and label.isascii() for label in labels)
+    """Every label an integer literal `int` reads (was: any number of leading dashes, so
+    "--1" counted and `int` then crashed the sort)."""
+    return all(re.fullmatch(r"-?[0-9]+", label) for label in labels)
 
 
 def read_label_list(path: Path) -> list[str]:
