@@ -365,7 +365,7 @@ def test_ids_missing_null_or_numbered_per_split(env) -> None:
     (own / "dataset.yaml").write_text(yaml.safe_dump({"splits": splits}), "utf-8")
     (own / "labels.json").write_text(json.dumps(LABELS), "utf-8")
     data = load_classification(str(own))
-    assert data.splits["validation"][0].id == "validation-1"
+    assert data.splits["validation"][0].id == "validation:data.jsonl:1"
 
     for split in ("train", "validation", "test"):
         rows = _records(env.folder / f"{split}.jsonl")
@@ -379,7 +379,27 @@ def test_ids_missing_null_or_numbered_per_split(env) -> None:
         _write(
             env.folder / f"{split}.jsonl", [{k: v for k, v in r.items() if k != "id"} for r in rows]
         )
-    assert load_classification("mine").splits["test"][0].id == "test-1"
+    assert load_classification("mine").splits["test"][0].id == "test.jsonl:1"
+
+
+def test_a_record_without_an_id_is_no_duplicate_of_a_numbered_one(env) -> None:
+    """Ids numbered from 0 (train-0, train-1...) with one left out: the record without one was
+    named "train-3" after its line, the id of the next record, and the error called it a
+    duplicated record to delete. Its name now holds the file's, and a clash says which."""
+    rows = _records(env.folder / "train.jsonl")
+    _write(
+        env.folder / "train.jsonl", [r if i != 2 else {**r, "id": None} for i, r in enumerate(rows)]
+    )
+    data = load_classification("mine")
+    assert [e.id for e in data.splits["train"][1:4]] == ["train-1", "train.jsonl:3", "train-3"]
+    rows[5]["id"] = "train.jsonl:3"  # a user's id of that very form
+    _write(
+        env.folder / "train.jsonl", [r if i != 2 else {**r, "id": None} for i, r in enumerate(rows)]
+    )
+    with pytest.raises(DataError) as err:
+        load_classification("mine")
+    assert "train.jsonl:6: id 'train.jsonl:3' is also the name given to line 3" in err.value.message
+    assert "give line 3 an id of its own" in (err.value.hint or "")
 
 
 def test_settings_and_record_errors_say_what_to_do(env) -> None:

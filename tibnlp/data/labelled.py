@@ -107,9 +107,10 @@ def read_jsonl(
 ) -> list[Example]:
     """Records of one split, texts in `model_text`'s stored form; a bad line, an unknown
     label (`record_label`), a repeated id or a blank text names the file and line. A record
-    without an id (or with a null one) is named `PREFIX-LINE` (`id_prefix`, default the
-    file's stem); `fields_from`: the file that names the fields, for the hint of a record
-    without them (a folder set's dataset.yaml).
+    without an id (or with a null one) is named `PREFIX:LINE` (`id_prefix`, default the
+    file's name: "train.jsonl:3"; was "train-3", one of a user's own ids, and the clash was
+    then called a duplicated record); `fields_from`: the file that names the fields, for the
+    hint of a record without them (a folder set's dataset.yaml).
 
     A byte-order mark (Windows editors write one) is dropped, as `tibnlp predict` does. A
     blank text is refused in an evaluation split (its prediction would read no text); with
@@ -118,6 +119,7 @@ def read_jsonl(
     index = {_nfc(name): i for i, name in enumerate(labels)}
     out = []
     ids: dict[str, int] = {}  # id -> line
+    named: set[int] = set()  # the lines of records without an id, named after their line
     skipped: list[int] = []
     label_ids = _LabelIds(label_field)
     for lineno, line in enumerate(_jsonl_lines(path), 1):
@@ -133,13 +135,22 @@ def read_jsonl(
             )
         label_ids.check(record, label, path, lineno)
         given = record.get("id")
-        rid = f"{id_prefix or path.stem}-{lineno}" if given is None else str(given)
+        rid = f"{id_prefix or path.name}:{lineno}" if given is None else str(given)
         if rid in ids:
+            if named & {lineno, ids[rid]}:  # not a duplicate: one of them has no id
+                bare = lineno if lineno in named else ids[rid]
+                raise DataError(
+                    f"{path}:{lineno}: id '{rid}' is also the name given to line {bare}, "
+                    "which has no id",
+                    f"give line {bare} an id of its own",
+                )
             raise DataError(
                 f"{path}:{lineno}: id '{rid}' repeats the record of line {ids[rid]}",
                 "a record was duplicated or two files were merged; keep one of them",
             )
         ids[rid] = lineno
+        if given is None:
+            named.add(lineno)
         text = model_text(record[text_field], join_spaced_syllables=join_spaced_syllables)
         if not text.strip():
             if not skip_blank:
@@ -254,11 +265,11 @@ def read_splits(
     fields_from: str = "",
 ) -> dict[str, list[Example]]:
     """Each split's records (`read_jsonl`); a blank text is left out of training only, where
-    an evaluation split refuses it. A record without an id is named by its file's stem and
-    line, or by its split's name where two split files share a stem (train/data.jsonl and
+    an evaluation split refuses it. A record without an id is named by its file's name and
+    line, and its split's where two split files share a name (train/data.jsonl and
     dev/data.jsonl: both "data-1" was one id in two splits)."""
-    stems = [path.stem for path in files.values()]
-    distinct = len(set(stems)) == len(stems)
+    names = [path.name for path in files.values()]
+    distinct = len(set(names)) == len(names)
     return {
         split: read_jsonl(
             path,
@@ -267,7 +278,7 @@ def read_splits(
             label_field,
             join_spaced_syllables,
             skip_blank=split == "train",
-            id_prefix=path.stem if distinct else split,
+            id_prefix=path.name if distinct else f"{split}:{path.name}",
             fields_from=fields_from,
         )
         for split, path in files.items()
