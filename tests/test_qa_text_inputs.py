@@ -108,6 +108,7 @@ def test_vocab_build_in_a_log_prints_each_stage(corpus: Path, tmp_path: Path) ->
     [
         ("vocab.vocab_size=1000000000", "vocab.vocab_size"),  # was a ValueError traceback
         ("vocab.input_sentence_size=100000000000000000000", "vocab.input_sentence_size"),
+        ("vocab.input_sentence_size=50", "vocab.input_sentence_size"),  # was SentencePiece's
         ("vocab.max_sentence_length=5", "vocab.max_sentence_length"),  # was SentencePiece's
         ("vocab.num_threads=5000", "vocab.num_threads"),
     ],

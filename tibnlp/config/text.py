@@ -106,7 +106,14 @@ class VocabConfig:
                 f"{prefix}.cross_syllables",
                 "does not combine with whole_units (its seeds are single syllables); drop one",
             )
-        check(self.input_sentence_size > 0, f"{prefix}.input_sentence_size", "must be > 0")
+        # SentencePiece takes 0 (all) or more than 100: 1..100 failed its own check, naming
+        # no key
+        check(
+            self.input_sentence_size > 100,
+            f"{prefix}.input_sentence_size",
+            f"{self.input_sentence_size} sentences: SentencePiece samples more than 100 (give "
+            "e.g. 2000000, the default; a smaller corpus is read whole)",
+        )
         check(self.num_threads >= 0, f"{prefix}.num_threads", "must be >= 0 (0: one per core)")
         check_seed(self.seed, f"{prefix}.seed")
         # SentencePiece parses these as 32-bit ints (a larger one: a traceback) or refuses them
@@ -114,7 +121,7 @@ class VocabConfig:
         for key, low, high in (
             ("vocab_size", 16, (2**31 - 1) // 10),  # x 10: its seed_sentencepiece_size
             ("max_sentence_length", 10, 2**30),
-            ("input_sentence_size", 1, 2**63 - 1),
+            ("input_sentence_size", 101, 2**63 - 1),
             ("num_threads", 0, 1024),
         ):
             value = getattr(self, key)
