@@ -54,6 +54,8 @@ def test_roundtrip(tmp_path: Path) -> None:
         ("model.norm=sandwich", "'model.norm'"),
         ("pretrain.export_at_tokens=[0]", "'pretrain.export_at_tokens[0]'"),
         ("pretrain.export_at_tokens=[5,5]", "must be distinct token counts"),
+        # both exported to tokens-1000, the second replacing the first
+        ("pretrain.export_at_tokens=[1000.2,1000.7]", "must be distinct token counts as whole"),
         ("pretrain.warn_after=2", "'pretrain.warn_after'"),
         # SentencePiece's own floor: 0.95 passed here and failed in its trainer, naming no key
         ("vocab.character_coverage=0.95", "'vocab.character_coverage': must be in [0.98, 1]"),

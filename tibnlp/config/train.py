@@ -232,10 +232,17 @@ class PretrainConfig:
         check(0.0 <= self.warn_after <= 1.0, f"{prefix}.warn_after", "must be in [0, 1]")
         for i, n in enumerate(self.export_at_tokens):
             check(n >= 1, f"{prefix}.export_at_tokens[{i}]", "must be a token count >= 1")
+        # distinct as their folders (tokens-N, the whole part): 1000.2 and 1000.7 passed and
+        # the second export replaced the first
+        whole = [int(n) for n in self.export_at_tokens]
+        fraction = any(n != int(n) for n in self.export_at_tokens)
         check(
-            len(set(self.export_at_tokens)) == len(self.export_at_tokens),
+            len(set(whole)) == len(whole),
             f"{prefix}.export_at_tokens",
-            "must be distinct token counts",
+            "must be distinct token counts"
+            + (
+                " as whole numbers (each exports to tokens-N, N its whole part)" if fraction else ""
+            ),
         )
         check(self.max_steps >= 1, f"{prefix}.max_steps", "must be >= 1")
         check(
