@@ -461,3 +461,29 @@ def test_classify_takes_the_set_from_a_config_file(env) -> None:
     done = CliRunner().invoke(app, ["finetune", "classify", "--encoder", "none", "-c", str(config)])
     assert done.exit_code == 0, done.output
     assert (env.tmp / "runs" / "mine" / "textcnn-pieces(scratch)" / "results.json").is_file()
+
+
+def test_a_text_of_closing_marks_only_is_no_text_to_the_model(env, capsys) -> None:
+    """A text of "།" passed the loader's blank check (the stored form), but the classifier
+    reads the tsheg-trimmed form, without it: the item was scored on [CLS] [SEP] alone, and in
+    train it trained on no input. Refused in test, left out of train with a warning, by line."""
+    rows = _records(env.folder / "train.jsonl")
+    _write(
+        env.folder / "train.jsonl",
+        [r if i != 4 else {**r, "text": "།"} for i, r in enumerate(rows)],
+    )
+    setup = prepare(_cfg(env), load_classification("mine"))
+    said = " ".join(capsys.readouterr().err.split())
+    assert "1 training record(s) with no text once read as the model reads it" in said
+    assert "left out of training: mine/train.jsonl:5" in said
+    assert len(setup.ids["train"]) == len(setup.data.splits["train"]) == len(rows) - 1
+    rows = _records(env.folder / "test.jsonl")
+    _write(
+        env.folder / "test.jsonl",
+        [r if i != 2 else {**r, "text": "༎ ་"} for i, r in enumerate(rows)],
+    )
+    with pytest.raises(DataError) as err:
+        prepare(_cfg(env), load_classification("mine"))
+    assert "1 test record(s) hold no text once read as the model reads it" in err.value.message
+    assert err.value.message.endswith("mine/test.jsonl:3")
+    assert "an evaluation item needs a text" in (err.value.hint or "")

@@ -46,6 +46,7 @@ class Example:
     id: str
     text: str  # already in the model's input form
     label: int
+    where: str = field(default="", compare=False)  # "FILE:LINE" it was read from ("": unknown)
 
 
 @dataclass
@@ -160,7 +161,7 @@ def read_jsonl(
                 )
             skipped.append(lineno)
             continue
-        out.append(Example(rid, text, index[label]))
+        out.append(Example(rid, text, index[label], f"{path}:{lineno}"))
     warn_left_out(path, f"record(s) with a blank '{text_field}' left out of training", skipped)
     if not out:
         what = f"every record's '{text_field}' is blank" if skipped else "it is empty or blank"

@@ -10,6 +10,7 @@ import copy
 import functools
 import hashlib
 import itertools
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,6 +214,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         split: encode_counting_cuts(vocab, texts(data, split, ft.text_form), read)
         for split in data.splits
     }
+    drop_textless(data, vocab, ft.text_form, encoded)
     ids = {split: x for split, (x, _) in encoded.items()}
     dropped = {split: d for split, (_, d) in encoded.items()}
     if ft.limit_train:
@@ -224,6 +226,44 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     return Setup(
         data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft, head.pooling), cut, static
     )
+
+
+def drop_textless(
+    data: LabelledSet,
+    vocab: Vocabulary,
+    form: str,
+    encoded: dict[str, tuple[list[list[int]], list[int]]],
+) -> None:
+    """Records that read as no text in the model's input form (a text of closing shads and
+    tshegs only, which tsheg-trimmed removes): refused in an evaluation split (scored on
+    [CLS] [SEP] alone), left out of train with a warning, as a blank text is by the loader,
+    which checks the stored form only."""
+    trimmed = ", closing shads and tshegs removed" if form == "tsheg-trimmed" else ""
+    for split, examples in data.splits.items():
+        rows, cuts = encoded[split]
+        keep = [bool(vocab.text_ids(row)) for row in rows]
+        empty = [e for e, kept in zip(examples, keep, strict=True) if not kept]
+        if not empty:
+            continue
+        named = [e.where or f"id '{e.id}'" for e in empty]
+        shown = ", ".join(named[:10]) + (" ..." if len(named) > 10 else "")
+        said = f"no text once read as the model reads it ({form}{trimmed})"
+        if split != "train":
+            raise DataError(
+                f"dataset '{data.name}': {len(empty)} {split} record(s) hold {said}: {shown}",
+                "an evaluation item needs a text; fix or remove the record(s)",
+            )
+        print(
+            f"warning: dataset '{data.name}': {len(empty)} training record(s) with {said} left "
+            f"out of training: {shown}",
+            file=sys.stderr,
+            flush=True,
+        )
+        data.splits[split] = [e for e, kept in zip(examples, keep, strict=True) if kept]
+        encoded[split] = (
+            [r for r, kept in zip(rows, keep, strict=True) if kept],
+            [c for c, kept in zip(cuts, keep, strict=True) if kept],
+        )
 
 
 def classes_left_out(data: LabelledSet, limit: int) -> str:
