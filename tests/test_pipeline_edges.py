@@ -346,3 +346,78 @@ def test_a_key_set_inside_a_value_names_the_value() -> None:
         _set_dotted(data, "finetune.head.kind", "mlp", "p.yaml: stages.f [v]")
     assert "'head' holds a value" in err.value.hint
     assert data == {"finetune": {"head": "cnn"}}
+
+
+COUNT: list[int] = []
+SEEN: list[tuple[bool, str]] = []
+STOP: set[str] = set()
+
+
+def count_up(ctx: StageContext) -> Path:
+    """A new output on every run (a retrained model: same key, other weights)."""
+    COUNT.append(len(COUNT) + 1)
+    (ctx.output / "a.txt").write_text(str(COUNT[-1]))
+    return ctx.output
+
+
+def read_or_stop(ctx: StageContext) -> dict[str, Any]:
+    """Records whether it resumes and what it read; stopped (Ctrl-C) when named in STOP."""
+    SEEN.append((ctx.resume, Path(ctx.inputs["a"]).read_text(encoding="utf-8")))
+    if ctx.name in STOP:
+        STOP.discard(ctx.name)
+        raise KeyboardInterrupt
+    return {"n": 1}
+
+
+register_stage("r_count", count_up, ("finetune",))
+register_stage("r_stop", read_or_stop, ("finetune",))
+
+
+def test_a_stage_cached_on_a_replaced_output_reruns_in_a_later_invocation(tmp_path: Path) -> None:
+    """`--force a` republishes a under the same key; when b's rerun is interrupted, the next
+    plain run used to skip b as cached (on a's old output), for the key b recorded is a's key.
+    The manifest now records which publication of a it read; a partial made from an output
+    since replaced is restarted, never resumed onto the new one."""
+    COUNT.clear()
+    SEEN.clear()
+    path = _write(
+        tmp_path / "repub.yaml",
+        {
+            "a": {"kind": "r_count"},
+            "b": {"kind": "r_stop", "inputs": {"a": "${stages.a.output}/a.txt"}},
+        },
+    )
+    run_pipeline(load_pipeline(path), echo=_quiet)
+    STOP.add("b")
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_pipeline(path), force=["a"], echo=_quiet)
+    steps = Planner(load_pipeline(path)).plan()
+    assert [s.action for s in steps] == ["skip", "run"]
+    assert steps[1].reason.startswith("a republished since this ran (resume")
+    assert run_pipeline(load_pipeline(path), echo=_quiet).ran == ["b"]
+    assert SEEN == [(False, "1"), (False, "2"), (True, "2")]  # resumed: made from a's 2nd
+    assert [s.action for s in Planner(load_pipeline(path)).plan()] == ["skip", "skip"]
+
+    SEEN.clear()
+    STOP.add("b")  # a partial of b made from a's 2nd output...
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_pipeline(path), force=["b"], echo=_quiet)
+    run_pipeline(load_pipeline(path), force=["a"], echo=_quiet)  # ...is not resumed on the 3rd
+    assert SEEN == [(False, "2"), (False, "3")]
+    SEEN.clear()
+    STOP.add("b")
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_pipeline(path), force=["b"], echo=_quiet)
+    run_pipeline(load_pipeline(path), force=["a"], until=["a"], echo=_quiet)
+    step = Planner(load_pipeline(path)).plan()[1]
+    assert step.reason.startswith("a republished since this ran")
+    assert "resume" not in step.reason
+    run_pipeline(load_pipeline(path), echo=_quiet)
+    assert SEEN == [(False, "3"), (False, "4")]
+
+    # manifests written before publications were recorded stay cached
+    for s in Planner(load_pipeline(path)).plan():
+        manifest = json.loads(s.slot.manifest_path.read_text())
+        del manifest["upstream"], manifest["published"]
+        s.slot.manifest_path.write_text(json.dumps(manifest))
+    assert [s.action for s in Planner(load_pipeline(path)).plan()] == ["skip", "skip"]

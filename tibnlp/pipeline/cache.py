@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,19 @@ class Slot:
             return None
         return data if data.get("key") == key else None
 
+    @property
+    def run_file(self) -> Path:
+        return self.partial / ".tibnlp-run.json"
+
+    def run_record(self) -> dict[str, Any]:
+        """What the partial output's run file says: its MLflow run and the upstream outputs it
+        was made from ({} when there is none, or it was cut short)."""
+        try:
+            data = json.loads(self.run_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def output_of(self, manifest: dict[str, Any]) -> Path:
         rel = manifest.get("output_rel") or ""
         return self.final / rel if rel else self.final
@@ -95,9 +109,15 @@ class Slot:
         except (OSError, ValueError):
             return None
 
-    def publish(self, manifest: dict[str, Any]) -> None:
-        """Atomically turn the partial directory into the published output."""
-        manifest = {**manifest, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    def publish(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Atomically turn the partial directory into the published output; the manifest
+        written. Each publication gets its own id: a forced or data-changed rerun republishes
+        under the same key, and the stages that read the old output must see that they did."""
+        manifest = {
+            **manifest,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "published": uuid.uuid4().hex,
+        }
         atomic_write_text(
             self.partial / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False, default=str)
         )
@@ -113,6 +133,14 @@ class Slot:
         atomic_write_text(self.last, json.dumps(pointer, indent=1, ensure_ascii=False, default=str))
         if old.exists():
             shutil.rmtree(old)
+        return manifest
+
+
+def publication(manifest: dict[str, Any]) -> str | None:
+    """Which publication of an output a manifest is (an output published before the ids were
+    recorded: its finish time)."""
+    value = manifest.get("published") or manifest.get("finished")
+    return str(value) if value else None
 
 
 def slot_for(workdir: Path, stage: str, variant: str, key: str) -> Slot:

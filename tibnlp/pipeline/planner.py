@@ -15,7 +15,14 @@ from tibnlp.config.core import deep_merge
 from tibnlp.config.identity import output_settings
 from tibnlp.data.datadir import require
 from tibnlp.errors import ConfigError
-from tibnlp.pipeline.cache import Slot, cached_elsewhere, explain_change, node_key, slot_for
+from tibnlp.pipeline.cache import (
+    Slot,
+    cached_elsewhere,
+    explain_change,
+    node_key,
+    publication,
+    slot_for,
+)
 from tibnlp.pipeline.grid import Node, expand
 from tibnlp.pipeline.registry import stage_def
 from tibnlp.pipeline.spec import PARAMS, PipelineSpec, get_dotted, has_dotted, substitute
@@ -74,6 +81,8 @@ class Planner:
         self.keys: dict[int, str] = {}
         self.outputs: dict[int, Path] = {}
         self.left_out: list[Node] = []  # nodes that `until` does not need
+        self.published: dict[int, str | None] = {}  # node -> publication of its output read
+        self.stale: set[int] = set()  # nodes the plan runs (their output is replaced)
 
     def data_path(self, text: str, where: str) -> Path:
         rel = text[len(DATA_PREFIX) :].strip().lstrip("/")
@@ -240,11 +249,39 @@ class Planner:
                 todo.extend(node.reads())
         return keep
 
+    def publications(self, node: Node) -> dict[str, str | None]:
+        """Which publication of each upstream output the node reads, as far as known (cached,
+        or run in this invocation). A stage's manifest and its partial's run file keep it: a
+        forced or data-changed rerun republishes under the same key, which the inputs (keys)
+        do not show."""
+        return {u.name: self.published[id(u)] for u in node.reads() if id(u) in self.published}
+
+    def republished(self, record: Any, node: Node) -> list[str]:
+        """The upstream nodes published anew since `record` (the `upstream` of a manifest or a
+        run file) was written; a record from before these were kept names none (an existing
+        cache stays valid)."""
+        if not isinstance(record, dict):
+            return []
+        now = self.publications(node)
+        return [name for name, pub in now.items() if name in record and record[name] != pub]
+
+    def resumable(self, node: Node, slot: Slot) -> bool:
+        """Whether the node's partial output was made from the upstream outputs it reads now:
+        one made from an output since replaced is restarted, never resumed onto the new one."""
+        reads = node.reads()
+        if any(id(u) in self.stale and id(u) not in self.published for u in reads):
+            return False  # an upstream runs first: whatever the partial read is replaced
+        record = slot.run_record().get("upstream")
+        if not isinstance(record, dict):  # from before the record: only this run's are known
+            return not any(id(u) in self.stale for u in reads)
+        return not self.republished(record, node)
+
     def plan(self, force: Iterable[str] = (), until: Iterable[str] = ()) -> list[Step]:
         """The steps to take, in order; with `until`, only those its stages need."""
         forced = set(force)
         steps: list[Step] = []
-        stale: set[int] = set()
+        stale = self.stale = set()
+        self.published = {}
         every = expand(self.spec)
         unknown = sorted(forced - {n.stage.name for n in every} - {n.name for n in every})
         if unknown:
@@ -287,21 +324,33 @@ class Planner:
                 action, reason = "run", f"{', '.join(upstream_runs)} runs first (new output)"
             elif manifest is not None and (changed := _changed_data(manifest, data)):
                 action, reason = "run", f"data changed since it ran: {changed}"
+            elif manifest is not None and (
+                moved := self.republished(manifest.get("upstream"), node)
+            ):
+                action, reason = "run", f"{', '.join(moved)} republished since this ran"
+                if slot.partial.exists() and self.resumable(node, slot):
+                    reason += f" (resume the interrupted run in {slot.partial})"
             elif manifest is not None:
                 action, reason = "skip", f"cached: same config and inputs ({slot.final})"
                 self.outputs[id(node)] = slot.output_of(manifest)
+                self.published[id(node)] = publication(manifest)
             elif (
                 not upstream_runs
                 and not slot.partial.exists()
                 and (found := cached_elsewhere(slot, key)) is not None
                 and not _changed_data(found[1], data)
+                and not self.republished(found[1].get("upstream"), node)
             ):
                 slot, manifest = found
                 action = "skip"
                 reason = f"cached under another name: same config and inputs ({slot.final})"
                 self.outputs[id(node)] = slot.output_of(manifest)
-            elif slot.partial.exists():
+                self.published[id(node)] = publication(manifest)
+            elif slot.partial.exists() and self.resumable(node, slot):
                 action, reason = "run", f"resume the interrupted run in {slot.partial}"
+            elif slot.partial.exists():
+                action = "run"
+                reason = f"restart the interrupted run in {slot.partial} (it read an older input)"
             elif upstream_runs and slot.previous() is not None:
                 action, reason = "run", f"input changed: {', '.join(upstream_runs)} runs first"
             else:

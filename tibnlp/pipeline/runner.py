@@ -5,6 +5,7 @@ run with a nested run per stage."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from tibnlp.config.core import flatten
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.folder_lock import hold_folder, holder_of
 from tibnlp.fsutil import atomic_write_text, blocking_file
+from tibnlp.pipeline.cache import publication
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.launch import launch_stage
 from tibnlp.pipeline.planner import Planner, Step
@@ -258,12 +260,10 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
         tags[TAG_VARIANT] = node.variant
     if node.model_label:
         tags[TAG_MODEL] = node.model_label
-    resume = slot.partial.exists()
-    run_file = slot.partial / ".tibnlp-run.json"
-    try:
-        earlier = json.loads(run_file.read_text(encoding="utf-8")).get("run_id")
-    except (OSError, ValueError, AttributeError):  # none, or cut short: a new run
-        earlier = None
+    resume = slot.partial.exists() and planner.resumable(node, slot)
+    if slot.partial.exists() and not resume:  # made from an upstream output since replaced
+        shutil.rmtree(slot.partial)
+    earlier = slot.run_record().get("run_id")  # none, or cut short: a new run
     child = parent.child(node.name, tags=tags, resume_run_id=earlier)  # resumed: same run
     if earlier:
         child.set_tags({**tags, "mlflow.parentRunId": parent.run_id or ""})
@@ -274,7 +274,8 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
     cfg.tracking.run_id = child.run_id or ""
     cfg.tracking.tags = {**cfg.tracking.tags, **tags}
     slot.partial.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_file, json.dumps({"run_id": child.run_id}))
+    upstream = planner.publications(node)
+    atomic_write_text(slot.run_file, json.dumps({"run_id": child.run_id, "upstream": upstream}))
     params = planner.params(node, real=True)
     # Paths left empty here (pretrain.corpus, finetune.model...) are filled from the inputs by
     # the stage adapter, and the stage logs them itself: logging "" now would make MLflow
@@ -316,7 +317,7 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
                 json.dumps(value, indent=1, ensure_ascii=False, default=str), encoding="utf-8"
             )
             child.log_artifact(slot.partial / "results.json")
-        slot.publish(
+        manifest = slot.publish(
             {
                 "key": step.key,
                 "stage": node.stage.name,
@@ -328,8 +329,10 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
                 "inputs": step.inputs,
                 "data": step.data,
                 "run_id": child.run_id,
+                "upstream": upstream,
             }
         )
+        planner.published[id(node)] = publication(manifest)
         status = "FINISHED"
         return slot.output_of({"output_rel": output_rel}), res
     except KeyboardInterrupt:
