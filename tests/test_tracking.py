@@ -3,6 +3,7 @@ nested runs, the model registry, provenance tags."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,24 @@ def test_provenance_tags_hash_content_not_location(tmp_path: Path) -> None:
     assert "tibnlp.parent_model_hash" not in tags
     commit = tags[TAG_GIT_COMMIT]
     assert commit == "unknown" or len(commit.removesuffix("+dirty")) == 40
+
+
+def test_a_folder_hash_reads_through_linked_folders_as_the_readers_do(tmp_path: Path) -> None:
+    """`rglob` does not follow a linked folder, which the input readers read: a change in a
+    file there left a pipeline stage cached on the old corpus. A folder with no linked one
+    keeps its hash (existing cache keys stay)."""
+    corp, extra = tmp_path / "corp", tmp_path / "extra"
+    (corp / "main").mkdir(parents=True)
+    extra.mkdir()
+    (corp / "main" / "a.txt").write_text("ཀ་")
+    before = hashlib.sha256(f"main/a.txt\0{path_hash(corp / 'main' / 'a.txt')}\n".encode())
+    assert path_hash(corp) == before.hexdigest()
+    (extra / "b.txt").write_text("ཁ་")
+    (corp / "linked").symlink_to(extra)
+    (extra / "up").symlink_to(corp)  # a link back up: no endless walk
+    first = path_hash(corp)
+    (extra / "b.txt").write_text("ག་ང་")  # another size: the file hash is memoised
+    assert path_hash(corp) != first
 
 
 def test_tracker_from_config_logs_into_the_pipeline_stage_run(store: str) -> None:

@@ -81,7 +81,8 @@ def path_hash(path: Path) -> str:
     """sha256 of a file, or of a directory's relative file names and file hashes (sorted).
 
     Hidden bookkeeping files (names starting with '.') are ignored, so a directory's hash is
-    that of its content, not of where or when it was written.
+    that of its content, not of where or when it was written. Linked folders are followed, as
+    the input readers do (`rglob` does not): a change in a file read through one reruns.
     """
     path = Path(path)
     if path.is_file():
@@ -89,12 +90,35 @@ def path_hash(path: Path) -> str:
     if not path.is_dir():
         raise FileNotFoundError(path)
     digest = hashlib.sha256()
-    for item in sorted(path.rglob("*")):
-        rel = item.relative_to(path)
-        if any(part.startswith(".") for part in rel.parts) or not item.is_file():
-            continue
-        digest.update(f"{rel.as_posix()}\0{file_hash(item)}\n".encode())
+    for rel in sorted(_files_under(path)):
+        digest.update(f"{rel.as_posix()}\0{file_hash(path / rel)}\n".encode())
     return digest.hexdigest()
+
+
+def _files_under(folder: Path) -> list[Path]:
+    """The files under `folder` (relative, hidden ones left out), through linked folders; a
+    folder entered once (by its resolved path), so a link back up is no endless loop."""
+    found: list[Path] = []
+    seen: set[Path] = set()
+    pending = [Path()]
+    while pending:
+        rel = pending.pop()
+        real = (folder / rel).resolve()
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = sorted((folder / rel).iterdir())
+        except OSError:  # unreadable: as rglob did, left out
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                pending.append(rel / entry.name)
+            elif entry.is_file():
+                found.append(rel / entry.name)
+    return found
 
 
 def config_hash(data: Any) -> str:
