@@ -354,9 +354,13 @@ STOP: set[str] = set()
 
 
 def count_up(ctx: StageContext) -> Path:
-    """A new output on every run (a retrained model: same key, other weights)."""
+    """A new output on every run (a retrained model: same key, other weights); stopped
+    (Ctrl-C) when named in STOP."""
     COUNT.append(len(COUNT) + 1)
     (ctx.output / "a.txt").write_text(str(COUNT[-1]))
+    if ctx.name in STOP:
+        STOP.discard(ctx.name)
+        raise KeyboardInterrupt
     return ctx.output
 
 
@@ -421,3 +425,35 @@ def test_a_stage_cached_on_a_replaced_output_reruns_in_a_later_invocation(tmp_pa
         del manifest["upstream"], manifest["published"]
         s.slot.manifest_path.write_text(json.dumps(manifest))
     assert [s.action for s in Planner(load_pipeline(path)).plan()] == ["skip", "skip"]
+
+
+def test_the_interrupt_hint_drops_the_force_of_stages_already_republished(tmp_path: Path) -> None:
+    """After `--force a` was interrupted in b, "run the same command again" forced a again:
+    its finished retraining ran from scratch. The hint names the command that goes on."""
+    COUNT.clear()
+    path = _write(
+        tmp_path / "hint.yaml",
+        {
+            "a": {"kind": "r_count", "grid": {"finetune.epochs": [1, 2]}},
+            "b": {"kind": "r_stop", "inputs": {"a": "${stages.a.output}/a.txt"}},
+        },
+    )
+    run_pipeline(load_pipeline(path), echo=_quiet)
+    lines: list[str] = []
+    STOP.add("b[epochs=1]")
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_pipeline(path), force=["a"], echo=lines.append)
+    assert lines[-1].endswith(
+        "run the same command without --force a to continue from it (the stages it "
+        "republished stay cached: forced again, they would run from scratch)"
+    )
+    lines.clear()
+    STOP.add("a[epochs=2]")
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_pipeline(path), force=["a", "b"], echo=lines.append)
+    assert "with --force 'a[epochs=2]' --force b in place of --force a --force b" in lines[-1]
+    lines.clear()
+    STOP.add("b[epochs=1]")  # the forced stage itself: forced again, it resumes its partial
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_pipeline(path), force=["b"], echo=lines.append)
+    assert "; run the same command again to continue" in lines[-1]

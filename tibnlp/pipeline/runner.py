@@ -5,6 +5,7 @@ run with a nested run per stage."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -105,6 +106,7 @@ def _plan_and_run(
     echo: Callable[[str], None],
     until: Iterable[str] = (),
 ) -> PipelineRun:
+    force = list(force)
     steps = planner.plan(force, until)
     result = PipelineRun(steps)
     width = max(len(n.name) for n in [*(s.node for s in steps), *planner.left_out])
@@ -173,8 +175,7 @@ def _plan_and_run(
         if running is not None:
             echo(
                 f"interrupted in stage {running.node.name}: its output so far stays in "
-                f"{running.slot.partial}; run the same command again to continue from it "
-                "(the finished stages stay cached)"
+                f"{running.slot.partial}; {_go_on(steps, result.ran, force)}"
             )
         raise
     finally:
@@ -182,6 +183,27 @@ def _plan_and_run(
         parent.end(status)
         close_run(planner.workdir, parent.run_id)
     return result
+
+
+def _go_on(steps: list[Step], ran: list[str], force: list[str]) -> str:
+    """How to continue after an interruption: the same command, less the --force of stages
+    it already republished (forced again, they would run from scratch; left out, they are
+    cached and the stages reading them rerun)."""
+    given = list(dict.fromkeys(force))
+    keep: list[str] = []
+    for arg in given:
+        nodes = [s.node.name for s in steps if arg in (s.node.stage.name, s.node.name)]
+        left = [name for name in nodes if name not in ran]
+        keep += [arg] if len(left) == len(nodes) else left
+    if keep == given:
+        return "run the same command again to continue from it (the finished stages stay cached)"
+    before = " ".join(f"--force {shlex.quote(arg)}" for arg in given)
+    after = " ".join(f"--force {shlex.quote(arg)}" for arg in keep)
+    how = f"with {after} in place of {before}" if keep else f"without {before}"
+    return (
+        f"run the same command {how} to continue from it (the stages it republished stay "
+        "cached: forced again, they would run from scratch)"
+    )
 
 
 def describe(spec: PipelineSpec) -> str:
