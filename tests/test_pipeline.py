@@ -224,6 +224,18 @@ def test_cli_dry_run_and_errors(toy: tuple[Path, str]) -> None:
     assert isinstance(result.exception, ConfigError)
 
 
+def test_a_tracking_uri_mlflow_refuses_is_a_config_error(
+    toy: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--tracking-uri ./mlruns` ended the run in a traceback once the plan was printed."""
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    path, _ = toy
+    (tmp_path / "mlruns").mkdir()
+    with pytest.raises(ConfigError, match=r"tracking store \./mlruns"):
+        run_pipeline(load_pipeline(path), tracking_uri="./mlruns", echo=lambda _: None)
+    assert CALLS == []
+
+
 def test_explicit_variants_and_errors(toy: tuple[Path, str], tmp_path: Path) -> None:
     path, _ = toy
     data = yaml.safe_load(path.read_text())

@@ -140,6 +140,24 @@ def test_a_folder_hash_reads_through_linked_folders_as_the_readers_do(tmp_path: 
     assert path_hash(corp) != first
 
 
+def test_a_store_mlflow_will_not_open_is_a_config_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--tracking-uri ./mlruns` (MLflow 3 refuses its folder store) or a SQLite file where no
+    folder can be made ended in a traceback from Tracker(); `pipeline run`, `finetune` and
+    `pretrain` all open their runs there."""
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    (tmp_path / "mlruns").mkdir()
+    with pytest.raises(ConfigError, match=r"cannot open the tracking store .*mlruns") as err:
+        Tracker("exp", uri=str(tmp_path / "mlruns"))
+    assert "MLFLOW_ALLOW_FILE_STORE=true" in (err.value.hint or "")
+    (tmp_path / "file").write_text("")
+    for uri in (str(tmp_path / "new" / "x.db"), f"sqlite:///{tmp_path}/file/x.db"):
+        with pytest.raises(ConfigError, match="cannot open the tracking store") as err:
+            Tracker("exp", uri=uri)
+        assert "sqlite:///PATH/mlflow.db" in (err.value.hint or "")
+
+
 def test_tracker_from_config_logs_into_the_pipeline_stage_run(store: str) -> None:
     parent = Tracker("exp", "pipeline", uri=store)
     stage = parent.child("pretrain")

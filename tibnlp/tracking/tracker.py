@@ -50,6 +50,7 @@ from tibnlp.tracking.store import (
     default_tracking_uri,
     short_http_retries,
 )
+from tibnlp.tracking.store_errors import brief, file_store_hint
 
 _PARAM_LIMIT = 6000
 _KEY_LIMIT = 250
@@ -84,6 +85,23 @@ class PrefixedRun:
         self.run.log_metrics({self.prefix + k: v for k, v in metrics.items()}, step=step)
 
 
+def _open_store(uri: str) -> MlflowClient:
+    """A client of `uri`; a URI MLflow refuses (a plain path or folder: MLflow 3's folder
+    store needs MLFLOW_ALLOW_FILE_STORE) or a folder that cannot be made is a ConfigError
+    naming it, not a traceback (an unreachable server is an outage, buffered later)."""
+    try:
+        mlflow.set_tracking_uri(uri)
+        create_sqlite_store_once(uri)
+        return MlflowClient(uri)
+    except (MlflowException, OSError) as exc:
+        raise ConfigError(
+            f"cannot open the tracking store {uri}: {brief(exc)}",
+            file_store_hint(uri)
+            or "give a SQLite file as sqlite:///PATH/mlflow.db in a folder you can write to "
+            "(a plain path is MLflow's folder store), or a server http://HOST:PORT",
+        ) from exc
+
+
 class Tracker:
     """One MLflow run (optionally nested under a parent). Use as a context manager."""
 
@@ -111,9 +129,7 @@ class Tracker:
             return
         self.uri = default_tracking_uri(uri)
         short_http_retries(self.uri)
-        mlflow.set_tracking_uri(self.uri)
-        create_sqlite_store_once(self.uri)
-        self.client = MlflowClient(self.uri)
+        self.client = _open_store(self.uri)
         self.buffer_dir = default_buffer_dir(str(buffer_dir or ""))
         self.retry_seconds = retry_seconds
         self._ids = IdMap(self.buffer_dir)
