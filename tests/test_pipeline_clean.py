@@ -112,3 +112,17 @@ def test_an_output_of_the_same_settings_under_older_keys_is_named_so(
     monkeypatch.setitem(cache.OUTPUT_REVISION, "cl_write", 2)  # what an upgrade may do
     said = _clean(path)
     assert "(same settings, made by another tibnlp version (its keys changed))" in said
+
+
+def test_clean_looks_only_inside_the_work_dir(tmp_path: Path) -> None:
+    """A stage whose folder is not one of the work dir's (a stage named '..', refused when the
+    file loads now) had clean list, and --yes remove, folders beside the work dir."""
+    from tibnlp.pipeline.clean import unused_outputs
+
+    spec = load_pipeline(_pipeline(tmp_path / "p.yaml", 2))
+    spec.stages[0].name = ".."
+    mine = tmp_path / "mydata-0123456789ab.partial"
+    mine.mkdir()
+    (tmp_path / "work").mkdir()
+    assert unused_outputs(Planner(spec)) == []
+    assert mine.is_dir()

@@ -223,3 +223,13 @@ def test_a_param_value_that_is_no_number_fails_the_dry_run(tmp_path: Path) -> No
     }
     with pytest.raises(ConfigError, match=r"stages.finetune\[export_tokens=2M\]: params.export_"):
         run_pipeline(load_pipeline(_write(tmp_path, tuned)), dry_run=True, echo=lambda _: None)
+
+
+@pytest.mark.parametrize("name", ["..", ".", "", ".hidden", "a/b", "a\\b", "../up"])
+def test_a_stage_name_that_is_no_plain_name_is_refused(tmp_path: Path, name: str) -> None:
+    """A stage's outputs go to <workdir>/<stage>: a stage named '..' wrote beside the work dir,
+    and `pipeline clean` listed (and with --yes removed) folders there."""
+    err = _refused(_write(tmp_path, {name: {"kind": "v_pair", "inputs": {"left": "x"}}}))
+    assert f"stage name {name!r} is not a plain name" in err.message
+    ok = {"a.b": {"kind": "prepare", "inputs": ["x"]}}
+    assert load_pipeline(_write(tmp_path, ok)).stages[0].name == "a.b"

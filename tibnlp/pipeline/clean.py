@@ -12,6 +12,7 @@ Only folders the pipeline made are touched: published outputs (with their manife
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -83,8 +84,10 @@ def unused_outputs(planner: Planner) -> list[Unused]:
     steps = planner.plan()
     used = {p.resolve() for s in steps for p in (s.slot.final, s.slot.partial)}
     found = []
+    top = os.path.abspath(planner.workdir)
     for folder in sorted({s.slot.final.parent for s in steps}):
-        if not folder.is_dir():
+        # only the work dir's own stage folders (a stage named '..' was its parent)
+        if os.path.dirname(os.path.abspath(folder)) != top or not folder.is_dir():
             continue
         for entry in sorted(folder.iterdir()):
             why = _why(entry)

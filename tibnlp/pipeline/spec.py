@@ -178,6 +178,15 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
     stages: list[StageSpec] = []
     for sname, body in stages_raw.items():
         at = f"{where}: stages.{sname}"
+        if (
+            not str(sname).strip()
+            or str(sname).startswith(".")
+            or any(sep in str(sname) for sep in ("/", "\\"))
+        ):  # its outputs go to <workdir>/<name>: '..' would put them (and `clean`) elsewhere
+            raise ConfigError(
+                f"{where}: stage name {str(sname)!r} is not a plain name",
+                "give a name that does not start with '.' and has no / or \\ (e.g. pretrain)",
+            )
         body = body or {}
         if not isinstance(body, dict):
             raise ConfigError(f"{at}: expected a mapping")
