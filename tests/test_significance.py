@@ -266,3 +266,31 @@ def test_summary_table_says_when_the_twin_was_scored_on_other_items() -> None:
     ]
     line = next(ln for ln in summary_table(rows).splitlines() if "albert-pretrained" in ln)
     assert "not the same test items" in line.rstrip(" |").split(" | ")[-1]
+
+
+def test_the_pipeline_table_names_the_run_of_rows_that_look_alike(tmp_path) -> None:
+    """The variants of a grid (finetune[lr=...]) gave rows of one system, sorted: nothing said
+    which row was which recipe. They now carry their stage run, in a column shown only then."""
+    from tibnlp.pipeline.runner import PipelineRun, _finetune_table
+
+    true, pred = _data()
+    better = np.where(np.arange(len(true)) % 2 == 0, true, pred)
+    run = PipelineRun([])
+    made = {
+        "finetune[lr=0.0005]": _row("albert-pretrained(m)+cnn", true, [pred]),
+        "finetune[lr=0.002]": _row("albert-pretrained(m)+cnn", true, [better]),
+        "ft2": _row("albert-random(m)+cnn", true, [pred]),
+    }
+    for name, row in made.items():
+        out = tmp_path / name
+        out.mkdir()
+        (out / "results.json").write_text(json.dumps(row), encoding="utf-8")
+        run.outputs[name] = out
+        run.results[name] = {"system": row["system"], "dataset": "d", "test_macro_f1": 0.1}
+    table = _finetune_table(run)[0].splitlines()
+    assert "| system | pipeline run | pretraining tokens |" in table[2]
+    cells = {ln.split(" | ")[2]: ln.split(" | ")[-1] for ln in table if "albert-pre" in ln}
+    assert set(cells) == {"finetune[lr=0.0005]", "finetune[lr=0.002]"}
+    assert cells["finetune[lr=0.002]"].startswith("+")  # its own gain, not the other's
+    del run.outputs["finetune[lr=0.0005]"], run.results["finetune[lr=0.0005]"]
+    assert "pipeline run" not in _finetune_table(run)[0]  # no two alike: no column

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from tibnlp.fsutil import atomic_write_text
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
+STAGE_RUN = "stage_run"  # a row's pipeline stage run (`finetune[lr=0.002]`), set by the runner
 _NUMBER_LIST = re.compile(r"\[[-+0-9.eE,\s]*\]")  # a JSON list of numbers only
 
 
@@ -217,6 +219,9 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
     validation macro-F1: selection on validation only."""
     order = {"pretrained": 0, "random": 1, "textcnn": 2}
     by_size = len({_train_size(r) for r in rows}) > 1
+    # a pipeline's grid gives rows of one system: the stage run that made each tells them apart
+    alike = Counter((r["dataset"], _train_size(r), r["system"]) for r in rows)
+    by_run = any(n > 1 for n in alike.values()) and any(STAGE_RUN in r for r in rows)
     rows = sorted(
         rows,
         key=lambda r: (r["dataset"], _train_size(r), order[_kind(r["system"])], _tokens(r)),
@@ -237,7 +242,8 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
         ):
             twins[key(r)] = r
     head = ["dataset", *(["labelled examples"] if by_size else []), "system",
-            "pretraining tokens", "seeds", "test macro-F1", "test weighted-F1", "val macro-F1",
+            *(["pipeline run"] if by_run else []), "pretraining tokens", "seeds",
+            "test macro-F1", "test weighted-F1", "val macro-F1",
             "Δ test macro-F1 vs random init [95% interval over test items]"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -248,7 +254,7 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
         cells = [r["dataset"], *([f"{_train_size(r):,}"] if by_size else [])]
         chosen = kind == "random" and recipes[key(r)] > 1 and twin is r
         mark = " (best on validation: the gains' baseline)" if chosen else ""
-        cells += [system_cell(r) + mark]
+        cells += [system_cell(r) + mark, *([str(r.get(STAGE_RUN, ""))] if by_run else [])]
         cells += [tokens, str(n)]
         cells += [_cell(r["aggregate"], "test", "macro_f1", n)]
         cells += [_cell(r["aggregate"], "test", "weighted_f1", n)]

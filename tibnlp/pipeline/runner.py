@@ -244,7 +244,7 @@ def _report(
 
 
 def _finetune_table(result: PipelineRun) -> list[str]:
-    from tibnlp.evaluation.report import load_results, summary_table
+    from tibnlp.evaluation.report import STAGE_RUN, load_results, summary_table
 
     names = [
         name
@@ -253,8 +253,13 @@ def _finetune_table(result: PipelineRun) -> list[str]:
     ]
     if not names:
         return []
+    rows: list[dict[str, Any]] = []
+    seen: set[Path] = set()  # two runs cached in one folder: one row
     try:
-        rows = load_results([result.outputs[name] for name in names])
+        for name in names:  # each row named by its run: the variants of a grid look alike
+            if (out := result.outputs[name].resolve()) not in seen:
+                seen.add(out)
+                rows += [{**row, STAGE_RUN: name} for row in load_results([out])]
     except TibnlpError:
         return []
     where = "\n".join(f"{name}: {result.outputs[name]}" for name in names)
