@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tibnlp.config.model import HeadsConfig, ModelConfig, ScalesConfig
-from tibnlp.models import Encoder
+from tibnlp.models import AlbertForPretraining, Encoder
 from tibnlp.models.attention import AttentionContext, head_distribution
 from tibnlp.models.attention.multiscale import (
     MultiScaleCore,
@@ -186,6 +187,38 @@ def test_model_describe_command() -> None:
     s = describe(ModelConfig(scales=ScalesConfig(windows=["1", "3", "N/4"])))
     assert s.distributions[12][-1] == [4, 4, 4]
     assert s.parameters["total"] > s.parameters["encoder"] > 0
+
+
+@pytest.mark.parametrize(
+    ("sets", "heads"),
+    [
+        ([], "MLM + SOP"),
+        (["pretrain.sop=false"], "MLM"),
+        (["pretrain.sop=false", "pretrain.contrastive=0.1"], "MLM + contrast"),
+        (["pretrain.objective=electra", "pretrain.sop=false"], "ELECTRA generator + RTD"),
+    ],
+)
+def test_model_describe_counts_the_heads_pretraining_builds(sets: list[str], heads: str) -> None:
+    """Its counts were always of MLM + SOP: a SOP head that `pretrain.sop=false` does not
+    build was counted, and ELECTRA's generator and RTD head were not."""
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+    from tibnlp.models.electra import ElectraForPretraining
+
+    args = ["model", "describe", *(x for kv in sets for x in ("-s", kv))]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    cfg = ModelConfig()
+    built = {
+        "MLM + SOP": AlbertForPretraining(cfg),
+        "MLM": AlbertForPretraining(cfg, sop=False),
+        "MLM + contrast": AlbertForPretraining(cfg, sop=False, contrastive=0.1),
+        "ELECTRA generator + RTD": ElectraForPretraining(cfg),
+    }[heads]
+    total = sum(p.numel() for p in built.parameters())
+    assert f"pretraining heads ({heads})" in result.output
+    assert re.search(rf"total\s*│\s*{total:,}\s", result.output), result.output
 
 
 def test_route_skips_qk_of_width_one_heads_without_changing_the_result() -> None:

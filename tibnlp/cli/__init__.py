@@ -10,4 +10,3 @@ traceback of whatever import it stopped."""
 from tibnlp.stopping import watch_launcher
 
 watch_launcher()
-

@@ -21,8 +21,9 @@ app = typer.Typer(help="Inspect model configurations.", no_args_is_help=True)
 @app.command()
 def describe(config: ConfigOption = None, set_: SetOption = None) -> None:
     """Head distribution (layers x scales, per head count) and parameter counts."""
-    cfg = resolve_config(config, set_).model
-    s = summarise(cfg)
+    full = resolve_config(config, set_)
+    cfg = full.model
+    s = summarise(cfg, full.pretrain)
     out = Console()
     h = cfg.heads
     routing = (

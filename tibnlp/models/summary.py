@@ -6,9 +6,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from tibnlp.config.model import ModelConfig
+from tibnlp.config.train import PretrainConfig
 from tibnlp.models.attention import core_name, head_distribution
 from tibnlp.models.electra import generator_config
-from tibnlp.models.pretraining import AlbertForPretraining
+from tibnlp.models.objectives import heads_name, pretraining_model
 
 
 @dataclass
@@ -21,8 +22,9 @@ class ModelSummary:
     parameters: dict[str, int]
 
 
-def describe(cfg: ModelConfig) -> ModelSummary:
-    """Summarise `cfg` without needing data (an unresolved 'auto' threshold is fine here)."""
+def describe(cfg: ModelConfig, pretrain: PretrainConfig | None = None) -> ModelSummary:
+    """Summarise `cfg` without needing data (an unresolved 'auto' threshold is fine here),
+    with the heads `pretrain` trains (default: MLM + SOP)."""
     heads = sorted({cfg.heads.small, cfg.heads.large})
     scales = list(cfg.scales.windows) or ["N"]
     dists = {
@@ -32,7 +34,8 @@ def describe(cfg: ModelConfig) -> ModelSummary:
         for h in heads
     }
     counting = dataclasses.replace(cfg, heads=dataclasses.replace(cfg.heads, threshold=0))
-    model = AlbertForPretraining(counting)
+    p = pretrain or PretrainConfig()
+    model = pretraining_model(counting, p)
     enc = model.encoder
 
     def count(module: object) -> int:
@@ -55,7 +58,7 @@ def describe(cfg: ModelConfig) -> ModelSummary:
     if enc.final_norm is not None:
         params["final norm (norm: pre)"] = count(enc.final_norm)
     params["encoder"] = count(enc)
-    params["pretraining heads (MLM + SOP)"] = count(model) - count(enc)
+    params[f"pretraining heads ({heads_name(p)})"] = count(model) - count(enc)
     params["total"] = count(model)
     return ModelSummary(core_name(cfg), scales, dists, params)
 

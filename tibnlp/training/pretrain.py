@@ -44,8 +44,7 @@ from tibnlp.data.pretraining import (
     require_documents,
 )
 from tibnlp.evaluation.word_order import order_accuracies
-from tibnlp.models.electra import ElectraForPretraining
-from tibnlp.models.pretraining import AlbertForPretraining
+from tibnlp.models.objectives import Model, pretraining_model
 from tibnlp.stopping import ended_status
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.tracking import Tracker
@@ -78,8 +77,6 @@ from tibnlp.training.ranks import wait_for_main
 from tibnlp.training.wiring import Training, start_training
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out masks differ from any training batch's
-
-Model = ElectraForPretraining | AlbertForPretraining
 
 
 def resolve_model_config(model: ModelConfig, vocab_size: int, meta: dict[str, Any]) -> ModelConfig:
@@ -248,28 +245,13 @@ def _tokenise(
         raise resumed_on_other_data(data_dir, output) from exc
 
 
-def _new_model(model_cfg: ModelConfig, p: PretrainConfig, chain: int) -> Model:
-    if p.objective == "electra":
-        return ElectraForPretraining(
-            model_cfg, p.generator_ratio, p.rtd_weight, p.sparse_last_layer
-        )
-    return AlbertForPretraining(
-        model_cfg,
-        p.sparse_last_layer,
-        segment_len=p.seq_len if chain else 0,
-        sop=p.sop,
-        contrastive=p.contrastive,
-        temperature=p.contrastive_temperature,
-    )
-
-
 def _build_model(
     cfg: Config, inputs: _Inputs, world: World, resume: bool
 ) -> tuple[Model, dict[str, Any]]:
     """The model with its starting weights (random, init_from's, or skip-gram vectors as the
     word embedding), and the facts of where they came from."""
     p, model_cfg = cfg.pretrain, inputs.model_cfg
-    model = _new_model(model_cfg, p, inputs.chain)
+    model = pretraining_model(model_cfg, p, p.seq_len if inputs.chain else 0)
     before = inputs.before
     if inputs.init_state is not None:
         load_initial(model, inputs.init_state, Path(p.init_from), p.objective)
