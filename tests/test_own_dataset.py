@@ -487,3 +487,17 @@ def test_a_text_of_closing_marks_only_is_no_text_to_the_model(env, capsys) -> No
     assert "1 test record(s) hold no text once read as the model reads it" in err.value.message
     assert err.value.message.endswith("mine/test.jsonl:3")
     assert "an evaluation item needs a text" in (err.value.hint or "")
+
+
+def test_texts_the_vocabulary_knows_nothing_of_are_named(env, capsys) -> None:
+    """A set of another script trained on [UNK] alone; the only sign was a seed "not
+    learning", with advice about the learning rate. `tibnlp predict` named such texts."""
+    rows = _records(env.folder / "train.jsonl")
+    _write(
+        env.folder / "train.jsonl",
+        [r if i not in (1, 6) else {**r, "text": "hello world"} for i, r in enumerate(rows)],
+    )
+    prepare(_cfg(env), load_classification("mine"))
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"2 of {len(rows)} train text(s) hold no piece the vocabulary knows" in said
+    assert said.endswith("mine/train.jsonl:2, mine/train.jsonl:7")

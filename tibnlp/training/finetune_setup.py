@@ -215,6 +215,7 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         for split in data.splits
     }
     drop_textless(data, vocab, ft.text_form, encoded)
+    warn_unknown(data, vocab, encoded)
     ids = {split: x for split, (x, _) in encoded.items()}
     dropped = {split: d for split, (_, d) in encoded.items()}
     if ft.limit_train:
@@ -263,6 +264,28 @@ def drop_textless(
         encoded[split] = (
             [r for r, kept in zip(rows, keep, strict=True) if kept],
             [c for c, kept in zip(cuts, keep, strict=True) if kept],
+        )
+
+
+def warn_unknown(
+    data: LabelledSet, vocab: Vocabulary, encoded: dict[str, tuple[list[list[int]], list[int]]]
+) -> None:
+    """Name the texts the vocabulary knows nothing of (only [UNK]: another script), as
+    `tibnlp predict` does: a set of them trains on nothing, and the only sign was a seed
+    "not learning" with advice about the learning rate."""
+    for split, examples in data.splits.items():
+        rows = encoded[split][0]
+        unknown = [e for e, row in zip(examples, rows, strict=True) if vocab.knows_none(row)]
+        if not unknown:
+            continue
+        named = [e.where or f"id '{e.id}'" for e in unknown]
+        shown = ", ".join(named[:10]) + (" ..." if len(named) > 10 else "")
+        print(
+            f"warning: dataset '{data.name}': {len(unknown)} of {len(rows)} {split} text(s) hold "
+            "no piece the vocabulary knows, only [UNK] (not Tibetan text?): the classifier "
+            f"reads nothing of them: {shown}",
+            file=sys.stderr,
+            flush=True,
         )
 
 
