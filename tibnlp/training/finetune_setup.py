@@ -23,7 +23,7 @@ from tibnlp.config.core import check
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.collate import encode_counting_cuts
-from tibnlp.data.labelled import STORED_TEXT_FORM, LabelledSet, model_text
+from tibnlp.data.labelled import STORED_TEXT_FORM, Example, LabelledSet, model_text
 from tibnlp.data.tasks import load_classification
 from tibnlp.errors import DataError
 from tibnlp.models.classifier import head_config
@@ -229,6 +229,12 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     )
 
 
+def _records_named(examples: Sequence[Example]) -> str:
+    """The first ten records by FILE:LINE (by id when read from elsewhere)."""
+    named = [e.where or f"id '{e.id}'" for e in examples]
+    return ", ".join(named[:10]) + (" ..." if len(named) > 10 else "")
+
+
 def drop_textless(
     data: LabelledSet,
     vocab: Vocabulary,
@@ -246,8 +252,7 @@ def drop_textless(
         empty = [e for e, kept in zip(examples, keep, strict=True) if not kept]
         if not empty:
             continue
-        named = [e.where or f"id '{e.id}'" for e in empty]
-        shown = ", ".join(named[:10]) + (" ..." if len(named) > 10 else "")
+        shown = _records_named(empty)
         said = f"no text once read as the model reads it ({form}{trimmed})"
         if split != "train":
             raise DataError(
@@ -278,8 +283,7 @@ def warn_unknown(
         unknown = [e for e, row in zip(examples, rows, strict=True) if vocab.knows_none(row)]
         if not unknown:
             continue
-        named = [e.where or f"id '{e.id}'" for e in unknown]
-        shown = ", ".join(named[:10]) + (" ..." if len(named) > 10 else "")
+        shown = _records_named(unknown)
         print(
             f"warning: dataset '{data.name}': {len(unknown)} of {len(rows)} {split} text(s) hold "
             "no piece the vocabulary knows, only [UNK] (not Tibetan text?): the classifier "
