@@ -501,3 +501,21 @@ def test_texts_the_vocabulary_knows_nothing_of_are_named(env, capsys) -> None:
     said = " ".join(capsys.readouterr().err.split())
     assert f"2 of {len(rows)} train text(s) hold no piece the vocabulary knows" in said
     assert said.endswith("mine/train.jsonl:2, mine/train.jsonl:7")
+
+
+def test_a_validation_split_copied_from_test_is_warned(env, capsys) -> None:
+    """test.jsonl copied as validation.jsonl (without ids, as the loader's hint allows)
+    trained without a word, though every epoch and recipe was then chosen on the test items.
+    Said in the notes always (TNCC's published split has 8 such titles), warned of from half."""
+    tests = _records(env.folder / "test.jsonl")
+    own = (env.folder / "validation.jsonl").read_text("utf-8")
+    _write(env.folder / "validation.jsonl", [{k: r[k] for k in ("text", "label")} for r in tests])
+    result = run_finetune(_cfg(env), "mine")
+    said = " ".join(capsys.readouterr().err.split())
+    n = len(tests)
+    assert f"{n} of {n} validation texts are also test texts" in said
+    assert result.notes["validation_in_test"] == f"{n} of {n} validation texts also in test"
+    (env.folder / "validation.jsonl").write_text(own, "utf-8")  # its own: noted, not warned
+    result = run_finetune(_cfg(env, "finetune.output=runs2"), "mine")
+    assert "are also test texts" not in capsys.readouterr().err
+    assert result.notes["validation_in_test"].startswith("0 of ")

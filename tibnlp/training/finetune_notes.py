@@ -16,7 +16,7 @@ from tibnlp.models.classifier_io import ClassifierMeta, read_length
 from tibnlp.models.io import read_extra
 from tibnlp.tracking import Tracker
 from tibnlp.tracking.conventions import TAG_WARNING, WARNING_MAJORITY
-from tibnlp.training.finetune_setup import Setup, classes_absent, classes_left_out
+from tibnlp.training.finetune_setup import Setup, classes_absent, classes_left_out, texts
 
 
 def pretraining_of(ft: FinetuneConfig) -> dict[str, Any]:
@@ -87,6 +87,26 @@ def _untrained(ft: FinetuneConfig) -> str:
     return "random init (the config's model section)"
 
 
+def _validation_in_test(ft: FinetuneConfig, data: LabelledSet) -> str:
+    """How many validation texts are test texts too, said; warned of when half or more are
+    (test.jsonl copied as validation.jsonl: the epochs and recipes chosen on validation are
+    then chosen on test, and the test score is optimistic). TNCC's published split has 8."""
+    tests = set(texts(data, "test", ft.text_form))
+    held = texts(data, "validation", ft.text_form)
+    both = sum(t in tests for t in held)
+    if held and 2 * both >= len(held):
+        where = f" ({data.folder})" if data.folder else ""
+        print(
+            f"warning: dataset '{data.name}'{where}: {both} of {len(held)} validation texts are "
+            f"also test texts ({ft.text_form} form): what is selected on validation is then "
+            "selected on test, and the test score is optimistic (give a validation split of "
+            "its own)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return f"{both} of {len(held)} validation texts also in test"
+
+
 def run_notes(
     ft: FinetuneConfig, data: LabelledSet, setup: Setup, unseen: int, majority: float
 ) -> dict[str, Any]:
@@ -103,6 +123,7 @@ def run_notes(
         "max_len": setup.meta.max_len,
         "sizes": {s: len(v) for s, v in setup.ids.items()},
         "test_unseen": f"{unseen} of {len(data.splits['test'])} test texts not in train",
+        "validation_in_test": _validation_in_test(ft, data),
         "vocab": str(setup.vocab_dir),
         "vocab_sha256": setup.vocab.sha256,
         "model": setup.meta.source_model or _untrained(ft),
