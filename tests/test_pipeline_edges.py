@@ -423,8 +423,17 @@ def test_a_stage_cached_on_a_replaced_output_reruns_in_a_later_invocation(tmp_pa
     for s in Planner(load_pipeline(path)).plan():
         manifest = json.loads(s.slot.manifest_path.read_text())
         del manifest["upstream"], manifest["published"]
+        manifest["finished"] = "2026-11-01T00:00:00Z"  # (written by an earlier version)
         s.slot.manifest_path.write_text(json.dumps(manifest))
     assert [s.action for s in Planner(load_pipeline(path)).plan()] == ["skip", "skip"]
+    # ...and the first interrupted `--force a` after the upgrade leaves b's results of the
+    # replaced a uncached: b's manifest holds no record, so times tell (a finished after it)
+    SEEN.clear()
+    STOP.add("b")
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_pipeline(path), force=["a"], echo=_quiet)
+    step = Planner(load_pipeline(path)).plan()[1]
+    assert step.action == "run" and step.reason.startswith("a republished since this ran")
 
 
 def test_the_interrupt_hint_drops_the_force_of_stages_already_republished(tmp_path: Path) -> None:

@@ -82,6 +82,7 @@ class Planner:
         self.outputs: dict[int, Path] = {}
         self.left_out: list[Node] = []  # nodes that `until` does not need
         self.published: dict[int, str | None] = {}  # node -> publication of its output read
+        self.finished: dict[int, Any] = {}  # node -> when that publication finished
         self.stale: set[int] = set()  # nodes the plan runs (their output is replaced)
 
     def data_path(self, text: str, where: str) -> Path:
@@ -256,14 +257,28 @@ class Planner:
         do not show."""
         return {u.name: self.published[id(u)] for u in node.reads() if id(u) in self.published}
 
-    def republished(self, record: Any, node: Node) -> list[str]:
+    def republished(self, record: Any, node: Node, since: Any = None) -> list[str]:
         """The upstream nodes published anew since `record` (the `upstream` of a manifest or a
-        run file) was written; a record from before these were kept names none (an existing
-        cache stays valid)."""
+        run file) was written. A manifest from before these records were kept is judged by
+        times: an upstream that finished after it (`since`, its "finished") was published
+        since; the same second is not (an existing cache stays valid, and the first
+        interrupted `--force` after an upgrade does not leave the results of a replaced model
+        cached)."""
         if not isinstance(record, dict):
-            return []
+            if not isinstance(since, str):
+                return []
+            return [
+                u.name
+                for u in node.reads()
+                if isinstance(done := self.finished.get(id(u)), str) and done > since
+            ]
         now = self.publications(node)
         return [name for name, pub in now.items() if name in record and record[name] != pub]
+
+    def note_published(self, node: Node, manifest: dict[str, Any]) -> None:
+        """The publication of `node`'s output its readers read (and when it finished)."""
+        self.published[id(node)] = publication(manifest)
+        self.finished[id(node)] = manifest.get("finished")
 
     def resumable(self, node: Node, slot: Slot) -> bool:
         """Whether the node's partial output was made from the upstream outputs it reads now:
@@ -281,7 +296,7 @@ class Planner:
         forced = set(force)
         steps: list[Step] = []
         stale = self.stale = set()
-        self.published = {}
+        self.published, self.finished = {}, {}
         every = expand(self.spec)
         unknown = sorted(forced - {n.stage.name for n in every} - {n.name for n in every})
         if unknown:
@@ -325,7 +340,7 @@ class Planner:
             elif manifest is not None and (changed := _changed_data(manifest, data)):
                 action, reason = "run", f"data changed since it ran: {changed}"
             elif manifest is not None and (
-                moved := self.republished(manifest.get("upstream"), node)
+                moved := self.republished(manifest.get("upstream"), node, manifest.get("finished"))
             ):
                 action, reason = "run", f"{', '.join(moved)} republished since this ran"
                 if slot.partial.exists() and self.resumable(node, slot):
@@ -333,19 +348,19 @@ class Planner:
             elif manifest is not None:
                 action, reason = "skip", f"cached: same config and inputs ({slot.final})"
                 self.outputs[id(node)] = slot.output_of(manifest)
-                self.published[id(node)] = publication(manifest)
+                self.note_published(node, manifest)
             elif (
                 not upstream_runs
                 and not slot.partial.exists()
                 and (found := cached_elsewhere(slot, key)) is not None
                 and not _changed_data(found[1], data)
-                and not self.republished(found[1].get("upstream"), node)
+                and not self.republished(found[1].get("upstream"), node, found[1].get("finished"))
             ):
                 slot, manifest = found
                 action = "skip"
                 reason = f"cached under another name: same config and inputs ({slot.final})"
                 self.outputs[id(node)] = slot.output_of(manifest)
-                self.published[id(node)] = publication(manifest)
+                self.note_published(node, manifest)
             elif slot.partial.exists() and self.resumable(node, slot):
                 action, reason = "run", f"resume the interrupted run in {slot.partial}"
             elif slot.partial.exists():

@@ -17,7 +17,6 @@ from tibnlp.config.core import flatten
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.folder_lock import hold_folder, holder_of
 from tibnlp.fsutil import atomic_write_text, blocking_file
-from tibnlp.pipeline.cache import publication
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.launch import launch_stage
 from tibnlp.pipeline.planner import Planner, Step
@@ -359,7 +358,7 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
                 "upstream": upstream,
             }
         )
-        planner.published[id(node)] = publication(manifest)
+        planner.note_published(node, manifest)
         status = "FINISHED"
         return slot.output_of({"output_rel": output_rel}), res
     except KeyboardInterrupt:
