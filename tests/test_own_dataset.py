@@ -400,6 +400,18 @@ def test_a_record_without_an_id_is_no_duplicate_of_a_numbered_one(env) -> None:
         load_classification("mine")
     assert "train.jsonl:6: id 'train.jsonl:3' is also the name given to line 3" in err.value.message
     assert "give line 3 an id of its own" in (err.value.hint or "")
+    rows[5]["id"] = "train-5"
+    rows[1]["id"] = "train.jsonl:6"  # the user's id first, the line without one after it
+    _write(
+        env.folder / "train.jsonl", [r if i != 5 else {**r, "id": None} for i, r in enumerate(rows)]
+    )
+    with pytest.raises(DataError) as err:
+        load_classification("mine")
+    assert err.value.message.endswith(
+        "train.jsonl:6: this record has no id, and the name it gets, 'train.jsonl:6', is the id "
+        "of line 2"
+    )
+    assert "give line 6 an id of its own" in (err.value.hint or "")
 
 
 def test_settings_and_record_errors_say_what_to_do(env) -> None:

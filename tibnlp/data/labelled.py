@@ -138,12 +138,17 @@ def read_jsonl(
         given = record.get("id")
         rid = f"{id_prefix or path.name}:{lineno}" if given is None else str(given)
         if rid in ids:
-            if named & {lineno, ids[rid]}:  # not a duplicate: one of them has no id
-                bare = lineno if lineno in named else ids[rid]
+            if given is None:  # not a duplicate: this record has no id
                 raise DataError(
-                    f"{path}:{lineno}: id '{rid}' is also the name given to line {bare}, "
+                    f"{path}:{lineno}: this record has no id, and the name it gets, '{rid}', "
+                    f"is the id of line {ids[rid]}",
+                    f"give line {lineno} an id of its own",
+                )
+            if ids[rid] in named:  # not a duplicate: the earlier one has no id
+                raise DataError(
+                    f"{path}:{lineno}: id '{rid}' is also the name given to line {ids[rid]}, "
                     "which has no id",
-                    f"give line {bare} an id of its own",
+                    f"give line {ids[rid]} an id of its own",
                 )
             raise DataError(
                 f"{path}:{lineno}: id '{rid}' repeats the record of line {ids[rid]}",
