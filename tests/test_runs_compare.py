@@ -275,12 +275,18 @@ def test_runs_of_other_datasets_systems_or_settings_are_not_taken_for_seeds(
                 }
             )
             run.log_metrics({"test_macro_f1": f1})
+    with (  # a run of an older version, without a setting added since: not split off
+        Tracker("tibnlp", "old", uri=uri, buffer_dir=tmp_path / "buf", tags=tags) as parent,
+        parent.child("seed 4", tags={"dataset": "myset", "system": "textcnn"}) as run,
+    ):
+        run.log_params({"finetune": {"seeds": "[4]", "output": "/elsewhere/runs/a", "seed": 4}})
+        run.log_metrics({"test_macro_f1": 0.62})
     result = compare_runs("tibnlp", ["test_macro_f1"], uri=uri)
     assert result.group_keys == ["tag:dataset", "tag:system", "finetune.optimizer.lr"]
     rows = {tuple(g): (n, cells[0].text(2)) for g, n, cells in result.rows}
     assert rows == {
         ("tncc-title", "textcnn", "0.01"): (2, "0.91 ± 0.01"),  # repeats: seeds 1 and 3
-        ("myset", "textcnn", "0.01"): (1, "0.60"),
+        ("myset", "textcnn", "0.01"): (2, "0.61 ± 0.01"),  # with the older run's seed 4
         ("tncc-title", "albert(mlmA)", "0.01"): (1, "0.70"),
         ("tncc-title", "albert(mlmB)", "0.01"): (1, "0.50"),
         ("tncc-title", "textcnn", "0.5"): (1, "0.20"),

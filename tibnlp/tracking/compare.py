@@ -42,7 +42,9 @@ DEFAULT_GROUP_KEYS = (
 # Runs those keys put together are split further by these when they differ within a group:
 # the dataset and the system (`tibnlp finetune` tags every run with both; only pipelines set
 # `tibnlp.model`), then any fine-tuning or model setting. Not these, which repeats may differ
-# in: the seed list, where the output went, the device, the evaluation batch, extra test sets.
+# in: the seeds, where the output went, the device, the evaluation batch, extra test sets; nor
+# the paths of the model, vocabulary and data (the same folder named relative or absolute, or
+# from another machine when a buffer is synced there: the system tag names the model).
 SPLIT_KEYS = ("tag:dataset", "tag:system")
 SETTING_PREFIXES = ("finetune.", "model.")
 NOT_SETTINGS = frozenset(
@@ -53,6 +55,10 @@ NOT_SETTINGS = frozenset(
         "finetune.device",
         "finetune.eval_batch_size",
         "finetune.eval_also",
+        "finetune.model",
+        "finetune.vocab",
+        "finetune.dataset",
+        "finetune.static_vectors",
     }
 )
 # The headline numbers of a classification paper; `--metric 'test*'` lists every test metric.
@@ -313,8 +319,10 @@ def compare_runs(
     groups: dict[tuple[str, ...], dict[tuple[str, str], Cell]] = {}
     started: dict[tuple[str, ...], int] = {}
     warned: dict[tuple[str, ...], dict[tuple[str, str], int]] = {}  # (pivot, warning) -> runs
+    plain = keys if group_by else [k for k in keys if k in DEFAULT_GROUP_KEYS]
+    values = {r.info.run_id: g for r, g in zip(runs, group_values(runs, keys, plain), strict=True)}
     for r in sorted(runs, key=lambda r: r.info.start_time or 0):
-        gkey = tuple(_value(r, k) or "" for k in keys)
+        gkey = values[r.info.run_id]
         pivot = (_value(r, columns_by) or "") if columns_by else ""
         cells = groups.setdefault(gkey, {c: Cell() for c in columns})
         started.setdefault(gkey, len(started))
@@ -338,33 +346,49 @@ def compare_runs(
 def splitting_keys(runs: Sequence[Run], keys: Sequence[str], columns_by: str = "") -> list[str]:
     """The keys that tell apart runs `keys` would put in one group: its runs would be taken
     for seeds of one system, and a mean over two datasets, two pretrained models or two
-    learning rates printed as "4 runs". A key some runs lack (a run of an older version)
-    splits only runs that carry it."""
+    learning rates printed as "4 runs". Runs without a key are not told apart by it
+    (`group_values`)."""
     settings = sorted(
-        {
-            k
-            for r in runs
-            for k in r.data.params
-            if k.startswith(SETTING_PREFIXES) and k not in NOT_SETTINGS
-        }
+        {k for r in runs for k in r.data.params if k.startswith(SETTING_PREFIXES)}
+        - NOT_SETTINGS
         - set(DEFAULT_GROUP_KEYS)
     )
     chosen = list(keys)
-    added = []
     for key in (*SPLIT_KEYS, *settings):
         if key in chosen or key == columns_by:
             continue
         seen: dict[tuple[str, ...], str] = {}
-        for r in runs:
+        for r, group in zip(runs, group_values(runs, chosen, keys), strict=True):
             value = _value(r, key)
-            if value is None:
-                continue
-            group = tuple(_value(r, k) or "" for k in chosen)
-            if seen.setdefault(group, value) != value:
+            if value is not None and seen.setdefault(group, value) != value:
                 chosen.append(key)
-                added.append(key)
                 break
-    return added
+    return chosen[len(keys) :]
+
+
+def group_values(
+    runs: Sequence[Run], keys: Sequence[str], plain: Sequence[str] = ()
+) -> list[tuple[str, ...]]:
+    """Each run's values of `keys` ("" where it has none). Of a key not in `plain` (one that
+    `splitting_keys` added), a run without it takes the one value the runs of its group that
+    have it agree on: a run of an older version, without a setting added since, stays with
+    the runs of its system instead of a row of its own."""
+    groups: list[tuple[str, ...]] = [() for _ in runs]
+    for key in keys:
+        values = [_value(r, key) for r in runs]
+        known: dict[tuple[str, ...], set[str]] = {}
+        for group, value in zip(groups, values, strict=True):
+            if value is not None:
+                known.setdefault(group, set()).add(value)
+        groups = [
+            (*g, v if v is not None else _only(known.get(g), key not in plain))
+            for g, v in zip(groups, values, strict=True)
+        ]
+    return groups
+
+
+def _only(values: set[str] | None, fill: bool) -> str:
+    return next(iter(values)) if fill and values and len(values) == 1 else ""
 
 
 def _warning_text(counts: dict[tuple[str, str], int]) -> str:
