@@ -4,6 +4,7 @@ nested runs, the model registry, provenance tags."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,11 @@ def test_a_store_mlflow_will_not_open_is_a_config_error_naming_it(
         with pytest.raises(ConfigError, match="cannot open the tracking store") as err:
             Tracker("exp", uri=uri)
         assert "sqlite:///PATH/mlflow.db" in (err.value.hint or "")
+    # a database whose driver is not installed (as `runs compare` says it)
+    if importlib.util.find_spec("psycopg") is None:
+        with pytest.raises(ConfigError, match="cannot open the tracking store postgresql") as err:
+            Tracker("exp", uri="postgresql://u:p@localhost:1/db")
+        assert "install the database driver" in (err.value.hint or "")
 
 
 def test_tracker_from_config_logs_into_the_pipeline_stage_run(store: str) -> None:

@@ -100,6 +100,11 @@ def _open_store(uri: str) -> MlflowClient:
             or "give a SQLite file as sqlite:///PATH/mlflow.db in a folder you can write to "
             "(a plain path is MLflow's folder store), or a server http://HOST:PORT",
         ) from exc
+    except ImportError as exc:  # a database URI whose driver is not installed (as read_client)
+        raise ConfigError(
+            f"cannot open the tracking store {uri}: {exc}",
+            "install the database driver it names, or use another store",
+        ) from exc
 
 
 class Tracker:
