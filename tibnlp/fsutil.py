@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -156,6 +156,42 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
         _staged.pop(tmp, None)
+
+
+def walk_files(
+    folder: Path,
+    skip: Callable[[Path, list[Path]], bool] | None = None,
+    unreadable: Callable[[Path, OSError], None] | None = None,
+) -> Iterator[Path]:
+    """The files under `folder` at any depth, hidden ones (names starting with '.') left out,
+    through linked folders: each folder entered once, by its resolved path, so a link back up
+    is no endless loop (`Path.rglob` does not follow links). `skip(folder, entries)`: a
+    folder below `folder` to leave out; `unreadable(folder, error)`: one that cannot be
+    listed (default: left out). The one walk of inputs: what the readers read is what the
+    pipeline's input hash covers."""
+    seen: set[Path] = set()
+    pending = [folder]
+    while pending:
+        top = pending.pop()
+        real = top.resolve()
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = sorted(top.iterdir())
+        except OSError as exc:
+            if unreadable is not None:
+                unreadable(top, exc)
+            continue
+        if top != folder and skip is not None and skip(top, entries):
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                pending.append(entry)
+            elif entry.is_file():
+                yield entry
 
 
 def _a_stream(path: Path) -> bool:

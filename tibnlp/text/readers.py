@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from tibnlp.errors import DataError
+from tibnlp.fsutil import walk_files
 from tibnlp.text.syllables import has_tibetan_letter
 
 TEXT_SUFFIXES = (".txt", ".text", ".jsonl", ".json")
@@ -158,38 +159,24 @@ def _refuse_repeats(files: list[Path]) -> None:
 
 def _folder_files(folder: Path) -> list[Path]:
     """The input files under `folder`, at any depth, sorted by their path."""
+
+    def unreadable(top: Path, exc: OSError) -> None:  # no permission to list it: no traceback
+        raise DataError(
+            f"cannot read input directory {top}: {exc.strerror or exc}",
+            "check its permissions, or give the files themselves",
+        ) from exc
+
+    def ours(top: Path, entries: list[Path]) -> bool:  # a corpus prepared into the folder
+        return any(_TIBNLP_MARKER.fullmatch(p.name) for p in entries)
+
     found: list[Path] = []
-    seen: set[Path] = set()  # folders entered, resolved: a link back up is no endless loop
-    pending = [folder]
-    while pending:
-        top = pending.pop()
-        real = top.resolve()
-        if real in seen:
-            continue
-        seen.add(real)
-        try:
-            entries = sorted(top.iterdir())
-        except OSError as exc:  # no permission to list it: not a traceback
-            raise DataError(
-                f"cannot read input directory {top}: {exc.strerror or exc}",
-                "check its permissions, or give the files themselves",
-            ) from exc
-        # tibnlp's own outputs (a corpus prepared into the input folder) are no inputs
-        if top != folder and any(_TIBNLP_MARKER.fullmatch(p.name) for p in entries):
-            continue
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir():
-                pending.append(entry)
-            elif not entry.is_file():
-                continue
-            elif _base_suffix(entry) in TEXT_SUFFIXES:
-                found.append(entry)
-            elif (bad := _unsupported_suffix(entry)) in _UNSUPPORTED and (
-                Path(entry.stem).suffix.lower() in TEXT_SUFFIXES
-            ):  # `a.txt.zst`: text, named rather than left out
-                _refuse_unsupported(entry, bad)
+    for entry in walk_files(folder, ours, unreadable):
+        if _base_suffix(entry) in TEXT_SUFFIXES:
+            found.append(entry)
+        elif (bad := _unsupported_suffix(entry)) in _UNSUPPORTED and (
+            Path(entry.stem).suffix.lower() in TEXT_SUFFIXES
+        ):  # `a.txt.zst`: text, named rather than left out
+            _refuse_unsupported(entry, bad)
     return sorted(found)
 
 

@@ -16,6 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tibnlp.fsutil import walk_files
+
 TAG_GIT_COMMIT = "tibnlp.git_commit"
 TAG_DATA = "tibnlp.data_hash"
 TAG_VOCAB = "tibnlp.vocab_hash"
@@ -90,35 +92,9 @@ def path_hash(path: Path) -> str:
     if not path.is_dir():
         raise FileNotFoundError(path)
     digest = hashlib.sha256()
-    for rel in sorted(_files_under(path)):
+    for rel in sorted(f.relative_to(path) for f in walk_files(path)):
         digest.update(f"{rel.as_posix()}\0{file_hash(path / rel)}\n".encode())
     return digest.hexdigest()
-
-
-def _files_under(folder: Path) -> list[Path]:
-    """The files under `folder` (relative, hidden ones left out), through linked folders; a
-    folder entered once (by its resolved path), so a link back up is no endless loop."""
-    found: list[Path] = []
-    seen: set[Path] = set()
-    pending = [Path()]
-    while pending:
-        rel = pending.pop()
-        real = (folder / rel).resolve()
-        if real in seen:
-            continue
-        seen.add(real)
-        try:
-            entries = sorted((folder / rel).iterdir())
-        except OSError:  # unreadable: as rglob did, left out
-            continue
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir():
-                pending.append(rel / entry.name)
-            elif entry.is_file():
-                found.append(rel / entry.name)
-    return found
 
 
 def config_hash(data: Any) -> str:
