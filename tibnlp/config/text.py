@@ -106,8 +106,8 @@ class VocabConfig:
                 f"{prefix}.cross_syllables",
                 "does not combine with whole_units (its seeds are single syllables); drop one",
             )
-        # SentencePiece takes 0 (all) or more than 100: 1..100 failed its own check, naming
-        # no key
+        # SentencePiece also takes 0 (all of the corpus), which this check has always refused;
+        # 1..100 failed SentencePiece's own check, naming no key
         check(
             self.input_sentence_size > 100,
             f"{prefix}.input_sentence_size",
