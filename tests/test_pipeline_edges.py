@@ -423,7 +423,7 @@ def test_a_stage_cached_on_a_replaced_output_reruns_in_a_later_invocation(tmp_pa
     for s in Planner(load_pipeline(path)).plan():
         manifest = json.loads(s.slot.manifest_path.read_text())
         del manifest["upstream"], manifest["published"]
-        manifest["finished"] = "2026-11-01T00:00:00Z"  # (written by an earlier version)
+        manifest["finished"] = "2000-01-01T00:00:00Z"  # (written by an earlier version)
         s.slot.manifest_path.write_text(json.dumps(manifest))
     assert [s.action for s in Planner(load_pipeline(path)).plan()] == ["skip", "skip"]
     # ...and the first interrupted `--force a` after the upgrade leaves b's results of the

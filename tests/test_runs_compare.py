@@ -250,15 +250,18 @@ def test_runs_of_other_datasets_systems_or_settings_are_not_taken_for_seeds(
     from tibnlp.tracking.compare import compare_runs
 
     uri = sqlite_store(tmp_path)
-    runs = [  # dataset, system, lr, seed list, output, seed, score
-        ("tncc-title", "textcnn", 0.01, "[1, 2]", "runs/a", 1, 0.9),
-        ("tncc-title", "textcnn", 0.01, "[3]", "runs/b", 3, 0.92),  # more seeds, run later
-        ("myset", "textcnn", 0.01, "[1]", "runs/a", 1, 0.6),
-        ("tncc-title", "albert(mlmA)", 0.01, "[1]", "runs/a", 1, 0.7),
-        ("tncc-title", "albert(mlmB)", 0.01, "[1]", "runs/a", 1, 0.5),
-        ("tncc-title", "textcnn", 0.5, "[1]", "runs/a", 1, 0.2),
+    runs = [  # dataset, system, model, lr, seed list, output, seed, score
+        ("tncc-title", "textcnn", "", 0.01, "[1, 2]", "runs/a", 1, 0.9),
+        ("tncc-title", "textcnn", "", 0.01, "[3]", "runs/b", 3, 0.92),  # more seeds, later
+        ("myset", "textcnn", "", 0.01, "[1]", "runs/a", 1, 0.6),
+        ("tncc-title", "albert(mlmA)", "mlmA", 0.01, "[1]", "runs/a", 1, 0.7),
+        ("tncc-title", "albert(mlmB)", "mlmB", 0.01, "[1]", "runs/a", 1, 0.5),
+        ("tncc-title", "textcnn", "", 0.5, "[1]", "runs/a", 1, 0.2),
+        # two pipelines' models: the system names a model by its folder's last name
+        ("tncc-title", "albert(model)", "work/a/model", 0.01, "[1]", "runs/a", 1, 0.66),
+        ("tncc-title", "albert(model)", "work/b/model", 0.01, "[1]", "runs/a", 1, 0.56),
     ]
-    for dataset, system, lr, seeds, output, seed, f1 in runs:  # one `tibnlp finetune` each
+    for dataset, system, model, lr, seeds, output, seed, f1 in runs:  # a `tibnlp finetune` each
         tags = {"dataset": dataset, "system": system}
         with (
             Tracker("tibnlp", system, uri=uri, buffer_dir=tmp_path / "buf", tags=tags) as parent,
@@ -267,6 +270,7 @@ def test_runs_of_other_datasets_systems_or_settings_are_not_taken_for_seeds(
             run.log_params(
                 {
                     "finetune": {
+                        "model": model,
                         "optimizer": {"lr": lr},
                         "seeds": seeds,
                         "output": output,
@@ -279,17 +283,20 @@ def test_runs_of_other_datasets_systems_or_settings_are_not_taken_for_seeds(
         Tracker("tibnlp", "old", uri=uri, buffer_dir=tmp_path / "buf", tags=tags) as parent,
         parent.child("seed 4", tags={"dataset": "myset", "system": "textcnn"}) as run,
     ):
-        run.log_params({"finetune": {"seeds": "[4]", "output": "/elsewhere/runs/a", "seed": 4}})
+        run.log_params({"finetune": {"model": "", "seeds": "[4]", "output": "/x/a", "seed": 4}})
         run.log_metrics({"test_macro_f1": 0.62})
     result = compare_runs("tibnlp", ["test_macro_f1"], uri=uri)
-    assert result.group_keys == ["tag:dataset", "tag:system", "finetune.optimizer.lr"]
+    keys = ["tag:dataset", "tag:system", "finetune.model", "finetune.optimizer.lr"]
+    assert result.group_keys == keys
     rows = {tuple(g): (n, cells[0].text(2)) for g, n, cells in result.rows}
     assert rows == {
-        ("tncc-title", "textcnn", "0.01"): (2, "0.91 ± 0.01"),  # repeats: seeds 1 and 3
-        ("myset", "textcnn", "0.01"): (2, "0.61 ± 0.01"),  # with the older run's seed 4
-        ("tncc-title", "albert(mlmA)", "0.01"): (1, "0.70"),
-        ("tncc-title", "albert(mlmB)", "0.01"): (1, "0.50"),
-        ("tncc-title", "textcnn", "0.5"): (1, "0.20"),
+        ("tncc-title", "textcnn", "", "0.01"): (2, "0.91 ± 0.01"),  # repeats: seeds 1 and 3
+        ("myset", "textcnn", "", "0.01"): (2, "0.61 ± 0.01"),  # with the older run's seed 4
+        ("tncc-title", "albert(mlmA)", "mlmA", "0.01"): (1, "0.70"),
+        ("tncc-title", "albert(mlmB)", "mlmB", "0.01"): (1, "0.50"),
+        ("tncc-title", "textcnn", "", "0.5"): (1, "0.20"),
+        ("tncc-title", "albert(model)", "work/a/model", "0.01"): (1, "0.66"),
+        ("tncc-title", "albert(model)", "work/b/model", "0.01"): (1, "0.56"),
     }
 
 

@@ -160,7 +160,7 @@ def test_a_store_mlflow_will_not_open_is_a_config_error_naming_it(
     # a database whose driver is not installed (as `runs compare` says it)
     if importlib.util.find_spec("psycopg") is None:
         with pytest.raises(ConfigError, match="cannot open the tracking store postgresql") as err:
-            Tracker("exp", uri="postgresql://u:p@localhost:1/db")
+            Tracker("exp", uri="postgresql+psycopg://u:p@localhost:1/db")
         assert "install the database driver" in (err.value.hint or "")
 
 

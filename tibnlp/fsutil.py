@@ -140,6 +140,9 @@ def staged_dir(final: Path, replace: bool = False) -> Iterator[Path]:
     tmp.chmod(0o777 & ~_umask())
     try:
         yield tmp
+        # complete: from here a forced exit leaves it (between the renames below it may be
+        # the only copy of the new output), not removes it
+        _staged.pop(tmp, None)
         if final.exists() and not replace:
             final.rmdir()  # only an empty folder is silently replaced
         if final.exists():
@@ -167,8 +170,8 @@ def walk_files(
     through linked folders: each folder entered once, by its resolved path, so a link back up
     is no endless loop (`Path.rglob` does not follow links). `skip(folder, entries)`: a
     folder below `folder` to leave out; `unreadable(folder, error)`: one that cannot be
-    listed (default: left out). The one walk of inputs: what the readers read is what the
-    pipeline's input hash covers."""
+    listed (default: left out). The one walk of inputs: the readers' (which skip tibnlp's
+    own outputs) and the pipeline input hash's (which covers everything)."""
     seen: set[Path] = set()
     pending = [folder]
     while pending:

@@ -100,12 +100,15 @@ def _exit_now(signum: int, why: str) -> None:
         if select.select([], [_say_fd], [], 0.5)[1]:  # (a pipe: room for PIPE_BUF bytes)
             name = signal.Signals(signum).name
             os.write(
-                _say_fd, f"\n{name}: {why}; exiting now, its temporary files removed\n".encode()
+                _say_fd, f"\n{name}: {why}; exiting now (its temporary files removed)\n".encode()
             )
     except (OSError, ValueError):
         pass
     finally:
-        fsutil.remove_staged()  # (no `finally` runs after this: nothing half-written is left)
+        # no `finally` runs after this: nothing half-written is left (whatever the removal
+        # meets, the exit comes)
+        with contextlib.suppress(BaseException):
+            fsutil.remove_staged()
         os._exit(128 + signum)
 
 

@@ -42,9 +42,10 @@ DEFAULT_GROUP_KEYS = (
 # Runs those keys put together are split further by these when they differ within a group:
 # the dataset and the system (`tibnlp finetune` tags every run with both; only pipelines set
 # `tibnlp.model`), then any fine-tuning or model setting. Not these, which repeats may differ
-# in: the seeds, where the output went, the device, the evaluation batch, extra test sets; nor
-# the paths of the model, vocabulary and data (the same folder named relative or absolute, or
-# from another machine when a buffer is synced there: the system tag names the model).
+# in: the seeds, where the output went, the device, the evaluation batch, extra test sets.
+# The paths of the model, vocabulary and data do split: the system tag names a model by its
+# folder's last name ("model" for every pipeline's), and one folder named relative and
+# absolute is a row too many, where two models merged would be a mean of both.
 SPLIT_KEYS = ("tag:dataset", "tag:system")
 SETTING_PREFIXES = ("finetune.", "model.")
 NOT_SETTINGS = frozenset(
@@ -55,10 +56,6 @@ NOT_SETTINGS = frozenset(
         "finetune.device",
         "finetune.eval_batch_size",
         "finetune.eval_also",
-        "finetune.model",
-        "finetune.vocab",
-        "finetune.dataset",
-        "finetune.static_vectors",
     }
 )
 # The headline numbers of a classification paper; `--metric 'test*'` lists every test metric.

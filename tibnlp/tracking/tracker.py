@@ -27,6 +27,7 @@ from typing import Any
 import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from sqlalchemy.exc import SQLAlchemyError
 
 from tibnlp.config.core import flatten
 from tibnlp.errors import ConfigError
@@ -99,6 +100,12 @@ def _open_store(uri: str) -> MlflowClient:
             file_store_hint(uri)
             or "give a SQLite file as sqlite:///PATH/mlflow.db in a folder you can write to "
             "(a plain path is MLflow's folder store), or a server http://HOST:PORT",
+        ) from exc
+    except SQLAlchemyError as exc:  # not an MLflow database, or a database that does not answer
+        raise ConfigError(
+            f"cannot open the tracking store {uri}: {brief(exc)}",
+            "point tracking.uri at an MLflow database or server: sqlite:///PATH/mlflow.db, or "
+            "http://HOST:PORT",
         ) from exc
     except ImportError as exc:  # a database URI whose driver is not installed (as read_client)
         raise ConfigError(

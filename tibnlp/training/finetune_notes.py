@@ -11,6 +11,7 @@ from typing import Any
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.data.labelled import LabelledSet
 from tibnlp.errors import DataError
+from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.metrics import not_learning
 from tibnlp.models.classifier_io import ClassifierMeta, read_length
 from tibnlp.models.io import read_extra
@@ -91,9 +92,8 @@ def _validation_in_test(ft: FinetuneConfig, data: LabelledSet) -> str:
     """How many validation texts are test texts too, said; warned of when half or more are
     (test.jsonl copied as validation.jsonl: the epochs and recipes chosen on validation are
     then chosen on test, and the test score is optimistic). TNCC's published split has 8."""
-    tests = set(texts(data, "test", ft.text_form))
     held = texts(data, "validation", ft.text_form)
-    both = sum(t in tests for t in held)
+    both = len(held) - len(unseen_indices(texts(data, "test", ft.text_form), held))
     if held and 2 * both >= len(held):
         where = f" ({data.folder})" if data.folder else ""
         print(
