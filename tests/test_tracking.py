@@ -152,6 +152,7 @@ def test_a_store_mlflow_will_not_open_is_a_config_error_naming_it(
     with pytest.raises(ConfigError, match=r"cannot open the tracking store .*mlruns") as err:
         Tracker("exp", uri=str(tmp_path / "mlruns"))
     assert "MLFLOW_ALLOW_FILE_STORE=true" in (err.value.hint or "")
+    assert "--set tracking.uri=sqlite:///mlflow.db" in (err.value.hint or "")  # (a stage's)
     (tmp_path / "file").write_text("")
     for uri in (str(tmp_path / "new" / "x.db"), f"sqlite:///{tmp_path}/file/x.db"):
         with pytest.raises(ConfigError, match="cannot open the tracking store") as err:

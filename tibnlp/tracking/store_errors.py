@@ -24,7 +24,8 @@ def file_store_hint(uri: str) -> str:
     return (
         f"MLflow 3 reads a folder store only when told: set MLFLOW_ALLOW_FILE_STORE=true, or "
         f"migrate it once with `mlflow migrate-filestore --source {file_path(uri)} --target "
-        "sqlite:///mlflow.db` and pass --tracking-uri sqlite:///mlflow.db"
+        "sqlite:///mlflow.db` and use that store (--tracking-uri sqlite:///mlflow.db; on "
+        "`tibnlp finetune` or `pretrain`: --set tracking.uri=sqlite:///mlflow.db)"
     )
 
 
