@@ -219,12 +219,12 @@ def test_runs_sync_drops_an_artifact_gone_since_and_finishes(
     art.unlink()  # the file moved away: a copy taken when it was buffered is uploaded
     lines = [line for f in buf.glob("*.jsonl") for line in f.read_text("utf-8").splitlines()]
     (copy,) = [json.loads(line)["path"] for line in lines if '"log_artifact"' in line]
-    shutil.rmtree(Path(copy).parent)  # and that copy gone too: nothing left to send
+    shutil.rmtree((buf / copy).parent)  # and that copy gone too (kept relative to the buffer)
     result = CliRunner().invoke(app, ["runs", "sync", str(buf)])
     # finished: the rest replayed, the lost artifact's call named and kept aside (exit 2)
     assert isinstance(result.exception, DataError), result.output
     said = " ".join(result.output.split())
-    assert "not sent, the store refused it" in said and "a.txt no longer exists" in said
+    assert "not sent, its file is missing" in said and "a.txt no longer exists" in said
     assert "0 buffer files left" in said and not list(buf.glob("*.jsonl"))
     assert len(list(buf.glob("*.jsonl.unsent"))) == 1
 
