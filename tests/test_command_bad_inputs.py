@@ -84,6 +84,7 @@ def test_every_command_lists_as_one_line() -> None:
     assert "matching checksums." in shown and "damaged" not in shown, shown
 
 
+@pytest.mark.parametrize("indent", [None, 1])
 def test_a_json_array_file_is_named_as_one(tmp_path: Path, indent: int | None) -> None:
     """A `.json` holding one array was reported as a JSON syntax error on line 1 or as "no
     string field 'text'", with advice to pass --field."""
