@@ -42,6 +42,7 @@ def test_learning_check_warns_on_the_main_process_only(capsys: pytest.CaptureFix
 
 
 WORKER = """
+import os
 import sys
 
 import torch.distributed as dist
@@ -54,6 +55,8 @@ def main():
     who = sys.argv[1]  # "before": every rank, before the group; "all"; or one rank's number
     if who == "before":
         raise TibnlpError("bad config", "fix it")
+    if who == "before-1" and os.environ["LOCAL_RANK"] == "1":  # its own (a file it lacks)
+        raise TibnlpError("bad config of rank 1", "fix it")
     dist.init_process_group("gloo")
     if who == "0-waited-for":  # rank 0 fails while the others wait for it (`wait_for_main`)
         if dist.get_rank() == 0:
@@ -99,6 +102,16 @@ def test_an_error_every_rank_meets_is_printed_once(tmp_path: Path, who: str) -> 
     err = _launch(tmp_path, who)
     assert err.count("error: bad") == 1, err
     assert err.count("hint: fix it") == 1, err
+
+
+@pytest.mark.slow
+def test_an_error_of_one_local_rank_alone_before_the_group_is_printed(tmp_path: Path) -> None:
+    """A rank other than local rank 0 printed nothing before the group, leaving its error to
+    rank 0; now it waits for rank 0 to say it (and be stopped by the launcher), and says its
+    own when rank 0 has none. (Exiting at once, it also got rank 0 stopped before rank 0
+    printed the error both met: no message at all.)"""
+    err = _launch(tmp_path, "before-1")
+    assert err.count("error: bad config of rank 1") == 1, err
 
 
 @pytest.mark.slow

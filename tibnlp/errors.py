@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -43,7 +44,8 @@ POSTED_ERROR = "tibnlp/error"  # the group's store key rank 0 puts its error und
 def shown_here(message: str, wait_s: float = 5.0) -> bool:
     """Whether this process prints a user error. The processes of a launched run mostly meet
     the same one (same arguments, same files), and N copies of a message bury it. Before the
-    process group, the first process of each node prints (a node may lack a file); within it,
+    process group, the first process of each node prints (a node may lack a file), and the
+    others wait for it to (`wait_s`), printing their own if they are not stopped; within it,
     rank 0 prints and posts its message to the group's store, and another rank prints only an
     error rank 0 has not posted within `wait_s` (its own: rank 0 then waits in a collective,
     and the launcher stops it once this one exits)."""
@@ -51,7 +53,17 @@ def shown_here(message: str, wait_s: float = 5.0) -> bool:
         return True
     dist = sys.modules.get("torch.distributed")  # (imported by then if the group was started)
     if dist is None or not dist.is_initialized():
-        return os.environ.get("LOCAL_RANK", "0") == "0"
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            return True
+        # local rank 0 mostly meets the same error and prints it, and once it exits the
+        # launcher stops this one. Exiting at once instead got this rank's exit seen first
+        # and rank 0 stopped before it printed: no message at all. Still here after the wait,
+        # the error is this rank's own.
+        try:
+            time.sleep(wait_s)
+        except KeyboardInterrupt:  # stopped by the launcher: rank 0 has said it
+            return False
+        return True
     try:
         store = dist.distributed_c10d._get_default_store()
         if dist.get_rank() == 0:
