@@ -88,6 +88,11 @@ def _untrained(ft: FinetuneConfig) -> str:
     return "random init (the config's model section)"
 
 
+def _dataset(data: LabelledSet) -> str:
+    """The set as a warning names it: with its folder when it is a user's own."""
+    return f"dataset '{data.name}'" + (f" ({data.folder})" if data.folder else "")
+
+
 def _validation_in_test(ft: FinetuneConfig, data: LabelledSet) -> str:
     """How many validation texts are test texts too, said; warned of when half or more are
     (test.jsonl copied as validation.jsonl: the epochs and recipes chosen on validation are
@@ -95,9 +100,8 @@ def _validation_in_test(ft: FinetuneConfig, data: LabelledSet) -> str:
     held = texts(data, "validation", ft.text_form)
     both = len(held) - len(unseen_indices(texts(data, "test", ft.text_form), held))
     if held and 2 * both >= len(held):
-        where = f" ({data.folder})" if data.folder else ""
         print(
-            f"warning: dataset '{data.name}'{where}: {both} of {len(held)} validation texts are "
+            f"warning: {_dataset(data)}: {both} of {len(held)} validation texts are "
             f"also test texts ({ft.text_form} form): what is selected on validation is then "
             "selected on test, and the test score is optimistic (give a validation split of "
             "its own)",
@@ -142,9 +146,8 @@ def run_notes(
         )
     tests = len(data.splits["test"])
     if tests and not unseen:  # was: noted only, then a crash plotting the empty unseen part
-        where = f" ({data.folder})" if data.folder else ""
         print(
-            f"warning: dataset '{data.name}'{where}: 0 of {tests} test texts are unseen: each "
+            f"warning: {_dataset(data)}: 0 of {tests} test texts are unseen: each "
             f"occurs in train ({ft.text_form} form), so the test score is a score on training "
             "texts and there is no unseen score (give test texts that are not in train)",
             file=sys.stderr,
