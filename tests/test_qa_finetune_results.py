@@ -294,3 +294,63 @@ def test_compare_marks_a_system_whose_seeds_did_not_learn(tmp_path: Path) -> Non
     assert "B sys-b (NOT LEARNING: 2/2 seeds at majority class)" in out.output
     assert "warning: B has seeds that did not learn" in out.output
     assert "A sys-a:" in out.output  # the other side unmarked
+
+
+def _report_lines(*paths: Path) -> list[str]:
+    out = CliRunner().invoke(app, ["finetune", "report", *map(str, paths)])
+    assert out.exit_code == 0, (out.output, out.exception)
+    return out.output.splitlines()
+
+
+def test_report_tells_apart_two_runs_of_one_system(tmp_path: Path) -> None:
+    """Two result folders of one system (two pretraining seeds' encoders of one folder name,
+    or one encoder fine-tuned with other settings) were two rows that read the same: each row
+    now names its result folder, by as much of its path as tells it from the others'."""
+    runs = [tmp_path / "seed1" / "enc" / "ft", tmp_path / "seed2" / "enc" / "ft"]
+    for run, mean in zip(runs, (0.41, 0.57), strict=True):
+        row = _row("albert-pretrained(enc)+cnn")
+        row["aggregate"]["test"]["macro_f1"]["mean"] = mean
+        run.mkdir(parents=True)
+        (run / "results.json").write_text(json.dumps(row), "utf-8")
+    lines = _report_lines(*runs)
+    assert "result folder" in next(ln for ln in lines if "system" in ln)
+    rows = [ln for ln in lines if "albert-pretrained(enc)+cnn" in ln]
+    assert len(rows) == 2
+    assert "seed1/enc/ft" in rows[0] and "41.00" in rows[0]
+    assert "seed2/enc/ft" in rows[1] and "57.00" in rows[1]
+    # the folder above them both finds the same two rows, named alike
+    assert [ln for ln in _report_lines(tmp_path) if "albert-pretrained" in ln] == rows
+
+
+def test_report_of_distinct_systems_keeps_its_columns(tmp_path: Path) -> None:
+    """The result folder is shown where rows look alike only: the common table is unchanged,
+    and one result given twice is still one row."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(_row(f"sys-{name}")), "utf-8")
+    lines = _report_lines(tmp_path / "a", tmp_path / "b", tmp_path / "a" / "results.json")
+    assert "result folder" not in "\n".join(lines)
+    assert len([ln for ln in lines if "sys-" in ln]) == 2
+
+
+def test_compare_still_refuses_a_run_pooled_twice_or_copied(tmp_path: Path) -> None:
+    """Rows in `finetune report` carry their folder; `finetune compare --pool` must still
+    find one run given twice, or a copy of it elsewhere, as the same results (it compares
+    rows), and pool two runs of one system from two folders."""
+    a = _row("albert-pretrained(m)+cnn")
+    b = _row("albert-pretrained(m)+cnn", seed_preds=3)
+    for name, row in (("a", a), ("copy", a), ("b", b), ("other", _row("sys-b"))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(row), "utf-8")
+
+    def compare(*pool: str) -> object:
+        args = ["finetune", "compare", str(tmp_path / "a"), str(tmp_path / "other")]
+        return CliRunner().invoke(app, [*args, *(f"--pool={tmp_path / p}" for p in pool)])
+
+    for pool in ("a", "copy"):
+        out = compare(pool)
+        assert isinstance(out.exception, DataError), (pool, out.output)
+        assert "given twice" in str(out.exception)
+    out = compare("b")
+    assert out.exit_code == 0, out.output
+    assert "5 and 2 seeds" in out.output

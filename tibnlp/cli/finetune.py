@@ -174,7 +174,7 @@ def report(
     ] = False,
 ) -> None:
     """Put several runs (pretrained model and baselines) in one table."""
-    rows = load_results(paths)
+    rows = load_results(paths, sourced=True)
     _print_table(select_best(rows) if select else rows)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from rich.markup import escape
 from rich.table import Table
 
 from tibnlp.errors import DataError
@@ -22,10 +23,14 @@ from tibnlp.evaluation.anchors import TNCC_TITLE_MACRO_F1
 from tibnlp.evaluation.metrics import not_learning
 from tibnlp.evaluation.significance import compare_rows, row_predictions
 from tibnlp.fsutil import atomic_write_text
+from tibnlp.text.readers import source_names
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
 STAGE_RUN = "stage_run"  # a row's pipeline stage run (`finetune[lr=0.002]`), set by the runner
+# a row's result folder, shortened (`load_results(..., sourced=True)`): for the table only, a
+# row given to `pool_rows` has none (a copy of a run must still compare equal to it)
+SOURCE = "source"
 _NUMBER_LIST = re.compile(r"\[[-+0-9.eE,\s]*\]")  # a JSON list of numbers only
 
 
@@ -282,15 +287,22 @@ def _gain(row: dict[str, Any], twin: dict[str, Any]) -> str:
 def rich_table(rows: Sequence[dict[str, Any]]) -> Table:
     cols = _columns(rows)
     recipes = any("selected_from" in r for r in rows)
+    # runs of one system (other settings, or encoders of one folder name) look alike: where
+    # some do, each row's result folder tells them apart; the common table stays as it was
+    alike = Counter((r["dataset"], r["system"]) for r in rows)
+    by_source = any(n > 1 for n in alike.values()) and any(SOURCE in r for r in rows)
     table = Table(title="fine-tuning results (%, mean ± std over seeds)")
-    for name in ("dataset", "system", "seeds", *(c[2] for c in cols)):
+    head = ("dataset", "system", *(["result folder"] if by_source else []), "seeds")
+    for name in (*head, *(c[2] for c in cols)):
         table.add_column(name, overflow="fold")
     if recipes:
         table.add_column("recipe (selected on validation macro-F1)", overflow="fold")
     for r in rows:
-        cells = [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
+        cells = [r["dataset"], system_cell(r), *([escape(r.get(SOURCE, ""))] if by_source else [])]
+        cells += [str(len(r["seeds"]))]
+        cells += [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
         cells += [_recipe(r)] if recipes else []
-        table.add_row(r["dataset"], system_cell(r), str(len(r["seeds"])), *cells)
+        table.add_row(*cells)
     return table
 
 
@@ -305,9 +317,19 @@ def write_results(result: _ResultLike, directory: Path) -> list[Path]:
     return [json_path, md_path]
 
 
-def load_results(paths: Sequence[Path]) -> list[dict[str, Any]]:
+def load_results(paths: Sequence[Path], sourced: bool = False) -> list[dict[str, Any]]:
     """results.json files, or folders searched for them (e.g. the whole `runs/finetune`, or a
-    pipeline's work directory, whose stage-level results.json files are skipped)."""
+    pipeline's work directory, whose stage-level results.json files are skipped). `sourced`:
+    each row gets SOURCE, the end of its folder's path that tells it from the others'."""
+    found = _load_files(paths)
+    if not sourced:
+        return [row for _, row in found]
+    # a folder's name, with as many folders above it as tell it from the others
+    names = source_names([f.parent if f.name == RESULTS_JSON else f for f, _ in found])
+    return [{**row, SOURCE: name} for (_, row), name in zip(found, names, strict=True)]
+
+
+def _load_files(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
     rows = []
     seen: set[Path] = set()  # a file named twice (itself and its folder) is one row, not two
     for path in paths:
@@ -330,7 +352,7 @@ def load_results(paths: Sequence[Path]) -> list[dict[str, Any]]:
             found += 1
             if f.resolve() not in seen:
                 seen.add(f.resolve())
-                rows.append(_checked(data, f))
+                rows.append((f, _checked(data, f)))
         if not found:
             raise DataError(f"no {RESULTS_JSON} under {path}", "give a `tibnlp finetune` output")
     return rows
