@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import warnings
 
@@ -41,6 +43,28 @@ def one_outage_line() -> None:
     warnings.filterwarnings("ignore", message=r"tracking store .* is unreachable")
 
 
+# what a Unix tool killed by SIGPIPE reports (`yes | head -1`): its reader stopped reading
+STDOUT_CLOSED = 128 + signal.SIGPIPE
+
+
+def stdout_closed(exc: SystemExit) -> bool:
+    """Whether the reader of stdout went away (`tibnlp predict ... | head -1`): typer ends a
+    command whose write met a broken pipe with exit 1 raised while handling it, and output
+    still buffered meets it in the flush here. Then stdout is pointed at /dev/null, so the
+    interpreter's last flush has nowhere to fail either (the pattern of Python's signal docs).
+    """
+    gone = isinstance(exc.__context__, BrokenPipeError)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        gone = True
+    if gone:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return gone
+
+
 def main() -> None:
     one_outage_line()
     stop_on_signals()  # SIGTERM and SIGHUP leave through the same clean-up as Ctrl-C
@@ -50,6 +74,8 @@ def main() -> None:
         code = exc.code
         if stopped_by_signal() and code not in (0, None):  # (click's "Aborted!" is 1)
             code = exit_status()
+        elif stdout_closed(exc):  # a reader that has read enough: no error, as Unix tools
+            code = STDOUT_CLOSED
         worker_exit.end(code)
         raise SystemExit(code) from None
     except TibnlpError as exc:
