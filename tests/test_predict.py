@@ -318,3 +318,46 @@ def test_text_the_vocabulary_knows_nothing_of_is_warned(classifier_dir, tmp_path
     src.write_text("hello world\nརྒྱལ ཁབ སྲིད\nabc རྒྱལ\n", "utf-8")
     said = _predicted_saying(classifier_dir, src, tmp_path / "out.jsonl")
     assert "1 record(s) of" in said and "only [UNK] (line 1)" in said, said
+
+
+def test_predict_device_cuda_without_a_gpu_is_a_clear_error(
+    classifier_dir, tmp_path, monkeypatch, capsys
+) -> None:
+    """`predict` ran on the CPU only; `--device` now chooses. Asked for cuda where torch sees
+    no GPU it says so and exits 2, writing nothing, rather than predicting on the CPU."""
+    from tibnlp.cli import main as cli_main
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    src.write_text("སློབ གྲྭ\n", "utf-8")
+    args = ["predict", "--model", str(classifier_dir), "-i", str(src), "-o", str(out)]
+    monkeypatch.setattr("sys.argv", ["tibnlp", *args, "--device", "cuda"])
+    with pytest.raises(SystemExit) as exit_:
+        cli_main.main()
+    err = " ".join(capsys.readouterr().err.split())
+    assert exit_.value.code == 2, err
+    assert "device cuda asked but torch sees no GPU" in err and "--device cpu" in err
+    assert "Traceback" not in err and not out.exists()
+    for device in ("cpu", "auto"):  # auto: the CPU when there is no GPU
+        result = CliRunner().invoke(app, [*args, "--device", device])
+        assert result.exit_code == 0, result.output
+        assert "on cpu)" in " ".join(result.output.split())
+        assert json.loads(out.read_text("utf-8"))["text"] == "སློབ གྲྭ"
+
+
+@pytest.mark.gpu
+def test_predict_on_the_gpu_agrees_with_the_cpu(classifier_dir, tmp_path) -> None:
+    """`--device cuda` runs the classifier on the GPU, with the CPU's predictions."""
+    texts = ["སློབ གྲྭ དགེ རྒན", "རྒྱལ ཁབ སྲིད", "དཔལ་འབྱོར"]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts) + "\n", "utf-8")
+    rows = {}
+    for device in ("cpu", "cuda"):
+        out = tmp_path / f"{device}.jsonl"
+        done = predict_file(classifier_dir, str(src), out, device=device)
+        assert done.device == device
+        rows[device] = [json.loads(line) for line in out.read_text("utf-8").splitlines()]
+    for cpu, gpu in zip(rows["cpu"], rows["cuda"], strict=True):
+        assert cpu["prediction"] == gpu["prediction"]
+        for label, p in cpu["probabilities"].items():
+            assert gpu["probabilities"][label] == pytest.approx(p, abs=1e-3)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -20,16 +20,20 @@ def predict(
         typer.Option("--output", "-o", help="JSONL output (default, or -: stdout)."),
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Texts per forward pass.")] = 128,
+    device: Annotated[
+        Literal["auto", "cpu", "cuda"],
+        typer.Option(help="auto: the GPU when one is visible (as fine-tuning), else the CPU."),
+    ] = "auto",
 ) -> None:
     """One JSON line per input: the input record plus `prediction` and `probabilities`."""
     if output is not None and str(output) == "-":  # as --input takes it: stdout, no file "-"
         output = None
-    done = predict_file(model, input, output, batch_size)
+    done = predict_file(model, input, output, batch_size, device)
     meta = done.meta
     console.print(
         escape(
             f"predicted {done.count} text(s) with {model} ({meta.dataset}; input form "
-            f"{meta.text_form})" + (f" -> {output}" if output else "")
+            f"{meta.text_form}; on {done.device})" + (f" -> {output}" if output else "")
         )
     )
     if done.cut_texts:  # as fine-tuning says it: the text the classifier did not read

@@ -22,7 +22,7 @@ from torch import nn
 
 from tibnlp.data.collate import encode_counting_cuts, pad_batch
 from tibnlp.data.labelled import BadLabel, class_name, model_text
-from tibnlp.errors import DataError
+from tibnlp.errors import ConfigError, DataError
 from tibnlp.fsutil import atomic_write_text, check_file_path, text_lines
 from tibnlp.models.attention.dynamic import per_text_routing
 from tibnlp.models.classifier_io import ClassifierMeta, load_classifier, read_length
@@ -52,10 +52,29 @@ def predict_proba(
     return np.concatenate(out)
 
 
-class Predictor:
-    """A loaded classifier directory: weights, labels, vocabulary, max_len, text form."""
+DEVICES = ("auto", "cpu", "cuda")
 
-    def __init__(self, directory: Path) -> None:
+
+def inference_device(name: str) -> torch.device:
+    """Where a classifier predicts: `auto` on the GPU when one is visible (where fine-tuning
+    evaluated it), else the CPU; `cuda` without a GPU is refused, not run on the CPU."""
+    if name not in DEVICES:
+        raise ConfigError(f"device {name!r} is none of {', '.join(DEVICES)}")
+    cuda = torch.cuda.is_available()
+    if name == "cuda" and not cuda:
+        raise ConfigError(
+            "device cuda asked but torch sees no GPU",
+            "use --device cpu (or auto), or check CUDA_VISIBLE_DEVICES and the GPU driver",
+        )
+    return torch.device("cuda" if cuda and name != "cpu" else "cpu")
+
+
+class Predictor:
+    """A loaded classifier directory: weights, labels, vocabulary, max_len, text form; on
+    `device` (`inference_device`: the CPU unless asked)."""
+
+    def __init__(self, directory: Path, device: str = "cpu") -> None:
+        self.device = inference_device(device)  # refused before the weights are read
         directory = Path(directory)
         if directory.is_file():  # e.g. the classifier's model.safetensors or classifier.yaml
             raise DataError(
@@ -77,6 +96,7 @@ class Predictor:
                 f"give one of them, e.g. --model {directory / seeds[0]}",
             )
         self.model, self.meta = load_classifier(directory)
+        self.model.to(self.device)
         self.vocab = Vocabulary.load(directory)
         check_vocab(self.vocab, self.meta, directory)
 
@@ -272,20 +292,25 @@ class Predicted:
     read_length: int = 0
     # lines whose text the vocabulary knows none of (all [UNK]): not Tibetan, or another script
     unknown_lines: list[int] = field(default_factory=list)
+    device: str = "cpu"  # where the classifier ran
 
 
 def predict_file(
-    model_dir: Path, source: str, output: Path | None = None, batch_size: int = 128
+    model_dir: Path,
+    source: str,
+    output: Path | None = None,
+    batch_size: int = 128,
+    device: str = "cpu",
 ) -> Predicted:
     """Predict every input; write JSON lines to `output` (atomically) or stdout (None or
     '-'): each input record as it was (a gold `label` stays the gold label) plus `prediction` and
-    `probabilities` (replaced where the record already had them). A bad `output` path is
-    refused before the model is loaded."""
+    `probabilities` (replaced where the record already had them). A bad `output` path or
+    `device` is refused before the model is loaded."""
     if output is not None and str(output) == "-":  # stdout, as '-' is stdin for `source`
         output = None
     if output is not None:
         check_file_path(output)
-    predictor = Predictor(model_dir)
+    predictor = Predictor(model_dir, device)
     name, numbered = numbered_inputs(source)
     records = [record for _, record in numbered]
     known = set(predictor.meta.labels)
@@ -315,4 +340,5 @@ def predict_file(
         cut_texts=sum(n > 0 for n in dropped),
         cut_tokens=sum(dropped),
         read_length=read_length(predictor.meta),
+        device=predictor.device.type,
     )
