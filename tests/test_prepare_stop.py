@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import alive, gone
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,24 +38,6 @@ sys.argv = ["tibnlp", "corpus", "prepare", "-i", sys.argv[1], "-o", sys.argv[3],
             "--num-proc", "2", "--no-progress"]
 main()
 """
-
-
-def _gone(pid: int, within: float = 30.0) -> bool:
-    deadline = time.monotonic() + within
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.is_file() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
 @pytest.mark.parametrize(
@@ -87,7 +70,7 @@ def test_a_stop_in_the_multi_process_step_leaves_cleanly(tmp_path: Path, sig: in
         if sig == signal.SIGKILL:
             proc.kill()
             proc.wait()
-            assert all(_gone(pid) for pid in workers)
+            assert all(gone(pid) for pid in workers)
             return
         os.killpg(proc.pid, sig)
         text = proc.communicate(timeout=60)[0].decode(errors="replace")
@@ -96,5 +79,5 @@ def test_a_stop_in_the_multi_process_step_leaves_cleanly(tmp_path: Path, sig: in
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 128 + sig, text[-3000:]
     assert "Traceback" not in text and "couldn't be hashed" not in text, text[-3000:]
-    assert not any(_alive(pid) for pid in workers)
+    assert not any(alive(pid) for pid in workers)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "marks"]  # no staging

@@ -119,6 +119,9 @@ def test_parallel_build_is_identical(setup: tuple) -> None:
     two = build_pretraining_dataset(corpus, vocab, SEQ_LEN, root / "data2", num_proc=2)
     a, b = load_pretraining_dataset(out)[0], load_pretraining_dataset(two)[0]
     assert a["train"].to_dict() == b["train"].to_dict()
+    assert a["train"]._fingerprint == b["train"]._fingerprint  # (of the inputs alone)
+    # the workers' files were staged with the output, never written beside the corpus
+    assert not list(corpus.rglob("cache-*"))
     assert json.loads((two / "meta.json").read_text())["median_length"] == statistics.median(
         a["train"]["length"]
     )

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -231,6 +232,60 @@ def _sha256_file(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
+def _tokenise(
+    ds: Any,
+    words: Any,
+    fn_kwargs: dict[str, Any],
+    procs: int,
+    work: Path,
+    fingerprint: str,
+) -> Any:
+    """One split's examples (`_examples_batch`), written under `work`: over `procs` forked
+    processes (`tibnlp.text.process_map`: stopped, `datasets`' own pool printed pages of
+    worker tracebacks, or hung), or in this process when one is enough. Same rows either
+    way; `fingerprint` (of the cache key) is the result's, whatever the process count."""
+    import datasets
+
+    from tibnlp.text.process_map import map_in_processes
+
+    features = _features(words is not None)
+    if len(ds) == 0:  # (heldout_fraction 0) `map` of no rows would write no schema
+        return datasets.Dataset.from_dict({k: [] for k in features}, features=features)
+    if words is not None:
+        ds = datasets.concatenate_datasets([ds, words], axis=1)
+    description = f"tokenising {fn_kwargs['split']}"
+    batches: dict[str, Any] = {
+        "batch_size": 16,
+        "writer_batch_size": 1000,  # (`datasets`' default, as before: the same files)
+        "remove_columns": ds.column_names,
+        "features": features,
+    }
+    procs = min(procs, len(ds))
+    if procs > 1:
+        progress = datasets.is_progress_bar_enabled()
+        return map_in_processes(
+            ds,
+            _examples_batch,
+            fn_kwargs,
+            procs,
+            work,
+            description,
+            progress,
+            fingerprint=fingerprint,
+            **batches,
+        )
+    return ds.map(
+        _examples_batch,
+        batched=True,
+        fn_kwargs=fn_kwargs,
+        cache_file_name=str(work / "mapped.arrow"),
+        load_from_cache_file=False,
+        new_fingerprint=fingerprint,
+        desc=description,
+        **batches,
+    )
+
+
 def build_pretraining_dataset(
     corpus_dir: Path,
     vocab: Vocabulary,
@@ -310,58 +365,57 @@ def build_pretraining_dataset(
     if out_dir.exists() and any(out_dir.iterdir()):
         raise DataError(f"{out_dir} exists and is not a pretraining dataset; choose another")
     procs = num_proc or os.cpu_count() or 1
-    built = {}
     for split in splits:
         if split not in corpus:
             raise DataError(f"{corpus_dir}: the prepared corpus has no {split!r} split")
-        ds = corpus[split]
-        if len(ds) == 0:  # (heldout_fraction 0) `map` of no rows would write no schema
-            feats = _features(words is not None)
-            built[split] = datasets.Dataset.from_dict({k: [] for k in feats}, features=feats)
-            continue
-        if words is not None:
-            ds = datasets.concatenate_datasets([ds, words[split]], axis=1)
-        built[split] = ds.map(
-            _examples_batch,
-            batched=True,
-            batch_size=16,
-            remove_columns=ds.column_names,
-            features=_features(words is not None),
-            num_proc=min(procs, max(1, len(ds))) if procs > 1 else None,
-            fn_kwargs={
-                "vocab": vocab,
-                "seq_len": seq_len,
-                "seed": seed,
-                "split": split,
-                "short": short_seq_prob,
-                "segments": segments,
-                "sop_prob": sop_prob,
-                "pairs": pairs,
-            },
-            desc=f"tokenising {split}",
-            load_from_cache_file=False,
-        )
-    first = splits[0]  # the train split, unless it was not asked for
-    if len(built[first]) == 0:
-        raise DataError(
-            f"{corpus_dir}: no pretraining example could be made from the {first} split"
-        )
-    lengths = list(built[first]["length"])
-    if segments:
-        lengths = [n for length in lengths for n in chain_lengths(length, seq_len)]
-    meta = {
-        **key,
-        "cache_key": cache_key,
-        "vocab_size": vocab.size,
-        "corpus": str(corpus_dir.resolve()),
-        "counts": {s: len(d) for s, d in built.items()},
-        "tokens": {s: int(np.sum(d["length"])) if len(d) else 0 for s, d in built.items()},
-        "sop_swapped": {s: int(np.sum(d["sop_label"])) if len(d) else 0 for s, d in built.items()},
-        "median_length": float(statistics.median(lengths)),
-        "mean_length": float(np.mean(lengths)),
+    settings = {
+        "vocab": vocab,
+        "seq_len": seq_len,
+        "seed": seed,
+        "short": short_seq_prob,
+        "segments": segments,
+        "sop_prob": sop_prob,
+        "pairs": pairs,
     }
-    with staged_dir(out_dir) as tmp:
+    with staged_dir(out_dir) as tmp:  # a stop or an error leaves no folder behind
+        work = tmp / "work"
+        built = {}
+        for split in splits:
+            part = work / split
+            part.mkdir(parents=True)
+            fingerprint = hashlib.sha256(f"{cache_key}/{split}".encode()).hexdigest()[:16]
+            built[split] = _tokenise(
+                corpus[split],
+                None if words is None else words[split],
+                {**settings, "split": split},
+                procs,
+                part,
+                fingerprint,
+            )
+        first = splits[0]  # the train split, unless it was not asked for
+        if len(built[first]) == 0:
+            raise DataError(
+                f"{corpus_dir}: no pretraining example could be made from the {first} split"
+            )
+        lengths = list(built[first]["length"])
+        if segments:
+            lengths = [n for length in lengths for n in chain_lengths(length, seq_len)]
+        meta = {
+            **key,
+            "cache_key": cache_key,
+            "vocab_size": vocab.size,
+            "corpus": str(corpus_dir.resolve()),
+            "counts": {s: len(d) for s, d in built.items()},
+            "tokens": {s: int(np.sum(d["length"])) if len(d) else 0 for s, d in built.items()},
+            "sop_swapped": {
+                s: int(np.sum(d["sop_label"])) if len(d) else 0 for s, d in built.items()
+            },
+            "median_length": float(statistics.median(lengths)),
+            "mean_length": float(np.mean(lengths)),
+        }
         save_splits(datasets.DatasetDict(built), tmp / "dataset")
+        del built  # (its files are the work files, removed next)
+        shutil.rmtree(work)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return out_dir
 

@@ -48,13 +48,17 @@ def map_in_processes(
     batch_size: int,
     writer_batch_size: int,
     remove_columns: list[str],
+    features: datasets.Features | None = None,
+    fingerprint: str | None = None,
 ) -> datasets.Dataset:
     """`data.map(function, batched=True, ...)` over `procs` forked processes, each writing
-    `work/mapped-NNNNN.arrow`; rows in `data`'s order. A bar shows rows, rate and ETA."""
+    `work/mapped-NNNNN.arrow`; rows in `data`'s order. A bar shows rows, rate and ETA.
+    `fingerprint`: the result's (`datasets` cannot hash the counting wrapper, so without it
+    the result's fingerprint names the shard files, the same for any input)."""
     ctx = multiprocessing.get_context("fork")
     done = ctx.RawArray("q", procs)  # rows mapped so far, one slot per worker
     paths = [work / f"mapped-{i:05d}.arrow" for i in range(procs)]
-    settings = (function, fn_kwargs, batch_size, writer_batch_size, remove_columns)
+    settings = (function, fn_kwargs, batch_size, writer_batch_size, remove_columns, features)
     arm = die_with_parent()  # (made here: it notes this process as the parent)
     workers = [
         ctx.Process(
@@ -98,7 +102,11 @@ def map_in_processes(
                 else f"failed (exit {worker.exitcode}; its error is above)"
             )
             raise RuntimeError(f"{description}: worker {i} of {procs} {how}")
-    return datasets.concatenate_datasets([datasets.Dataset.from_file(str(p)) for p in paths])
+    mapped = datasets.concatenate_datasets([datasets.Dataset.from_file(str(p)) for p in paths])
+    mapped.reset_format()  # unformatted, as `map` returns it (concatenation names the columns)
+    if fingerprint is not None:
+        mapped._fingerprint = fingerprint
+    return mapped
 
 
 def _map_shard(
@@ -107,7 +115,7 @@ def _map_shard(
     count: int,
     path: Path,
     done: Any,
-    settings: tuple[Callable[..., dict[str, list[Any]]], dict[str, Any], int, int, list[str]],
+    settings: tuple[Callable[..., dict[str, list[Any]]], dict[str, Any], int, int, list[str], Any],
     arm: Callable[[], None] | None,
 ) -> None:
     """One worker: shard `index` of `count` (contiguous) mapped into `path`; its rows
@@ -118,7 +126,7 @@ def _map_shard(
     # workers, so a worker does not stop (or print a traceback) on its own
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     datasets.disable_progress_bars()  # (the parent's bar counts every worker's rows)
-    function, fn_kwargs, batch_size, writer_batch_size, remove_columns = settings
+    function, fn_kwargs, batch_size, writer_batch_size, remove_columns, features = settings
 
     def counted(batch: dict[str, list[Any]], **kwargs: Any) -> dict[str, list[Any]]:
         out = function(batch, **kwargs)
@@ -131,6 +139,7 @@ def _map_shard(
         batch_size=batch_size,
         writer_batch_size=writer_batch_size,
         remove_columns=remove_columns,
+        features=features,
         fn_kwargs=fn_kwargs,
         cache_file_name=str(path),
         load_from_cache_file=False,
