@@ -178,3 +178,15 @@ def test_from_dict_names_a_missing_required_key() -> None:
     with pytest.raises(ConfigError, match=r"config key 'meta.labels' is required and missing"):
         from_dict(Needs, {"size": 2}, "meta")
     assert from_dict(Needs, {"labels": ["a"]}, "meta") == Needs(["a"], 1)
+
+
+def test_set_addresses_a_key_with_dots(tmp_path: Path) -> None:
+    """A tag name may hold dots (`team.name`, MLflow's `mlflow.note.content`): `--set` split
+    the key at every dot and refused a tag nobody named ("config key 'tracking.tags.team':
+    expected a string, got {'name': 'nlp'}")."""
+    assert load_config(None, ["tracking.tags.team.name=nlp"]).tracking.tags == {"team.name": "nlp"}
+    path = tmp_path / "c.yaml"
+    path.write_text("tracking:\n  tags: {team.name: a, other: b}\n", encoding="utf-8")
+    cfg = load_config(path, ["tracking.tags.team.name=c"])
+    assert cfg.tracking.tags == {"team.name": "c", "other": "b"}
+    assert load_config(None, ["model.heads.small=6"]).model.heads.small == 6  # sections stay

@@ -233,3 +233,35 @@ def test_a_stage_name_that_is_no_plain_name_is_refused(tmp_path: Path, name: str
     assert f"stage name {name!r} is not a plain name" in err.message
     ok = {"a.b": {"kind": "prepare", "inputs": ["x"]}}
     assert load_pipeline(_write(tmp_path, ok)).stages[0].name == "a.b"
+
+
+GRID = {**CHAIN, "vocab": {**CHAIN["vocab"], "grid": {"vocab.vocab_size": [100, 200]}}}
+
+
+def _grid_of(path: Path, *sets: str) -> list[dict[str, Any]]:
+    spec = load_pipeline(path, sets)
+    return [v.overrides for v in next(s for s in spec.stages if s.name == "vocab").variants]
+
+
+def test_set_addresses_a_grid_key_with_dots(tmp_path: Path) -> None:
+    """A grid key holds dots (`vocab.vocab_size`): `--set` split it at every dot, so the grid
+    could not be changed, and the error named a key nobody wrote
+    (`stages.vocab.grid.vocab: expected a non-empty list of values`)."""
+    path = _write(tmp_path, GRID)
+    assert _grid_of(path, "stages.vocab.grid.vocab.vocab_size=[300]") == [{"vocab.vocab_size": 300}]
+    # a key the grid does not list yet is one more axis of it
+    assert _grid_of(path, "stages.vocab.grid.vocab.character_coverage=[0.99, 1.0]") == [
+        {"vocab.vocab_size": n, "vocab.character_coverage": c}
+        for n in (100, 200)
+        for c in (0.99, 1.0)
+    ]
+    err = _refused(path, "stages.vocab.grid.vocab.vocab_size=300")
+    assert "stages.vocab.grid.vocab.vocab_size: expected a non-empty list" in err.message
+
+
+def test_set_addresses_a_grid_key_of_a_shipped_pipeline() -> None:
+    """The repro: the finetune grid of pipelines/dma_grid.yaml over `finetune.head`."""
+    path = Path(__file__).resolve().parents[1] / "pipelines" / "dma_grid.yaml"
+    spec = load_pipeline(path, ["stages.finetune.grid.finetune.head=[cnn]"])
+    finetune = next(s for s in spec.stages if s.name == "finetune")
+    assert {v.overrides["finetune.head"] for v in finetune.variants} == {"cnn"}

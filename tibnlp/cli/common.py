@@ -17,7 +17,13 @@ ConfigOption = Annotated[
 ]
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", help="Override a config key: section.key=value (repeatable)."),
+    typer.Option(
+        "--set",
+        "-s",
+        help="Override a config key: section.key=value (repeatable). A key with dots of its "
+        "own is written in full: tracking.tags.team.name=nlp sets the tag 'team.name', "
+        "stages.finetune.grid.finetune.head=[cnn] a pipeline grid's 'finetune.head'.",
+    ),
 ]
 
 

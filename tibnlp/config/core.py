@@ -22,7 +22,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -274,10 +274,50 @@ def _field_type(cls: Any, parts: list[str]) -> Any:
     return tp
 
 
+def _key_path(
+    data: Mapping[str, Any], parts: list[str], whole: Callable[[list[str]], bool]
+) -> list[str]:
+    """The keys a `--set` key (`parts`: split at its dots) names in nested `data`. Some keys
+    hold dots themselves (a grid's `finetune.head`, a tag `mlflow.note.content`): at each level
+    the longest run of parts that is a key there is taken; where `whole(path so far)` says
+    the mapping's keys are whole dotted keys (a grid, `tracking.tags`), the rest is one key."""
+    path: list[str] = []
+    node: Any = data
+    i = 0
+    while i < len(parts):
+        if whole(path):
+            return [*path, ".".join(parts[i:])]
+        keys = node if isinstance(node, Mapping) else {}
+        j = next((j for j in range(len(parts), i, -1) if ".".join(parts[i:j]) in keys), i + 1)
+        path.append(".".join(parts[i:j]))
+        node = keys.get(path[-1])
+        i = j
+    return path
+
+
+def _whole_keys(cls: Any) -> Callable[[list[str]], bool]:
+    """Of config dataclass `cls`: a `dict[str, X]` of plain values (`tracking.tags`) is keyed
+    by whole names, dots and all."""
+
+    def whole(path: list[str]) -> bool:
+        tp = _field_type(cls, path) if cls is not None and path else None
+        if get_origin(tp) is not dict or len(get_args(tp)) != 2:
+            return False
+        value = get_args(tp)[1]
+        return not dataclasses.is_dataclass(value) and get_origin(value) is not dict
+
+    return whole
+
+
 def apply_overrides(
-    data: dict[str, Any], overrides: Iterable[str], cls: Any = None
+    data: dict[str, Any],
+    overrides: Iterable[str],
+    cls: Any = None,
+    whole: Callable[[list[str]], bool] | None = None,
 ) -> dict[str, Any]:
     """Set dotted keys in a nested dict (creating sections as needed); returns `data`.
+    A key that holds dots is addressed in full (`_key_path`); `whole` adds mappings keyed by
+    dotted keys to those of `cls`.
 
     With the config dataclass `cls`, a key declared `str` gets the text as typed where YAML
     would read something else ("2024.10" not 2024.1, "0755" not 755, "run #3" not "run",
@@ -285,11 +325,17 @@ def apply_overrides(
     A mapping given for a section sets those keys in it (`model={num_layers: 2}` keeps the
     file's other model keys); `section=null` resets the section to its defaults.
     """
+    by_cls = _whole_keys(cls)
+
+    def whole_here(path: list[str]) -> bool:
+        return by_cls(path) or (whole is not None and whole(path))
+
     for text in overrides:
         try:
             parts, value = parse_override(text)
+            parts = _key_path(data, parts, whole_here)
         except ConfigError:  # not YAML ("@x", "'a"): still the text as typed, for a str key
-            parts = text.split("=", 1)[0].strip().split(".")
+            parts = _key_path(data, text.split("=", 1)[0].strip().split("."), whole_here)
             if cls is None or "=" not in text or _field_type(cls, parts) not in (str, Path):
                 raise
             value = text.split("=", 1)[1].strip()

@@ -278,7 +278,7 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     for text in fixed:
         _check_target(data, text, path)
         try:
-            apply_overrides(data, [text])
+            apply_overrides(data, [text], whole=_grid)
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
     spec = parse_pipeline(data, Path(path))
@@ -286,6 +286,12 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     shared = [k.removeprefix("config.") for k in spec.set_keys if k.startswith("config.")]
     spec.notes = shadowed(spec, [k for k in shared if k])
     return spec
+
+
+def _grid(path: list[str]) -> bool:
+    """`stages.NAME.grid` is keyed by whole dotted keys: `--set stages.NAME.grid.a.b=[...]`
+    sets (or adds) its key `a.b`."""
+    return len(path) == 3 and path[0] == "stages" and path[2] == "grid"
 
 
 def _check_target(data: dict[str, Any], text: str, path: Path) -> None:
