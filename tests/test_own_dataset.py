@@ -211,6 +211,49 @@ def test_another_set_of_the_same_name_does_not_replace_the_results(env) -> None:
     assert elsewhere.output != first.output
 
 
+def _stop_at_seed(monkeypatch: pytest.MonkeyPatch, stop: int) -> None:
+    """Fine-tuning stopped (Ctrl-C) as seed `stop` starts: the seeds before it are finished,
+    and no results.json is written."""
+    from tibnlp.training import finetune
+
+    run_seed = finetune._run_seed
+
+    def stopping(setup, cfg, seed, *args, **kwargs):
+        if seed == stop:
+            raise KeyboardInterrupt
+        return run_seed(setup, cfg, seed, *args, **kwargs)
+
+    monkeypatch.setattr(finetune, "_run_seed", stopping)
+
+
+def test_a_stopped_runs_finished_seeds_are_not_taken_by_another_set(
+    env, monkeypatch, capsys
+) -> None:
+    """results.json is written last: a run stopped after its first seed left none, and b/mine
+    passed the check and reported (or, other data, retrained over) mine's finished seed. The
+    seed's own record names its set; the same set resumes from it."""
+    make_set(env.tmp / "b" / "mine")
+    two = _cfg(env, "finetune.seeds=[1,2]")
+    output = env.tmp / "runs" / "mine" / "textcnn-pieces(scratch)"
+    with monkeypatch.context() as patch:
+        _stop_at_seed(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            run_finetune(two, "mine")
+    record = output / "seed-1" / "seed_result.json"
+    assert record.is_file() and not (output / "results.json").exists()
+    kept = record.read_bytes()
+    with pytest.raises(DataError, match=r"holds the results of the folder .*/mine; this run "):
+        run_finetune(two, "b/mine")
+    assert record.read_bytes() == kept and not (output / "seed-2").exists()
+    capsys.readouterr()
+    resumed = run_finetune(two, "mine")  # the same set goes on: seed 1 reported, 2 trained
+    err = capsys.readouterr().err
+    assert "seed 1: finished earlier" in err and "seed 2: finished earlier" not in err
+    assert [s.seed for s in resumed.seeds] == [1, 2] and (output / "results.json").is_file()
+    assert json.loads(record.read_bytes())["record_id"] == json.loads(kept)["record_id"]
+    assert json.loads(record.read_bytes())["dataset_folder"] == str(env.folder.resolve())
+
+
 def test_a_pipeline_stage_on_a_folder_set_reruns_when_a_file_changes(env) -> None:
     from tibnlp.pipeline.runner import run_pipeline
     from tibnlp.pipeline.spec import load_pipeline

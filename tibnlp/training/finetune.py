@@ -48,6 +48,7 @@ from tibnlp.training.classification import probe_recipe, set_seed, train_one_see
 from tibnlp.training.finetune_notes import pretraining_of, run_notes, warn_if_majority
 from tibnlp.training.finetune_seeds import (
     RESCORE_FAILED,
+    SEED_DIR_PREFIX,
     SEED_FILE,
     SeedResult,
     drop_stale_results,
@@ -162,7 +163,9 @@ def run_finetune(
                 f"seed {seed}", tags={**tracking.tags, **tags, "seed": str(seed)}
             ) as run:
                 run.log_params({**described, **budget})
-                result = _run_seed(setup, cfg, seed, output / f"seed-{seed}", unseen, advts, run)
+                result = _run_seed(
+                    setup, cfg, seed, output / f"{SEED_DIR_PREFIX}{seed}", unseen, advts, run
+                )
                 score = result.metrics["validation"]["macro_f1"]
                 warn_if_majority(run, setup.system, seed, score, majority)
                 result.run_id = run.run_id
@@ -303,8 +306,10 @@ def _run_seed(
     result = None
     if main:  # the ranks trained the same weights: rank 0 scores and saves them
         metrics = score_seed(setup, ft, model, unseen, advts, None if half else validation)
+        # (the set's folder: what this output holds from now on, `require_same_dataset`)
         result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
         result.record_id, result.data_sha256 = uuid.uuid4().hex, data_sha256
+        result.dataset_folder = setup.data.folder
         _save_seed_folder(result, model, setup, run, fingerprint, weights)
     shared = from_main(result)
     assert shared is not None

@@ -4,9 +4,10 @@ finished seed instead of training it again.
 The record holds the seed's metrics with their item-level predictions and a fingerprint of
 everything that determines them (settings, classifier shape, split sizes, seed), beside the
 hashes of the pretrained weights and of the data; a rerun reuses it only when all match, and
-scores an older record without predictions again from its saved classifier. Apart from the run
-(`finetune.py`) because the record's format and key outlive it: a change here decides whether
-seeds trained before are still reused.
+scores an older record without predictions again from its saved classifier. It names the set's
+folder too: another set of the same name is refused the output (`require_same_dataset`). Apart
+from the run (`finetune.py`) because the record's format and key outlive it: a change here
+decides whether seeds trained before are still reused.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tibnlp.models.classifier_io import load_classifier, read_length
 from tibnlp.training.finetune_setup import Setup, ids_sha256, texts
 
 SEED_FILE = "seed_result.json"
+SEED_DIR_PREFIX = "seed-"  # a seed's folder in the run's output: seed-1, seed-2...
 # why a record kept without item-level predictions is not reported (`rescore` gave None)
 RESCORE_FAILED = (
     "was kept without item-level predictions, and its classifier is missing or no longer "
@@ -54,6 +56,9 @@ class SeedResult:
     run_id: str | None = None
     record_id: str = ""  # drawn when the seed is trained; kept in its record (TAG_SEED_RECORD)
     data_sha256: str = ""  # `data_sha256` of what it was trained on ("": a record before it)
+    # the set it was trained on (`LabelledSet.folder`, "" for a shipped set); None: a record
+    # from before it was kept (`require_same_dataset` reads it)
+    dataset_folder: str | None = None
 
 
 def say_resume(seed: int, directory: Path, reused: bool, why: str = "") -> None:
@@ -85,24 +90,47 @@ def drop_stale_results(output: Path) -> None:
 def require_same_dataset(output: Path, data: LabelledSet) -> None:
     """Refuse to fine-tune into `output` when its results are of another set of the same name:
     a folder set is named by its folder, so ./tusa and the shipped tusa, or a/mine and b/mine,
-    share `runs/finetune/NAME`, and the second run would replace the first one's seeds."""
-    try:
-        notes = json.loads((output / RESULTS_JSON).read_text("utf-8")).get("notes") or {}
-        before = str(notes.get("dataset_folder") or "") if isinstance(notes, dict) else ""
-    except (OSError, ValueError, AttributeError):  # none yet, or damaged: nothing to keep
-        return
-    if before == data.folder:
+    share `runs/finetune/NAME`, and the second run would replace the first one's seeds.
+    Read from every finished seed's record as well as from results.json (written last): a run
+    stopped after its first seed left no results.json, and the other set's run went on to
+    replace or report those seeds."""
+    others = sorted(_recorded_datasets(output) - {data.folder})
+    if not others:
         return
 
     def which(folder: str) -> str:
         return f"the folder {folder}" if folder else f"the shipped set '{data.name}'"
 
     raise DataError(
-        f"{output} holds the results of {which(before)}; this run reads {which(data.folder)} "
+        f"{output} holds the results of {which(others[0])}; this run reads {which(data.folder)} "
         "and would replace them",
         "give this run its own output (--set finetune.output=DIR), or move those results away "
         "(if it is the same set moved to another folder, remove them)",
     )
+
+
+def _recorded_datasets(output: Path) -> set[str]:
+    """The sets (`LabelledSet.folder`, "" for a shipped one) whose results `output` holds:
+    as its results.json notes name it, and as each finished seed's record does (a record from
+    before they were kept, or a damaged file, names none)."""
+    found: set[str] = set()
+    notes = _read_json(output / RESULTS_JSON).get("notes")
+    if isinstance(notes, dict):
+        found.add(str(notes.get("dataset_folder") or ""))
+    for record in sorted(output.glob(f"{SEED_DIR_PREFIX}*/{SEED_FILE}")):
+        folder = _read_json(record).get("dataset_folder")
+        if isinstance(folder, str):
+            found.add(folder)
+    return found
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file; {} when missing or damaged (nothing to keep)."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def seed_data_sha256(setup: Setup, advts: LabelledSet | None) -> str:
@@ -225,6 +253,7 @@ def save_seed(result: SeedResult, fingerprint: str, weights: str = "") -> None:
         "pretrained_sha256": weights,
         "record_id": result.record_id,
         "data_sha256": result.data_sha256,
+        **({} if result.dataset_folder is None else {"dataset_folder": result.dataset_folder}),
         "seed": result.seed,
         "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run,
@@ -259,4 +288,5 @@ def load_seed(
         directory,
         record_id=data.get("record_id", ""),
         data_sha256=recorded,
+        dataset_folder=data.get("dataset_folder"),
     )
