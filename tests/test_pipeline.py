@@ -231,9 +231,12 @@ def test_a_tracking_uri_mlflow_refuses_is_a_config_error(
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     path, _ = toy
     (tmp_path / "mlruns").mkdir()
-    with pytest.raises(ConfigError, match=r"tracking store \./mlruns"):
+    with pytest.raises(ConfigError, match=r"tracking store \./mlruns") as err:
         run_pipeline(load_pipeline(path), tracking_uri="./mlruns", echo=lambda _: None)
     assert CALLS == []
+    # the hint names an option `pipeline run` has (its --set tracking.uri= too)
+    assert "given by --tracking-uri" in err.value.message
+    assert "(--tracking-uri sqlite:///mlflow.db)" in str(err.value.hint)
 
 
 def test_explicit_variants_and_errors(toy: tuple[Path, str], tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from tibnlp.pipeline.spec import PipelineSpec
 from tibnlp.tracking import Tracker, provenance_tags
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_STAGE, TAG_VARIANT, config_hash
 from tibnlp.tracking.orphans import close_run, end_orphans, open_run
+from tibnlp.tracking.store_errors import URI_KEY, URI_OPTION
 
 SUMMARY = "summary"  # a stage result's text shown when the pipeline ends
 NOTE = "mlflow.note.content"  # MLflow's description of a run or an experiment
@@ -144,6 +145,7 @@ def _plan_and_run(
         tags={"tibnlp.pipeline": spec.name},
         buffer_dir=base_cfg.tracking.buffer_dir or None,
         retry_seconds=base_cfg.tracking.retry_seconds,
+        uri_setting=URI_OPTION if tracking_uri else URI_KEY,  # (both are pipeline run's)
     )
     status = "FAILED"
     running: Step | None = None

@@ -9,7 +9,6 @@ after MLflow's minutes of retries, and a URI MLflow cannot open is a ConfigError
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
@@ -21,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tibnlp.errors import ConfigError
 from tibnlp.tracking.conventions import env_default
 from tibnlp.tracking.store import default_tracking_uri
-from tibnlp.tracking.store_errors import brief, file_path, file_store_hint
+from tibnlp.tracking.store_errors import brief, file_path, file_store_hint, uri_origin
 
 HINT = (
     "point --tracking-uri (or $MLFLOW_TRACKING_URI) at an existing store: "
@@ -104,12 +103,3 @@ def _missing(uri: str, where: str, path: Path) -> None:
         "runs does not create one",
         f"run it in the folder where the runs were tracked, or {HINT}",
     )
-
-
-def uri_origin(uri: str) -> str:
-    """Where the URI came from, so the message says what to change."""
-    if uri:
-        return "given by --tracking-uri"
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return "from $MLFLOW_TRACKING_URI"
-    return "the default"

@@ -51,7 +51,13 @@ from tibnlp.tracking.store import (
     default_tracking_uri,
     short_http_retries,
 )
-from tibnlp.tracking.store_errors import brief, file_store_hint
+from tibnlp.tracking.store_errors import (
+    URI_KEY,
+    brief,
+    file_store_hint,
+    uri_origin,
+    use_store,
+)
 
 _PARAM_LIMIT = 6000
 _KEY_LIMIT = 250
@@ -86,31 +92,36 @@ class PrefixedRun:
         self.run.log_metrics({self.prefix + k: v for k, v in metrics.items()}, step=step)
 
 
-def _open_store(uri: str) -> MlflowClient:
-    """A client of `uri`; a URI MLflow refuses (a plain path or folder: MLflow 3's folder
-    store needs MLFLOW_ALLOW_FILE_STORE) or a folder that cannot be made is a ConfigError
-    naming it, not a traceback (an unreachable server is an outage, buffered later)."""
+def _open_store(given: str, setting: str = URI_KEY) -> tuple[str, MlflowClient]:
+    """The store `given` names (`default_tracking_uri`) and a client of it; a URI MLflow
+    refuses (a plain path or folder: MLflow 3's folder store needs MLFLOW_ALLOW_FILE_STORE) or
+    a folder that cannot be made is a ConfigError naming it and where it came from (`setting`:
+    the option or config key the command sets it with), not a traceback. A server is not asked
+    here: one that does not answer is an outage, buffered later."""
+    uri = default_tracking_uri(given)
+    short_http_retries(uri)
+    failed = f"cannot open the tracking store {uri} ({uri_origin(given, setting)})"
     try:
         mlflow.set_tracking_uri(uri)
         create_sqlite_store_once(uri)
-        return MlflowClient(uri)
+        return uri, MlflowClient(uri)
     except (MlflowException, OSError) as exc:
         raise ConfigError(
-            f"cannot open the tracking store {uri}: {brief(exc)}",
-            file_store_hint(uri)
-            or "give a SQLite file as sqlite:///PATH/mlflow.db in a folder you can write to "
-            "(a plain path is MLflow's folder store), or a server http://HOST:PORT",
+            f"{failed}: {brief(exc)}",
+            file_store_hint(uri, setting)
+            or f"give a SQLite file, {use_store('sqlite:///PATH/mlflow.db', setting)}, in a "
+            "folder you can write to (a plain path is MLflow's folder store), or a server "
+            "http://HOST:PORT",
         ) from exc
     except SQLAlchemyError as exc:  # not an MLflow database, or a database that does not answer
         raise ConfigError(
-            f"cannot open the tracking store {uri}: {brief(exc)}",
-            "point tracking.uri at an MLflow database or server: sqlite:///PATH/mlflow.db, or "
+            f"{failed}: {brief(exc)}",
+            f"point {setting} at an MLflow database or server: sqlite:///PATH/mlflow.db, or "
             "http://HOST:PORT",
         ) from exc
     except ImportError as exc:  # a database URI whose driver is not installed (as read_client)
         raise ConfigError(
-            f"cannot open the tracking store {uri}: {exc}",
-            "install the database driver it names, or use another store",
+            f"{failed}: {exc}", "install the database driver it names, or use another store"
         ) from exc
 
 
@@ -129,7 +140,10 @@ class Tracker:
         buffer_dir: Path | str | None = None,
         retry_seconds: float = 30.0,
         keep_status: bool = False,
+        uri_setting: str = URI_KEY,
     ) -> None:
+        """`uri_setting`: how the command sets the store, named when it cannot be opened: the
+        config key `tracking.uri` (set with --set), or an option such as --tracking-uri."""
         self.enabled = enabled
         # with resume_run_id: add to a run that another process owns (a pipeline's running
         # parent) without marking it running, or ended, here
@@ -139,9 +153,8 @@ class Tracker:
         self.ended = False
         if not enabled:
             return
-        self.uri = default_tracking_uri(uri)
-        short_http_retries(self.uri)
-        self.client = _open_store(self.uri)
+        self.uri_setting = uri_setting
+        self.uri, self.client = _open_store(uri, uri_setting)
         self.buffer_dir = default_buffer_dir(str(buffer_dir or ""))
         self.retry_seconds = retry_seconds
         self._ids = IdMap(self.buffer_dir)
@@ -326,6 +339,7 @@ class Tracker:
             tags=tags,
             buffer_dir=self.buffer_dir,
             retry_seconds=self.retry_seconds,
+            uri_setting=self.uri_setting,
         )
         if resume_run_id:  # nested under this run now (an offline id is resolved on replay)
             child.set_tags({PARENT_TAG: self._rid})
