@@ -11,6 +11,7 @@ from tibnlp.tracking.tracker import (
     PrefixedRun,
     Tracker,
     TrackingOutageWarning,
+    require_store,
     tracker_from_config,
 )
 
@@ -22,6 +23,7 @@ __all__ = [
     "git_commit",
     "path_hash",
     "provenance_tags",
+    "require_store",
     "sync_buffers",
     "tracker_from_config",
 ]

@@ -125,6 +125,16 @@ def _open_store(given: str, setting: str = URI_KEY) -> tuple[str, MlflowClient]:
         ) from exc
 
 
+def require_store(cfg: Any) -> None:
+    """Open the store a stage's `tracking` section names (nothing when tracking is off) before
+    the stage tokenises or writes its output: a URI that cannot be a store is refused while the
+    output folder is as it was, not once config.yaml and data/ are there. Called where the
+    stage's run will be opened (rank 0 of a data-parallel run); a server that does not answer
+    passes, its run buffers as at any outage."""
+    if cfg.enabled:
+        _open_store(cfg.uri)
+
+
 class Tracker:
     """One MLflow run (optionally nested under a parent). Use as a context manager."""
 

@@ -36,7 +36,13 @@ from tibnlp.models.classifier_io import (
     save_classifier,
 )
 from tibnlp.models.long_documents.reading import inner_encoder
-from tibnlp.tracking import PrefixedRun, Tracker, provenance_tags, tracker_from_config
+from tibnlp.tracking import (
+    PrefixedRun,
+    Tracker,
+    provenance_tags,
+    require_store,
+    tracker_from_config,
+)
 from tibnlp.tracking.conventions import (
     TAG_DATA,
     TAG_PRETRAIN_RUN,
@@ -108,6 +114,10 @@ def run_finetune(
     if cfg.engine.threads:
         torch.set_num_threads(cfg.engine.threads)
     data = load_task_data(dataset, task)
+    tracking = cfg.tracking
+    if not is_main_process():  # data parallel: one run (rank 0's), not one each
+        tracking = replace(tracking, enabled=False)
+    require_store(tracking)  # before the tokenising: a store that cannot open fails now
     setup = prepare(cfg, data)
     output = Path(ft.output) / data.name / setup.system.replace("/", "_")
     unseen = unseen_indices(setup.train_texts, texts(data, "test", ft.text_form))
@@ -123,9 +133,6 @@ def run_finetune(
     budget = pretrain_params(extra, ft.random_init)
     if extra.get("mlflow_run_id"):  # also for the baselines: whose shape or vocabulary they use
         tags[TAG_PRETRAIN_RUN] = str(extra["mlflow_run_id"])
-    tracking = cfg.tracking
-    if not is_main_process():  # data parallel: one run (rank 0's), not one each
-        tracking = replace(tracking, enabled=False)
     seeds: list[SeedResult] = []
     # the encoder actually loaded (from the model directory), not the config's model section
     described = {k: v for k, v in to_dict(cfg).items() if k != "tracking"}

@@ -47,7 +47,7 @@ from tibnlp.evaluation.word_order import order_accuracies
 from tibnlp.models.objectives import Model, pretraining_model
 from tibnlp.stopping import ended_status
 from tibnlp.text.vocab import Vocabulary
-from tibnlp.tracking import Tracker
+from tibnlp.tracking import Tracker, require_store
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import (
     World,
@@ -200,7 +200,8 @@ def _checked_inputs(cfg: Config, resume: bool, world: World, eval_only: bool) ->
     # --eval-only scores the held-out split: it tokenises that split alone, into a folder of
     # its own (a training run's data/ in the same output stays as it is)
     data_dir = output / ("data-heldout" if eval_only else "data")
-    if world.is_main:
+    if world.is_main:  # (the store the run logs to opens first: one that cannot, fails here)
+        require_store(cfg.tracking)
         _tokenise(cfg, vocab, data_dir, chain, resume, eval_only)
     wait_for_main()  # the tokenising may outlast a collective's timeout
     splits, meta = load_pretraining_dataset(data_dir)
