@@ -403,3 +403,25 @@ def test_a_buffered_artifact_whose_file_is_gone_says_so(
     assert "the store refused it" not in said
     assert len(list(buf.glob("*.unsent"))) == 1
     assert _artifacts(uri) == ["reports/r.txt"]
+
+
+@pytest.mark.parametrize("uptime", [5.0, 1e6])
+def test_the_last_try_at_the_end_replays_on_a_machine_just_booted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uptime: float
+) -> None:
+    """`time.monotonic()` counts from boot. "Never tried" was 0.0, so on a machine up for less
+    than `retry_seconds` (a fresh CI box, 3600 s here) the end's "one last try now" was
+    skipped and the calls stayed buffered though the store answered."""
+    uri, buf = sqlite_store(tmp_path), tmp_path / "buf"
+    real = Applier.apply
+    monkeypatch.setattr("tibnlp.tracking.tracker.time.monotonic", lambda: uptime)
+    monkeypatch.setattr(Applier, "apply", _down)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = Tracker("pipe", "parent", uri=uri, buffer_dir=buf, retry_seconds=3600)
+    monkeypatch.setattr(Applier, "apply", real)
+    run.log_metrics({"m": 1.0}, step=0)  # tried within the interval: kept
+    assert len(run.buffer) > 0
+    run.end()  # the store answers: the last try sends everything
+    assert not run.buffer.pending()
+    assert _runs(uri)["parent"].data.metrics == {"m": 1.0}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import shutil
 import tempfile
@@ -171,7 +172,9 @@ class Tracker:
         self._applier = Applier(self.client, self._ids)
         self._offline = False
         self._interrupted = False  # a Ctrl-C came back from the store: buffer, never retry
-        self._last_try = 0.0
+        # monotonic time starts near 0 at boot: "never tried" must be older than any probe
+        # interval, or a machine up for less than retry_seconds never retries
+        self._last_try = -math.inf
         self._check_exists(resume_run_id, "tracking.run_id")
         self._check_exists(parent_run_id, "tracking.parent_run_id")
         local_id = resume_run_id or new_local_id()
@@ -500,7 +503,7 @@ class Tracker:
             self._submit(rec)  # (sent, or kept in the buffer for `tibnlp runs sync`)
         self.ended = True  # not before: a stop inside the call leaves the run to end
         if self._offline:
-            self._last_try = 0.0  # one last try now, whatever the probe interval
+            self._last_try = -math.inf  # one last try now, whatever the probe interval
             if not self._maybe_reconnect():
                 self._say_kept()
         staging = self.buffer_dir / "files"
