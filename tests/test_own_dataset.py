@@ -574,3 +574,26 @@ def test_a_validation_split_copied_from_test_is_warned(env, capsys) -> None:
     result = run_finetune(_cfg(env, "finetune.output=runs2"), "mine")
     assert "are also test texts" not in capsys.readouterr().err
     assert result.notes["validation_in_test"].startswith("0 of ")
+
+
+def test_a_run_that_waited_for_the_folder_checks_its_set_again(env, monkeypatch) -> None:
+    """`--wait`: the set check ran before the folder was held, and the run waited for may
+    leave another set's seeds there. The check is made again once the folder is held."""
+    from tibnlp.training import finetune
+
+    make_set(env.tmp / "b" / "mine")
+    cfg = _cfg(env)
+    run_finetune(cfg, "b/mine")  # what the run waited for leaves: b/mine's results
+    output = env.tmp / "runs" / "mine" / "textcnn-pieces(scratch)"
+    before = {p: p.stat().st_mtime_ns for p in output.rglob("*")}
+    aside = output.rename(output.parent / "aside")  # not there yet at the first check
+    held = finetune.held_output
+
+    def waited(*args, **kwargs):
+        aside.rename(output)  # ... and finished while this run waited
+        return held(*args, **kwargs)
+
+    monkeypatch.setattr(finetune, "held_output", waited)
+    with pytest.raises(DataError, match=r"holds the results of the folder .*b/mine"):
+        run_finetune(cfg, "mine")
+    assert {p: p.stat().st_mtime_ns for p in output.rglob("*")} == before

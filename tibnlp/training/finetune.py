@@ -10,6 +10,7 @@ the result), so rerunning the same command resumes: finished seeds are reported,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import uuid
 from collections.abc import Sequence
@@ -95,6 +96,13 @@ class FinetuneResult:
     registered_seed: int | None = None
 
 
+def _same_dataset_held(output: Path, data: LabelledSet) -> contextlib.AbstractContextManager[None]:
+    """`require_same_dataset` where the output folder is held, before the run opens."""
+    if owns_output():
+        require_same_dataset(output, data)
+    return contextlib.nullcontext()
+
+
 def run_finetune(
     cfg: Config, dataset: str, task: str = "title", wait: bool = False
 ) -> FinetuneResult:
@@ -147,6 +155,8 @@ def run_finetune(
         require_same_dataset(output, data)
     with (
         held_output(output, main, not in_stage, wait, meet) as note_run,
+        # again once held: a run `--wait` waited for may have left another set's seeds there
+        _same_dataset_held(output, data),
         tracker_from_config(tracking, f"{data.name} {setup.system}", tags) as parent,
     ):
         note_run(parent)  # a SIGKILL ends no run: the next run in this folder ends it
