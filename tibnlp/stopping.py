@@ -13,7 +13,8 @@ Python runs a handler only between bytecodes, so a stop that comes during one lo
 watcher thread sees each signal as it arrives (`signal.set_wakeup_fd`): a stop Python has
 not taken within `TAKE_S` exits the process as the signal would have, removing the
 temporaries it was writing (the next run ends its MLflow runs, `tibnlp.tracking.orphans`),
-and so does a stop signal repeated after `REPEAT_S`, for a clean-up that hangs. A repeat
+and so does a stop signal repeated after `REPEAT_S`, for a clean-up that hangs; a Ctrl-C
+too, inside `ctrl_c_as_stop` (the block around such a call: SentencePiece's). A repeat
 within it is the same stop (systemd sends SIGTERM and SIGHUP together). A signal another
 handler took (installed later, by a plugin or library) is left to it. Forked children (pool
 workers) get the defaults back. A C call that holds the GIL throughout keeps the watcher
@@ -143,7 +144,7 @@ def _watch(read_fd: int) -> None:
         except OSError:
             return
         for signum in arrived:
-            if signum not in SIGNALS or not _ours(signum):
+            if not _ours(signum):  # (SIGINT only inside `ctrl_c_as_stop`)
                 continue
             if not first:
                 first, pending = now, signum
@@ -190,6 +191,26 @@ def stop_on_signals() -> None:
     signal.set_wakeup_fd(_wakeup, warn_on_full_buffer=False)
 
 
+@contextlib.contextmanager
+def ctrl_c_as_stop() -> Iterator[None]:
+    """Within the block, Ctrl-C stops as SIGTERM does: Python's own SIGINT handler runs only
+    between bytecodes, so a Ctrl-C during one long C call (SentencePiece training: minutes on a
+    large corpus) did nothing until the call returned, and the watcher took only SIGTERM and
+    SIGHUP. Where SIGINT has Python's default handler, from the main thread; elsewhere a
+    no-op."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    signal.signal(signal.SIGINT, _raise_stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def exit_status(interrupt: BaseException | None = None) -> int:
     """The exit status of a command a stop ended: 128 + the signal (Ctrl-C: 130)."""
     signum = getattr(interrupt, "signum", None) or _received or signal.SIGINT
@@ -205,7 +226,8 @@ def ended_status(exc: BaseException | None) -> str:
 
 
 def stopped_by_signal() -> int | None:
-    """The SIGTERM or SIGHUP that stopped this process, None when none did."""
+    """The SIGTERM or SIGHUP (or a Ctrl-C in `ctrl_c_as_stop`) that stopped this process,
+    None when none did."""
     return _received
 
 

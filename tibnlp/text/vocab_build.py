@@ -32,6 +32,7 @@ from tibnlp.config.core import dump_yaml, to_dict
 from tibnlp.config.text import VocabConfig
 from tibnlp.errors import DataError
 from tibnlp.fsutil import check_new_folder, staged_dir
+from tibnlp.stopping import ctrl_c_as_stop
 from tibnlp.text.sentences import SHADS
 from tibnlp.text.special import PAD_ID, UNK_ID
 from tibnlp.text.spm_log import Progress, TrainLog, c_stderr
@@ -207,7 +208,9 @@ def _train(
     if seeds is not None:
         rules["seed_sentencepieces_file"] = str(seeds)
     spm.set_random_generator_seed(config.seed)  # sampling and shuffling are reproducible
-    with c_stderr(log) if log is not None else contextlib.nullcontext(False) as logged:
+    capture = c_stderr(log) if log is not None else contextlib.nullcontext(False)
+    # one C call of minutes: a Ctrl-C in it is taken within TAKE_S, not after its end
+    with capture as logged, ctrl_c_as_stop():
         try:
             spm.SentencePieceTrainer.train(
                 **rules,
