@@ -310,6 +310,21 @@ def test_missing_pack_and_missing_words_say_what_to_do(tmp_path: Path) -> None:
     assert "tibnlp corpus words" in str(info.value)
 
 
+def test_a_pack_parent_given_to_pack_names_the_pack_inside(tmp_path: Path) -> None:
+    """`--pack botok` (the shared data's folder that holds general/) was answered with "link
+    the shared data with `tibnlp data link`", a hint about the data directory, which --pack
+    had not used."""
+    (tmp_path / "botok" / "general" / "dictionary").mkdir(parents=True)
+    with pytest.raises(DataError) as info:
+        require_pack(tmp_path / "botok")
+    assert info.value.hint == f"{tmp_path / 'botok'} holds the dialect pack " + (
+        f"{tmp_path / 'botok' / 'general'}: give that folder"
+    )
+    with pytest.raises(DataError) as info:  # nothing below: the pack's own folder is asked
+        require_pack(tmp_path / "nowhere")
+    assert "data link" not in str(info.value.hint) and "dictionary/" in str(info.value.hint)
+
+
 def test_masking_key_is_validated() -> None:
     assert load_config(None, ["pretrain.masking=whole_word"]).pretrain.masking == "whole_word"
     with pytest.raises(ConfigError, match=r"pretrain\.masking"):

@@ -46,15 +46,40 @@ def cache_root() -> Path:
 
 def require_pack(path: Path | None = None) -> Path:
     """The botok dialect pack folder, or a DataError naming where it was looked for."""
+    given = path is not None
     path = Path(path) if path is not None else dataset_path(PACK)
     if not (path / "dictionary").is_dir():
+        hint = (
+            "link the shared data with `tibnlp data link SOURCE_DIR` (its botok/ folder), or copy "
+            "the folder dialect_packs/general of Esukhia/botok-data there"
+        )
+        if given:  # --pack: the data directory is not where it was looked for
+            packs = _packs_below(path)
+            hint = (
+                f"{path} holds the dialect pack{'s' * (len(packs) > 1)} "
+                f"{', '.join(map(str, packs))}: give "
+                f"{'that folder' if len(packs) == 1 else 'one of those folders'}"
+                if packs
+                else "give the pack's own folder (the one with dictionary/ and adjustments/, "
+                "e.g. botok/general of the shared data), or leave --pack out to use "
+                f"{dataset_path(PACK)}"
+            )
         raise DataError(
             f"botok dialect pack not found: {path} has no dictionary/ folder "
             "(whole-word masking, pretrain.masking=whole_word, needs it; it is never downloaded)",
-            "link the shared data with `tibnlp data link SOURCE_DIR` (its botok/ folder), or copy "
-            "the folder dialect_packs/general of Esukhia/botok-data there",
+            hint,
         )
     return path
+
+
+def _packs_below(path: Path) -> list[Path]:
+    """Dialect packs one or two levels below `path` (a pack's parent was given: botok/, or
+    botok-data's dialect_packs/ or its root)."""
+    try:
+        found = [*path.glob("*/dictionary"), *path.glob("*/*/dictionary")]
+    except OSError:
+        return []
+    return sorted(p.parent for p in found if p.is_dir())
 
 
 def pack_digest(path: Path) -> str:
