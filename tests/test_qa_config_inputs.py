@@ -237,6 +237,16 @@ def test_a_pipeline_name_is_a_plain_name(tmp_path: Path, name: str) -> None:
         ("model.vocab_size=0", "model.vocab_size': must be >= 1"),
         ("vocab.max_sentence_length=0", "vocab.max_sentence_length': 0 is outside"),
         ("vocab.special_tokens=['[PAD]','[UNK]','[CLS]','[SEP]','[MASK]','[PAD]']", "distinct"),
+        ("vocab.special_tokens=['[PAD]','[UNK]','[CLS]','[SEP]','[MASK]','']", "non-empty"),
+        (
+            "vocab.special_tokens=['[PAD]','[UNK]','[CLS]','[SEP]','[MASK]','\u2581']",
+            "'\u2581': an",
+        ),
+        (
+            "vocab.special_tokens=['[PAD]','[UNK]','[CLS]','[SEP]','[MASK]','\u0f40']",
+            "'\u0f40': an",
+        ),
+        ("vocab.special_tokens=['[PAD]','[UNK]','[CLS]','[SEP]','[MASK]','a b']", "'a b': an"),
         ("pretrain.output=' '", "pretrain.output': must name a folder"),
         ("finetune.output=''", "finetune.output': must name a folder"),
     ],

@@ -140,3 +140,16 @@ class VocabConfig:
             f"{prefix}.special_tokens",
             "must be distinct (a piece given twice gets one id)",
         )
+        for piece in self.special_tokens[5:]:
+            # SentencePiece cuts a user symbol out of the text wherever it occurs: an empty one
+            # was dropped, "▁" took every word-start mark (the syllable and word units masking
+            # relies on), and a Tibetan character was no longer read as text (more [UNK])
+            check(
+                bool(piece)
+                and not any(
+                    c.isspace() or c == "\u2581" or "\u0f00" <= c <= "\u0fff" for c in piece
+                ),
+                f"{prefix}.special_tokens",
+                f"{piece!r}: an extra special piece must be non-empty, without spaces, '\u2581' "
+                "or Tibetan characters (e.g. [NUM])",
+            )
