@@ -354,3 +354,13 @@ def test_compare_still_refuses_a_run_pooled_twice_or_copied(tmp_path: Path) -> N
     out = compare("b")
     assert out.exit_code == 0, out.output
     assert "5 and 2 seeds" in out.output
+
+
+def test_report_writes_its_table_to_stdout(tmp_path: Path) -> None:
+    """The table is what `finetune report` makes: it went to stderr, so `finetune report runs/
+    > table.txt` (or `| grep`) got nothing."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text(json.dumps(_row("sys-a")), "utf-8")
+    out = CliRunner().invoke(app, ["finetune", "report", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "sys-a" in out.stdout and "sys-a" not in out.stderr

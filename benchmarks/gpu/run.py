@@ -838,7 +838,7 @@ def _finetune_text(
             [sys.executable, "-m", "tibnlp.cli.main", "finetune", "report", *outputs],
             env=env,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,  # the CLI's tables go to stderr when not on a terminal
+            stderr=subprocess.STDOUT,  # the table (stdout) and any warning (stderr), in order
             text=True,
             check=False,
         ).stdout.strip()

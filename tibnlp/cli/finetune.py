@@ -76,9 +76,12 @@ def _flags(
     return flags
 
 
-def _print_table(rows: list[dict]) -> None:
-    # logs and pipes get rich's 80 columns by default: too narrow for a dozen metric columns
-    out = console if console.is_terminal else Console(stderr=True, width=220)
+def _print_table(rows: list[dict], stdout: bool = False) -> None:
+    """On stderr beside a training's log; on stdout where the table is what the command makes
+    (`finetune report > table.txt`)."""
+    out = Console(stderr=not stdout)
+    if not out.is_terminal:  # logs and pipes get rich's 80 columns: too narrow for the metrics
+        out = Console(stderr=not stdout, width=220)
     out.print(rich_table(rows))
 
 
@@ -175,7 +178,7 @@ def report(
 ) -> None:
     """Put several runs (pretrained model and baselines) in one table."""
     rows = load_results(paths, sourced=True)
-    _print_table(select_best(rows) if select else rows)
+    _print_table(select_best(rows) if select else rows, stdout=True)
 
 
 @app.command("compare")
