@@ -12,6 +12,15 @@ from tibnlp.config import Config, load_config
 
 console = Console(stderr=True)
 
+
+def table_console(stdout: bool) -> Console:
+    """Where a results table goes: stdout where it is what the command makes (`> table.txt`),
+    stderr beside a training's log. Logs and pipes get 220 columns, not rich's 80: too narrow
+    for a dozen metric columns."""
+    out = Console(stderr=not stdout)
+    return out if out.is_terminal else Console(stderr=not stdout, width=220)
+
+
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="YAML file with config sections.")
 ]

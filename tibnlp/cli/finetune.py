@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
+from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config, table_console
 from tibnlp.config import Config
 from tibnlp.data.tasks import classification_datasets
 from tibnlp.evaluation.report import (
@@ -79,10 +78,7 @@ def _flags(
 def _print_table(rows: list[dict], stdout: bool = False) -> None:
     """On stderr beside a training's log; on stdout where the table is what the command makes
     (`finetune report > table.txt`)."""
-    out = Console(stderr=not stdout)
-    if not out.is_terminal:  # logs and pipes get rich's 80 columns: too narrow for the metrics
-        out = Console(stderr=not stdout, width=220)
-    out.print(rich_table(rows))
+    table_console(stdout).print(rich_table(rows))
 
 
 def _run(cfg: Config, dataset: str, task: str = "title", wait: bool = False) -> None:

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tibnlp.cli.common import console
+from tibnlp.cli.common import console, table_console
 from tibnlp.errors import DataError
 from tibnlp.tracking import sync_buffers
 from tibnlp.tracking.buffer import default_buffer_dir, sqlite_file
@@ -94,7 +94,7 @@ def compare(
             table.add_column(head, justify="left" if i < len(result.group_keys) else "right")
         for row in result.table(digits, scale):
             table.add_row(*row)
-        console.print(table)
+        table_console(stdout=True).print(table)  # as the csv and markdown forms are
     if result.left_out:  # (on stderr: a csv or markdown table on stdout stays clean)
         console.print(
             f"[yellow]left out:[/] runs with these metrics that are not finished "
