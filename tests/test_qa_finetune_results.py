@@ -364,3 +364,14 @@ def test_report_writes_its_table_to_stdout(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["finetune", "report", str(tmp_path)])
     assert out.exit_code == 0, out.output
     assert "sys-a" in out.stdout and "sys-a" not in out.stderr
+
+
+def test_report_shows_brackets_in_names_as_written(tmp_path: Path) -> None:
+    """Rich read "[head=cnn]" in a model folder's name (a pipeline grid variant's) as markup
+    and dropped it: the system read as another's."""
+    row = _row("albert-pretrained(enc[head=cnn])+cnn")
+    row["dataset"] = "mine[a]"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text(json.dumps(row), "utf-8")
+    lines = _report_lines(tmp_path)
+    assert any("mine[a]" in ln and "albert-pretrained(enc[head=cnn])+cnn" in ln for ln in lines)

@@ -298,10 +298,12 @@ def rich_table(rows: Sequence[dict[str, Any]]) -> Table:
     if recipes:
         table.add_column("recipe (selected on validation macro-F1)", overflow="fold")
     for r in rows:
-        cells = [r["dataset"], system_cell(r), *([escape(r.get(SOURCE, ""))] if by_source else [])]
+        # names are text, not markup: a grid variant's "enc[head=cnn]" lost its brackets
+        cells = [escape(r["dataset"]), escape(system_cell(r))]
+        cells += [escape(r.get(SOURCE, ""))] if by_source else []
         cells += [str(len(r["seeds"]))]
         cells += [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
-        cells += [_recipe(r)] if recipes else []
+        cells += [escape(_recipe(r))] if recipes else []
         table.add_row(*cells)
     return table
 
