@@ -211,8 +211,10 @@ def compare(
     d = compare_rows(row_a, row_b, part, metric, resamples, level, seed)
     name = f"{part} {metric.replace('_', '-')}"
     console.print(
-        f"{row_a['dataset']} {name} over {d.items} items, {len(row_a['seeds'])} and "
-        f"{len(row_b['seeds'])} seeds, {d.resamples} paired resamples of the items",
+        escape(
+            f"{row_a['dataset']} {name} over {d.items} items, {len(row_a['seeds'])} and "
+            f"{len(row_b['seeds'])} seeds, {d.resamples} paired resamples of the items"
+        ),
         soft_wrap=True,
     )
     for tag, row, score in (("A", row_a, d.a), ("B", row_b, d.b)):
