@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import lzma
 import os
@@ -15,10 +16,12 @@ import yaml
 
 from tibnlp.config import CorpusConfig
 from tibnlp.errors import DataError
+from tibnlp.text.corpus_words import corpus_key
 from tibnlp.text.normalize import normalize
-from tibnlp.text.prepare import load_prepared, prepare_corpus
+from tibnlp.text.prepare import RUN_FILE, load_prepared, prepare_corpus
 from tibnlp.text.sentences import split_sentences
 from tibnlp.text.syllables import count_syllables
+from tibnlp.tracking import path_hash
 
 S1 = "བཀྲ་ཤིས་བདེ་ལེགས།"  # 4 syllables
 S2 = "ཁྱེད་རང་སྐུ་གཟུགས་བདེ་པོ་ཡིན་པས།"  # 8 syllables: long enough to be deduplicated
@@ -81,13 +84,19 @@ def test_report_figures_on_known_corpus(corpus: Path, tmp_path: Path) -> None:
     assert rows[0]["sentences"] == [S1, S2]
     assert rows[1]["sentences"] == [S3, S1]
     assert ds["train"].features["doc_id"].dtype == "int64"
-    assert json.loads((out / "report.json").read_text()) == report
+    run = {"num_proc", "seconds", "seconds_by_step"}  # returned, not in report.json
+    assert json.loads((out / "report.json").read_text()) == {
+        k: v for k, v in report.items() if k not in run
+    }
     assert json.loads((out / "tibnlp-corpus.json").read_text()) == {
         "kind": "prepared_corpus",
         "version": 1,
     }
     saved = yaml.safe_load((out / "corpus.yaml").read_text(encoding="utf-8"))
-    assert saved["corpus"]["min_syllables"] == 2 and saved["inputs"] == [str(corpus.resolve())]
+    assert saved["corpus"]["min_syllables"] == 2 and "num_proc" not in saved["corpus"]
+    assert saved["inputs"] == [{"source": "small.txt", "sha256": report["inputs"][0]["sha256"]}]
+    made = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+    assert made["inputs"] == [str(corpus.resolve())] and made["num_proc"] == 1
     assert _leftovers(tmp_path) == []
 
 
@@ -194,6 +203,57 @@ def test_two_processes_give_the_same_corpus(corpus: Path, tmp_path: Path) -> Non
     assert one["total"] == two["total"] and one["dropped_lines"] == two["dropped_lines"]
     rows_one = load_prepared(tmp_path / "one")["train"].to_list()
     assert rows_one == load_prepared(tmp_path / "two")["train"].to_list()
+
+
+def _file_hashes(folder: Path) -> dict[str, str]:
+    return {
+        f.relative_to(folder).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(folder.rglob("*"))
+        if f.is_file()
+    }
+
+
+def test_identical_preparations_are_the_same_bytes(corpus: Path, tmp_path: Path) -> None:
+    """The same inputs and settings give the same files, whatever the process count, the
+    output folder or the folder the inputs are read from: the caches keyed on the corpus
+    (pretraining data and corpus words: report.json and the split fingerprints; pipeline
+    inputs: `path_hash`) find it again. Before, state.json held a fingerprint of the staging
+    folder's path and report.json the seconds taken, so they were built again for nothing."""
+    second = corpus.read_text(encoding="utf-8") + f"\n\n{S3}\n"
+    for folder in ("here", "there"):  # the same files in two places
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.txt").write_text(CORPUS, encoding="utf-8")
+        (tmp_path / folder / "b.txt").write_text(second, encoding="utf-8")
+
+    def prepare(folder: str, out: str, **cfg: object) -> Path:
+        files = [tmp_path / folder / "a.txt", tmp_path / folder / "b.txt"]
+        prepare_corpus(files, tmp_path / out, _cfg(heldout_fraction=0.3, **cfg), False)
+        return tmp_path / out
+
+    def key(out: Path) -> str:
+        return corpus_key(out, load_prepared(out))
+
+    one = prepare("here", "one", num_proc=1)
+    two = prepare("there", "two", num_proc=2)
+    files = _file_hashes(one)
+    assert {"report.json", "corpus.yaml", "dataset/train/state.json"} <= set(files)
+    assert {k: v for k, v in files.items() if k != RUN_FILE} == {
+        k: v for k, v in _file_hashes(two).items() if k != RUN_FILE
+    }
+    assert key(one) == key(two) and path_hash(one) == path_hash(two)
+    assert len(load_prepared(one)["heldout"]) > 0  # both splits were compared
+
+    lines = (tmp_path / "there" / "b.txt").read_text(encoding="utf-8").splitlines()
+    lines[-1] = "ཀ་ཁ་ག་ང་ཅ།"  # one line changed
+    (tmp_path / "there" / "b.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    changed = prepare("there", "changed", num_proc=2)
+    fingerprints = [
+        {s: d._fingerprint for s, d in load_prepared(o).items()} for o in (one, changed)
+    ]
+    assert fingerprints[0] != fingerprints[1]
+    assert key(changed) != key(one) and path_hash(changed) != path_hash(one)
+    setting = prepare("here", "setting", num_proc=1, dedup=False)  # a setting changed
+    assert key(setting) != key(one) and path_hash(setting) != path_hash(one)
 
 
 def _expect_error(tmp_path: Path, inputs: list[Path], match: str, **cfg: object) -> None:

@@ -12,12 +12,18 @@ Output layout (a contract: vocabulary and pretraining read it through `load_prep
                            too_few_syllables, and with on_error=skip invalid_utf8,
                            invalid_json, missing_field), dropped_sentences (duplicate),
                            dropped_documents (no_kept_lines, all_duplicates); inputs with
-                           source, size, sha256, lines, documents; seconds per step
-    OUT/corpus.yaml        the CorpusConfig used and the inputs
+                           name, source, size, sha256, lines, documents
+    OUT/corpus.yaml        the CorpusConfig used (less `OUTPUT_NEUTRAL` settings: num_proc)
+                           and the inputs (source, sha256)
     OUT/tibnlp-corpus.json {"kind": "prepared_corpus", "version": 1}
+    OUT/.prepare-run.json  how and from where it was made: num_proc, seconds (per step), the
+                           inputs' absolute paths
     OUT/words/             with `corpus.words`: the botok words of every sentence, for
                            whole-word masking (`tibnlp.text.corpus_words`, added after the
                            corpus is published, so an interrupted segmentation resumes)
+
+All but the hidden run file (and words/) are the same bytes for the same input files and
+settings (`_write_records`), so the caches keyed on a prepared corpus find it again.
 
 Steps: read the inputs into a raw Arrow file (documents = blank-line separated blocks, or JSONL
 records); a map over `num_proc` processes (`process_map`) normalises, filters and splits each
@@ -56,11 +62,19 @@ from rich.progress import (
 )
 
 from tibnlp.config.core import to_dict
+from tibnlp.config.identity import OUTPUT_NEUTRAL
 from tibnlp.config.text import CorpusConfig
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.filtering import LINE_REASONS, choose_heldout, dedup_mask, process_documents
-from tibnlp.text.prepared import MARKER, MARKER_CONTENT, SPLITS, load_prepared, save_splits
+from tibnlp.text.prepared import (
+    MARKER,
+    MARKER_CONTENT,
+    SPLITS,
+    content_fingerprint,
+    load_prepared,
+    save_splits,
+)
 from tibnlp.text.process_map import map_in_processes
 from tibnlp.text.readers import (
     InputInfo,
@@ -71,6 +85,7 @@ from tibnlp.text.readers import (
 )
 
 __all__ = ["MARKER", "MARKER_CONTENT", "load_prepared", "prepare_corpus"]
+RUN_FILE = ".prepare-run.json"  # how and from where this corpus was made (`_write_records`)
 FEATURES = datasets.Features(
     {
         "doc_id": datasets.Value("int64"),
@@ -227,21 +242,12 @@ def prepare_corpus(
             report = _finish(processed, tmp, cfg, infos)
             timings["dedup_split_write"] = time.perf_counter() - started - sum(timings.values())
             shutil.rmtree(work)
-            report["num_proc"] = num_proc
-            report["seconds"] = round(time.perf_counter() - started, 2)
-            report["seconds_by_step"] = {k: round(v, 2) for k, v in timings.items()}
-            # Plain writes: the whole directory is staged, so no file needs its own rename.
-            (tmp / "report.json").write_text(
-                json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-            )
-            (tmp / "corpus.yaml").write_text(
-                yaml.safe_dump(
-                    {"corpus": to_dict(cfg), "inputs": [i.path for i in infos]},
-                    sort_keys=False,
-                    allow_unicode=True,
-                ),
-                encoding="utf-8",
-            )
+            run = {
+                "num_proc": num_proc,
+                "seconds": round(time.perf_counter() - started, 2),
+                "seconds_by_step": {k: round(v, 2) for k, v in timings.items()},
+            }
+            _write_records(tmp, report, cfg, infos, run)
             (tmp / MARKER).write_text(json.dumps(MARKER_CONTENT) + "\n", encoding="utf-8")
             _check_output(output, force)  # again at publish time: OUT may have appeared since
     finally:
@@ -251,7 +257,35 @@ def prepare_corpus(
         from tibnlp.text.corpus_words import segment_corpus, stderr_progress
 
         segment_corpus(output, num_proc, progress=stderr_progress if progress else None)
-    return report
+    return {**report, **run}
+
+
+def _write_records(
+    tmp: Path,
+    report: dict[str, Any],
+    cfg: CorpusConfig,
+    infos: list[InputInfo],
+    run: dict[str, Any],
+) -> None:
+    """report.json and corpus.yaml say what the corpus is, and nothing of how or where it was
+    made: they are hashed into the caches built on it (with the splits' fingerprints,
+    `content_fingerprint`), which the same inputs and settings must find again, whatever
+    the process count, the time taken or the folder the inputs were read from. That goes
+    into RUN_FILE (hidden: hashes of a folder, `path_hash`, pass over it). Plain writes:
+    the whole directory is staged, so no file needs its own rename."""
+    (tmp / "report.json").write_text(
+        json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    settings = {k: v for k, v in to_dict(cfg).items() if f"corpus.{k}" not in OUTPUT_NEUTRAL}
+    inputs = [{"source": i.source, "sha256": i.sha256} for i in infos]
+    (tmp / "corpus.yaml").write_text(
+        yaml.safe_dump({"corpus": settings, "inputs": inputs}, sort_keys=False, allow_unicode=True),
+        encoding="utf-8",
+    )
+    record = {**run, "inputs": [i.path for i in infos]}
+    (tmp / RUN_FILE).write_text(
+        json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
 def _check_documents(infos: list[InputInfo]) -> None:
@@ -371,6 +405,8 @@ def _finish(
             for s in SPLITS
         }
     )
+    for split, data in dataset.items():  # the content's, not the staging folder's
+        data._fingerprint = content_fingerprint(tmp / "work" / f"{split}.arrow", split)
     with _quiet():
         save_splits(dataset, tmp / "dataset")
     return {

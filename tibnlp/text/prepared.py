@@ -8,6 +8,7 @@ and a damaged folder is a DataError, not a `datasets` traceback."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,18 @@ def save_splits(data: datasets.Dataset | datasets.DatasetDict, folder: Path) -> 
     else:
         shards = None if len(data) else 1
     data.save_to_disk(str(folder), num_shards=shards)
+
+
+def content_fingerprint(arrow_file: Path, split: str) -> str:
+    """A split's `datasets` fingerprint, from the bytes of the Arrow file it is saved from.
+    `Dataset.from_file` makes one of the file's path (in a randomly named staging folder) and
+    modification time, and state.json keeps it: two identical preparations differed, and the
+    caches keyed on it (pretraining data, corpus words) were built again for nothing."""
+    digest = hashlib.sha256(f"tibnlp-prepared-corpus\0{split}\0".encode())
+    with open(arrow_file, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()[:16]  # (the length of `datasets`' own fingerprints)
 
 
 def load_saved(folder: Path, what: str, hint: str) -> Any:

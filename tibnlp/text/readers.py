@@ -89,8 +89,9 @@ class InputInfo:
     skipped: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, object]:
+        """For report.json: the file by name and content, not by where it was (`path`: a
+        corpus made from moved inputs is the same corpus)."""
         return {
-            "path": self.path,
             "name": Path(self.path).name,
             "source": self.source,
             "size": self.size,
