@@ -33,6 +33,10 @@ TSHEG, SHAD = "\u0f0b", "\u0f0d"
         ("(Dalai Lama) ལ", "(Dalai Lama) ལ"),  # Latin untouched
         ("\u0f43", "\u0f42\u0fb7"),  # NFC decomposes the excluded precomposed letter
         ("\u0f73", "\u0f71\u0f72"),
+        ("ར\u0f77", "ར\u0fb2\u0f71\u0f80"),  # vocalic rr: its compatibility spelling, NFC
+        ("ལ\u0f79", "ལ\u0fb3\u0f71\u0f80"),  # vocalic ll, likewise
+        ("ར\u0fb2\u0f81", "ར\u0fb2\u0f71\u0f80"),
+        ("\u0f00་མ་ཎི", "\u0f00་མ་ཎི"),  # om has no decomposition: kept
         ("", ""),
     ],
 )
@@ -61,6 +65,7 @@ TIBETAN = st.sampled_from(
     list("ཀཁགངཅཆཇཉཏཐདནཔཕབམཙཚཛཝཞཟའཡརལཤསཧཨ")
     + list("ཱིེོུྲྱླྐྒྷ")
     + ["\u0f43", "\u0f73", "\u0f75", "\u0f81"]  # letters/vowels that NFC decomposes
+    + ["\u0f77", "\u0f79", "\u0f80", "\u0fb2", "\u0fb3", "\u0f00"]  # rule 4's vocalic rr/ll
     + list("༠༡༢༣༄༅")
     + [TSHEG, "\u0f0c", SHAD, "\u0f0e", "\u0f11", "\u0f14", "༼", "༽", "”"]
     + [" ", "  ", "\t", "\n", "\u00a0", "\u200b", "\ufeff", "\x00"]
@@ -76,6 +81,7 @@ def test_idempotent(text: str, join: bool) -> None:
     assert normalize(once, join) == once
     assert unicodedata.is_normalized("NFC", once)
     assert once == once.strip() and "  " not in once and "\u0f0c" not in once
+    assert "\u0f77" not in once and "\u0f79" not in once
 
 
 @settings(max_examples=200, deadline=None)
@@ -101,6 +107,25 @@ def test_spellings_meet(letters: list[str]) -> None:
     spaced = " ".join(syllables) + SHAD
     if all(unicodedata.category(s[0]) == "Lo" for s in syllables):  # a syllable starts a base
         assert normalize(spaced, join_spaced_syllables=True) == canonical
+
+
+VOCALIC = {  # U+0F77, U+0F79 and their other spellings (compatibility, then canonical)
+    "\u0f77": ["\u0fb2\u0f81", "\u0fb2\u0f71\u0f80"],
+    "\u0f79": ["\u0fb3\u0f81", "\u0fb3\u0f71\u0f80"],
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([*VOCALIC, *"ཀརལ", "ི", "ུ", "ཾ", "ྃ", TSHEG]), min_size=1),
+    st.sampled_from([0, 1]),
+)
+def test_vocalic_rr_ll_spellings_meet(parts: list[str], spelling: int) -> None:
+    """Text with U+0F77/U+0F79 and the same text with either other spelling normalise alike
+    (NFC alone leaves U+0F77/U+0F79 apart), also next to marks that NFC reorders."""
+    written = "".join(parts)
+    other = "".join(VOCALIC[p][spelling] if p in VOCALIC else p for p in parts)
+    assert normalize(written) == normalize(other)
 
 
 def test_tncc_spaced_titles_match_the_tsheg_form(require_data) -> None:

@@ -16,7 +16,13 @@ normalize(x)`, checked by property tests):
    and trailing spaces are removed.
 4. Unicode NFC. (For Tibetan NFC *decomposes* the precomposed letters and vowels that are
    composition exclusions, e.g. U+0F43 -> U+0F42 U+0FB7 and U+0F73 -> U+0F71 U+0F72, so both
-   spellings meet.)
+   spellings meet.) Before it, the vowel signs U+0F77 (vocalic rr) and U+0F79 (vocalic ll),
+   which NFC leaves alone (their decompositions are compatibility ones; Unicode discourages
+   their use), become U+0FB2 U+0F81 and U+0FB3 U+0F81, which NFC then takes on to U+0FB2
+   U+0F71 U+0F80 and U+0FB3 U+0F71 U+0F80 (their other spelling), ordering the marks with
+   their neighbours'; NFC never composes them back, so the result stays a fixed point.
+   U+0F00 (om) is kept: Unicode gives it no decomposition (NFKC keeps it too), and it is a
+   sign of its own, the om ligature written as one letter, not a typing variant of "ཨོཾ".
 5. Only when asked (`join_spaced_syllables=True`, config `corpus.join_spaced_syllables`): a
    space between two Tibetan syllable characters becomes a tsheg: "བྲག ཡེར པ" -> "བྲག་ཡེར་པ"
    (the TNCC "text" -> "text_tsheg" rule). Spaces next to shad, brackets or non-Tibetan text
@@ -52,6 +58,8 @@ _INVISIBLE = (
     "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
 )
 _INVISIBLE_RE = re.compile(f"[{_INVISIBLE}]+")
+# Rule 4: NFC keeps these (compatibility decompositions only); NFC decomposes U+0F81 further.
+_VOCALIC_RR_LL = {"\u0f77": "\u0fb2\u0f81", "\u0f79": "\u0fb3\u0f81"}
 _SPACE_RE = re.compile(r"\s+")
 
 _SHAD = "\u0f0d-\u0f12\u0f14"
@@ -79,6 +87,9 @@ def _clean(text: str) -> str:
     elif "  " in text:
         text = _SPACE_RE.sub(" ", text)
     text = text.replace(NBSP_TSHEG, TSHEG).strip(" ")
+    for sign, spelled in _VOCALIC_RR_LL.items():
+        if sign in text:  # (rare: a scan in C, no copy, for the rest)
+            text = text.replace(sign, spelled)
     return unicodedata.normalize("NFC", text)
 
 
