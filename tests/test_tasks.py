@@ -106,6 +106,23 @@ def test_document_task_from_the_fudan_zip(data_dir) -> None:
     assert by_name.name == data.name and by_name.splits == data.splits
 
 
+@pytest.mark.parametrize("count", [3, 5, 7])
+def test_a_fudan_zip_too_small_for_every_split_is_refused(data_dir, count) -> None:
+    """Cut 8:1:1 and rounded, 5 to 7 documents leave validation empty with a test item: the
+    run tokenised, trained a whole epoch and died in its first evaluation with a bare
+    `ValueError: attempt to get argmax of an empty sequence`."""
+    from tibnlp.data.tncc_document import MIN_ZIP_DOCUMENTS
+
+    folder = data_dir / "tncc_document"
+    folder.mkdir()
+    lines = [f"{LABELS[i % 3]}\tབོད ཀྱི ཡི གེ {i}" for i in range(count)]
+    with zipfile.ZipFile(folder / "Tibetan News Classification Corpus.zip", "w") as zf:
+        zf.writestr("document-tibetan.txt", "\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=rf"{count} document\(s\), too few .*validation") as err:
+        load_tncc("document")
+    assert f"at least {MIN_ZIP_DOCUMENTS}" in err.value.message
+
+
 def test_unknown_task_and_dataset(data_dir) -> None:
     with pytest.raises(DataError, match="unknown TNCC task 'summary'"):
         load_tncc("summary")

@@ -23,6 +23,8 @@ from tibnlp.data.manifests import Manifest, archive_member, get_manifest
 from tibnlp.errors import DataError
 from tibnlp.fsutil import text_lines
 
+MIN_ZIP_DOCUMENTS = 8  # the fewest the 8:1:1 cut (`_split_in_order`) leaves no split empty
+
 
 def load_tncc_document() -> LabelledSet:
     """Its split JSONL files, all three, else the one FudanNLP zip cut in order 8:1:1 (said on
@@ -40,10 +42,12 @@ def load_tncc_document() -> LabelledSet:
         source = Path(f"{archive}!{member}")
         documents = _read_fudan_zip(archive, member, labels)
         splits = _split_in_order(documents)
-        if not splits["test"]:
+        empty = [s for s, part in splits.items() if not part]
+        if empty:  # 5 to 7 documents leave validation empty (8:1:1 rounded), not test alone
             raise DataError(
                 f"{source}: {len(documents)} document(s), too few to cut into "
-                "train/validation/test",
+                f"train/validation/test 8:1:1 ({' and '.join(empty)} would be empty; it takes "
+                f"at least {MIN_ZIP_DOCUMENTS})",
                 "download the FudanNLP zip again",
             )
         sizes = "/".join(str(len(splits[s])) for s in ("train", "validation", "test"))
