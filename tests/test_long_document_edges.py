@@ -96,3 +96,49 @@ def test_memory_budget_over_max_len_is_a_config_error_for_relative_positions_too
         reader(doc, torch.ones_like(doc))
     with pytest.raises(ConfigError, match="budget"):
         reading_of(cfg.finetune, cfg.model, 16)
+
+
+def test_a_training_starting_over_selects_its_memory_with_the_weights_it_starts_from(
+    env,  # noqa: F811
+) -> None:
+    """A soup's next copy starts again from the seed's weights (`fine_tune_copies`), but its
+    first epoch read the GEMFormer memory that the last copy's trained encoder had chosen at
+    its last refresh (epoch 0 never refreshed): the copy then depended on the one before, and
+    a resumed soup (earlier copies loaded, not trained) trained it on another memory."""
+    import copy
+
+    from tibnlp.data.tasks import load_tncc
+    from tibnlp.models.classifier_io import build_classifier
+    from tibnlp.models.long_documents.gemformer import token_entropy
+    from tibnlp.models.memory_report import load_mlm
+    from tibnlp.training.finetune import prepare
+    from tibnlp.training.long_documents import prepare_reader
+
+    cfg = _cfg(env, "memory", *MEMORY, "finetune.soup=2", "finetune.epochs=2")
+    setup = prepare(cfg, load_tncc("title"))
+    model = build_classifier(setup.meta)
+    mlm, _ = load_mlm(env.model)
+    model.encoder.encoder.load_state_dict(mlm.encoder.state_dict())
+    reader = model.encoder
+    # a threshold inside the entropies, so which tokens are kept depends on the weights
+    ids = torch.tensor([setup.ids["train"][0]])
+    ent = token_entropy(mlm, ids, torch.ones_like(ids), reader.segment_len)
+    reader.threshold, reader.budget = float(ent[torch.isfinite(ent)].median()), 8
+    _, on_epoch = prepare_reader(reader, cfg.finetune, setup.ids)
+    assert on_epoch is not None
+    start = copy.deepcopy(model.state_dict())  # as `fine_tune_copies` takes it
+
+    def kept() -> dict:
+        return {tuple(d): reader.kept[tuple(d)].ids for d in setup.ids["train"]}
+
+    chosen = kept()
+    on_epoch(0)  # copy 0's first epoch reads the snapshot just taken
+    assert kept() == chosen
+    with torch.no_grad():  # copy 0 trains: the encoder's weights move
+        for p in reader.encoder.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    on_epoch(1)
+    assert kept() != chosen  # the next epoch reads the moved weights' choice
+    model.load_state_dict(start)  # copy 1 starts over from the seed's weights
+    on_epoch(0)
+    assert kept() == chosen

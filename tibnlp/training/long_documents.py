@@ -71,7 +71,11 @@ def prepare_reader(
 ) -> tuple[dict[str, float], Callable[[int], None] | None]:
     """For a GEMFormer reader: load its selector from the pretrained model, select every
     split's memory with it; return the figures to log and the hook refreshing the training
-    documents' memory at each later epoch start (`finetuned`; None otherwise)."""
+    documents' memory at each epoch start but the first (`finetuned`; None otherwise).
+    "The first": the snapshot just taken serves one epoch 0 only; a later epoch 0 is a
+    training starting over from the seed's weights (a soup's next copy, the main phase after
+    an LP-FT probe), which must not read the memory the last copy's trained weights chose
+    (and a resumed soup, whose earlier copies are loaded, not trained, would read another)."""
     if not isinstance(reader, MemoryReader):
         return {}, None
     from tibnlp.models.memory_report import load_mlm
@@ -85,10 +89,14 @@ def prepare_reader(
     if reader.selection != "finetuned":
         return stats, None
     train: Sequence[Sequence[int]] = ids["train"]
+    unused = [True]  # the snapshot just taken, not yet read by an epoch
 
     def refresh(epoch: int) -> None:
-        if epoch > 0:  # epoch 0's snapshot is the one just taken
-            reader.refresh()
-            reader.fill(train, ft.eval_batch_size)
+        if epoch == 0 and unused[0]:  # taken with the weights this epoch starts from
+            unused[0] = False
+            return
+        unused[0] = False
+        reader.refresh()
+        reader.fill(train, ft.eval_batch_size)
 
     return stats, refresh
