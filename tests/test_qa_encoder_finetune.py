@@ -92,6 +92,25 @@ def test_rerun_says_which_seeds_it_reuses_and_which_it_trains_again(
     assert "seed 1:" in (err := capsys.readouterr().err) and "training it again" in err
 
 
+@pytest.mark.parametrize("how", ["--set", "-c"])
+def test_classify_reads_the_task_the_config_sets(tmp_path, monkeypatch, how) -> None:
+    """`finetune classify --dataset tncc` with finetune.task=document (from --set, or a config
+    file that `finetune tncc -c` reads the same way) trained and reported the title task, with
+    the run's logged params saying document."""
+    asked = []
+
+    def run(cfg, dataset, task="title", wait=False):
+        asked.append((dataset, task, cfg.finetune.task))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("tibnlp.cli.finetune.run_finetune", run)
+    config = tmp_path / "doc.yaml"
+    config.write_text("finetune:\n  dataset: tncc\n  task: document\n", "utf-8")
+    args = ["-s", "finetune.task=document"] if how == "--set" else ["-c", str(config)]
+    CliRunner().invoke(app, ["finetune", "classify", "--dataset", "tncc", *args])
+    assert asked == [("tncc", "document", "document")]
+
+
 def test_ctrl_c_during_finetune_says_what_stays_and_exits_130(tmp_path, monkeypatch) -> None:
     def interrupted(*_args, **_kwargs):
         raise KeyboardInterrupt

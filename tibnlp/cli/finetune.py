@@ -157,7 +157,8 @@ def classify(
     named = [f"finetune.dataset={dataset}"] if dataset is not None else []
     flags = [*named, *_flags(model, head, encoder, vocab, seeds, eval_also)]
     cfg = resolve_config(config, set_, *flags)
-    _run(cfg, cfg.finetune.dataset, wait=wait)
+    # the task as set (-c FILE, --set): TNCC's document task was read as the title task
+    _run(cfg, cfg.finetune.dataset, cfg.finetune.task, wait)
 
 
 @app.command("report")
