@@ -123,6 +123,32 @@ def test_a_fudan_zip_too_small_for_every_split_is_refused(data_dir, count) -> No
     assert f"at least {MIN_ZIP_DOCUMENTS}" in err.value.message
 
 
+def test_a_fudan_zip_document_without_model_text_is_named_by_its_line(data_dir) -> None:
+    """A document of closing shads only passes the loader but is no text to a tsheg-trimmed
+    classifier: refused in test, it was named "id 'tncc-document-00019'", an id of no file,
+    where JSONL records are named FILE:LINE."""
+    from tests.ft_fixtures import make_vocab
+    from tibnlp.data.collate import encode_counting_cuts
+    from tibnlp.text.vocab import Vocabulary
+    from tibnlp.training.finetune_setup import drop_textless, texts
+
+    folder = data_dir / "tncc_document"
+    folder.mkdir()
+    lines = [f"{LABELS[i % 3]}\tབོད ཀྱི ཡི གེ {i}" for i in range(20)]
+    lines[19] = f"{LABELS[0]}\t།"  # the last line: in the test split
+    archive = folder / "Tibetan News Classification Corpus.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("document-tibetan.txt", "\n".join(lines) + "\n")
+    data = load_tncc("document")
+    vocab = Vocabulary.load(make_vocab(data_dir.parent / "vocab"))
+    encoded = {
+        s: encode_counting_cuts(vocab, texts(data, s, "tsheg-trimmed"), 16) for s in data.splits
+    }
+    with pytest.raises(DataError, match="1 test record") as err:
+        drop_textless(data, vocab, "tsheg-trimmed", encoded)
+    assert err.value.message.endswith(f"{archive}!document-tibetan.txt:20")
+
+
 def test_unknown_task_and_dataset(data_dir) -> None:
     with pytest.raises(DataError, match="unknown TNCC task 'summary'"):
         load_tncc("summary")

@@ -170,7 +170,9 @@ def _read_fudan_zip(path: Path, member: str, labels: list[str]) -> list[Example]
         if not doc.strip():
             blank.append(lineno)
             continue
-        out.append(Example(f"tncc-document-{lineno - 1:05d}", doc, index[label]))
+        out.append(
+            Example(f"tncc-document-{lineno - 1:05d}", doc, index[label], f"{where}:{lineno}")
+        )
     warn_left_out(where, "document(s) with no text left out", blank)
     if not out:
         raise DataError(f"{where}: holds no documents", "download the FudanNLP zip again")
