@@ -173,6 +173,14 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     task_len = 0 if data.folder else TASK_MAX_LEN.get(data.name, 0)
     max_len = ft.max_len or task_len or data.max_len or 128
     if ft.encoder == "albert":
+        if ft.max_len > model_cfg.max_len:  # asked for: said, not lowered in silence
+            print(
+                f"warning: finetune.max_len {ft.max_len} is past the {model_cfg.max_len} "
+                f"positions of the encoder {ft.model or '(config)'}: texts are read to "
+                f"{model_cfg.max_len} pieces",
+                file=sys.stderr,
+                flush=True,
+            )
         max_len = min(max_len, model_cfg.max_len)
     depth = model_cfg.num_layers
     check(
