@@ -9,8 +9,14 @@ import pytest
 
 from tests.ft_fixtures import LABELS, make_data_dir, make_word_segmented_set
 from tibnlp.data.labelled import model_text
-from tibnlp.data.tasks import classification_datasets, load_advts, load_dataset, load_tncc
-from tibnlp.errors import DataError
+from tibnlp.data.tasks import (
+    classification_datasets,
+    load_advts,
+    load_classification,
+    load_dataset,
+    load_tncc,
+)
+from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.leakage import unseen_indices
 
 
@@ -155,6 +161,16 @@ def test_unknown_task_and_dataset(data_dir) -> None:
     with pytest.raises(DataError, match="unknown dataset 'nope'"):
         load_dataset("nope")
     assert "tusa" in classification_datasets() and "tncc_document" not in classification_datasets()
+
+
+def test_the_document_task_on_another_set_is_refused(data_dir) -> None:
+    """finetune.task is TNCC's: `classify --dataset tusa --set finetune.task=document` read
+    TUSA as it is, while the run logged the document task."""
+    with pytest.raises(ConfigError, match=r"'finetune.task': 'document' is a task of TNCC"):
+        load_classification("tusa", "document")
+    with pytest.raises(ConfigError, match=r"dataset '\./mine' has one task only"):
+        load_classification("./mine", "document")
+    assert load_classification("tncc", "title").name == "tncc-title"
 
 
 def test_label_not_in_label_list_names_file_and_line(data_dir) -> None:
