@@ -78,3 +78,17 @@ def test_output_still_buffered_meets_the_closed_pipe_in_main(monkeypatch) -> Non
         assert stdout_closed(SystemExit(0))
         stream.write("more\n")
         stream.flush()  # to /dev/null now: nothing left to fail
+
+
+def test_a_command_started_with_stdout_closed_is_not_broken_by_it() -> None:
+    """Started with fd 1 closed (`tibnlp data list >&-`), Python has no sys.stdout: the
+    check for a reader gone met None at every exit, a traceback and exit 1 for any command."""
+    done = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -m tibnlp model describe >&-'],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr

@@ -53,11 +53,15 @@ def stdout_closed(exc: SystemExit) -> bool:
     still buffered meets it in the flush here. Then stdout is pointed at /dev/null, so the
     interpreter's last flush has nowhere to fail either (the pattern of Python's signal docs).
     """
+    if sys.stdout is None:  # started with fd 1 closed (`>&-`): nothing was there to read
+        return False
     gone = isinstance(exc.__context__, BrokenPipeError)
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         gone = True
+    except (OSError, ValueError):  # another failure is not a reader gone: the code stands
+        return gone
     if gone:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
