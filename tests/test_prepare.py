@@ -205,6 +205,15 @@ def test_two_processes_give_the_same_corpus(corpus: Path, tmp_path: Path) -> Non
     assert rows_one == load_prepared(tmp_path / "two")["train"].to_list()
 
 
+def test_the_bars_are_on_stderr(
+    corpus: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The reading and processing bars went to stdout (rich's default console)."""
+    prepare_corpus([corpus], tmp_path / "out", _cfg(num_proc=2), True)
+    said = capfd.readouterr()
+    assert said.out == "" and "reading" in said.err.lower()
+
+
 def _file_hashes(folder: Path) -> dict[str, str]:
     return {
         f.relative_to(folder).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()

@@ -52,6 +52,7 @@ from typing import Any
 import datasets
 import numpy as np
 import yaml
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -153,6 +154,7 @@ def _progress(enabled: bool) -> Progress:
         DownloadColumn(),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
+        console=Console(stderr=True),  # a log, not the command's output: stdout stays clean
         disable=not enabled,
     )
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -72,6 +73,7 @@ def map_in_processes(
         MofNCompleteColumn(),
         TextColumn("{task.fields[rate]}"),
         TimeRemainingColumn(),
+        console=Console(stderr=True),  # a log, not the command's output: stdout stays clean
         disable=not progress,
     )
     try:
