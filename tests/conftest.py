@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("MLFLOW_TRACKING_URI", "")  # never reach a user's server from tests
+# tables and messages are checked as text: a developer's FORCE_COLOR (or rich's TTY_*) made
+# rich draw them as for a terminal, 80 columns wide and with colour codes between the digits
+for _name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+    os.environ.pop(_name, None)
 
 
 def _require_data(relative: str) -> Path:
