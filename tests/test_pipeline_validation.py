@@ -265,3 +265,15 @@ def test_set_addresses_a_grid_key_of_a_shipped_pipeline() -> None:
     spec = load_pipeline(path, ["stages.finetune.grid.finetune.head=[cnn]"])
     finetune = next(s for s in spec.stages if s.name == "finetune")
     assert {v.overrides["finetune.head"] for v in finetune.variants} == {"cnn"}
+
+
+def test_set_addresses_a_tag_with_dots_in_a_pipeline(tmp_path: Path) -> None:
+    """`pipeline run --set tracking.tags.team.name=nlp` (shared, or in a stage's config) made
+    a nested {team: {name: nlp}} and was refused as 'config.tracking.tags.team', though the
+    --set help says such a key is written in full."""
+    path = _write(tmp_path, CHAIN)
+    spec = load_pipeline(path, ["tracking.tags.team.name=nlp"])
+    assert spec.config["tracking"]["tags"] == {"team.name": "nlp"}
+    spec = load_pipeline(path, ["stages.vocab.config.tracking.tags.a.b=c"])
+    vocab = next(s for s in spec.stages if s.name == "vocab")
+    assert vocab.config["tracking"]["tags"] == {"a.b": "c"}

@@ -295,7 +295,7 @@ def _key_path(
     return path
 
 
-def _whole_keys(cls: Any) -> Callable[[list[str]], bool]:
+def whole_keys(cls: Any) -> Callable[[list[str]], bool]:
     """Of config dataclass `cls`: a `dict[str, X]` of plain values (`tracking.tags`) is keyed
     by whole names, dots and all."""
 
@@ -325,7 +325,7 @@ def apply_overrides(
     A mapping given for a section sets those keys in it (`model={num_layers: 2}` keeps the
     file's other model keys); `section=null` resets the section to its defaults.
     """
-    by_cls = _whole_keys(cls)
+    by_cls = whole_keys(cls)
 
     def whole_here(path: list[str]) -> bool:
         return by_cls(path) or (whole is not None and whole(path))

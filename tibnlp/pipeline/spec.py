@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tibnlp.config.core import YES_NO, apply_overrides, read_yaml
+from tibnlp.config import Config
+from tibnlp.config.core import YES_NO, apply_overrides, read_yaml, whole_keys
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.context import Accepts
 from tibnlp.pipeline.registry import stage_def
@@ -278,7 +279,7 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     for text in fixed:
         _check_target(data, text, path)
         try:
-            apply_overrides(data, [text], whole=_grid)
+            apply_overrides(data, [text], whole=_whole)
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
     spec = parse_pipeline(data, Path(path))
@@ -288,10 +289,20 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     return spec
 
 
-def _grid(path: list[str]) -> bool:
-    """`stages.NAME.grid` is keyed by whole dotted keys: `--set stages.NAME.grid.a.b=[...]`
-    sets (or adds) its key `a.b`."""
-    return len(path) == 3 and path[0] == "stages" and path[2] == "grid"
+def _whole(path: list[str]) -> bool:
+    """The mappings of a pipeline file keyed by whole dotted keys: `stages.NAME.grid`
+    (`--set stages.NAME.grid.a.b=[...]` sets or adds its key `a.b`), and in the shared
+    `config` or a stage's, those the config classes key so (`tracking.tags`: a tag `a.b`)."""
+    if len(path) == 3 and path[0] == "stages" and path[2] == "grid":
+        return True
+    if path[:1] == ["config"]:
+        return whole_keys(Config)(path[1:])
+    return (
+        len(path) > 3
+        and path[0] == "stages"
+        and path[2] == "config"
+        and whole_keys(Config)(path[3:])
+    )
 
 
 def _check_target(data: dict[str, Any], text: str, path: Path) -> None:
