@@ -253,3 +253,34 @@ def test_a_pipeline_name_is_a_plain_name(tmp_path: Path, name: str) -> None:
 )
 def test_values_that_fail_later_are_refused_at_load(override: str, says: str) -> None:
     assert says in _refused([override])
+
+
+def test_the_document_task_is_tnccs_alone() -> None:
+    """finetune.task chooses between TNCC's titles and documents and nothing elsewhere:
+    `classify --dataset wcm_bo --set finetune.task=document` read the set as it is, while the
+    run logged the document task. Refused at load, so a pipeline's dry run refuses it too."""
+    said = _refused(["finetune.dataset=wcm_bo", "finetune.task=document"])
+    assert "finetune.task': 'document' is a task of TNCC" in said
+    assert "dataset 'wcm_bo' has one task only" in said
+    for dataset in ("tncc", "tncc_document"):  # (tncc_document: the document task by name)
+        load_config(None, [f"finetune.dataset={dataset}", "finetune.task=document"])
+    load_config(None, ["finetune.dataset=wcm_bo", "finetune.task=title"])
+
+
+def test_finetune_tncc_reads_tncc_whatever_the_config_file_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`finetune tncc` read TNCC but kept a config file's other dataset in its config (and
+    logged it); with the task check, `--task document` was then refused."""
+    from tibnlp.cli import finetune as cli
+
+    seen: list[Any] = []
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("finetune: {dataset: tusa}\n", "utf-8")
+    monkeypatch.setattr(
+        cli,
+        "_run",
+        lambda cfg, dataset, task, wait: seen.append((cfg.finetune.dataset, dataset, task)),
+    )
+    cli.tncc(task="document", config=cfg_file)
+    assert seen == [("tncc", "tncc", "document")]

@@ -12,11 +12,10 @@ from tibnlp.data.labelled import model_text
 from tibnlp.data.tasks import (
     classification_datasets,
     load_advts,
-    load_classification,
     load_dataset,
     load_tncc,
 )
-from tibnlp.errors import ConfigError, DataError
+from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
 
 
@@ -112,8 +111,8 @@ def test_document_task_from_the_fudan_zip(data_dir) -> None:
     assert by_name.name == data.name and by_name.splits == data.splits
 
 
-@pytest.mark.parametrize("count", [3, 5, 7])
-def test_a_fudan_zip_too_small_for_every_split_is_refused(data_dir, count) -> None:
+@pytest.mark.parametrize(("count", "empty"), [(3, "test"), (5, "validation"), (7, "validation")])
+def test_a_fudan_zip_too_small_for_every_split_is_refused(data_dir, count, empty) -> None:
     """Cut 8:1:1 and rounded, 5 to 7 documents leave validation empty with a test item: the
     run tokenised, trained a whole epoch and died in its first evaluation with a bare
     `ValueError: attempt to get argmax of an empty sequence`."""
@@ -124,9 +123,9 @@ def test_a_fudan_zip_too_small_for_every_split_is_refused(data_dir, count) -> No
     lines = [f"{LABELS[i % 3]}\tབོད ཀྱི ཡི གེ {i}" for i in range(count)]
     with zipfile.ZipFile(folder / "Tibetan News Classification Corpus.zip", "w") as zf:
         zf.writestr("document-tibetan.txt", "\n".join(lines) + "\n")
-    with pytest.raises(DataError, match=rf"{count} document\(s\), too few .*validation") as err:
+    with pytest.raises(DataError, match=rf"{count} document\(s\), too few ") as err:
         load_tncc("document")
-    assert f"at least {MIN_ZIP_DOCUMENTS}" in err.value.message
+    assert f"({empty} would be empty; it takes at least {MIN_ZIP_DOCUMENTS})" in err.value.message
 
 
 def test_a_fudan_zip_document_without_model_text_is_named_by_its_line(data_dir) -> None:
@@ -161,16 +160,6 @@ def test_unknown_task_and_dataset(data_dir) -> None:
     with pytest.raises(DataError, match="unknown dataset 'nope'"):
         load_dataset("nope")
     assert "tusa" in classification_datasets() and "tncc_document" not in classification_datasets()
-
-
-def test_the_document_task_on_another_set_is_refused(data_dir) -> None:
-    """finetune.task is TNCC's: `classify --dataset tusa --set finetune.task=document` read
-    TUSA as it is, while the run logged the document task."""
-    with pytest.raises(ConfigError, match=r"'finetune.task': 'document' is a task of TNCC"):
-        load_classification("tusa", "document")
-    with pytest.raises(ConfigError, match=r"dataset '\./mine' has one task only"):
-        load_classification("./mine", "document")
-    assert load_classification("tncc", "title").name == "tncc-title"
 
 
 def test_label_not_in_label_list_names_file_and_line(data_dir) -> None:

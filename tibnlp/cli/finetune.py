@@ -119,7 +119,9 @@ def tncc(
     set_: SetOption = None,
 ) -> None:
     """TNCC (published 7422/927/927 title split, or the document task when downloaded)."""
-    flags = [f"finetune.task={task}", *_flags(model, head, encoder, vocab, seeds, eval_also)]
+    # the dataset too: a config file's other dataset is not what this run reads or logs
+    flags = ["finetune.dataset=tncc", f"finetune.task={task}"]
+    flags += _flags(model, head, encoder, vocab, seeds, eval_also)
     cfg = resolve_config(config, set_, *flags)
     _run(cfg, "tncc", cfg.finetune.task, wait)
 

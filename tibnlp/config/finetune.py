@@ -198,6 +198,12 @@ class FinetuneConfig:
             f"{prefix}.dataset",
             "must name a shipped set (e.g. tncc, tusa) or the folder of a set of your own",
         )
+        check(  # it chooses nothing elsewhere, yet a run logged it (a pipeline's plan refuses)
+            self.task == "title" or self.dataset in ("tncc", "tncc_document"),
+            f"{prefix}.task",
+            f"'{self.task}' is a task of TNCC, and dataset '{self.dataset}' has one task only: "
+            f"leave {prefix}.task out (title), or set {prefix}.dataset=tncc",
+        )
         check(self.max_len >= 0, f"{prefix}.max_len", "must be >= 0 (0 = task default)")
         check(self.max_len == 0 or self.max_len >= 3, f"{prefix}.max_len", "must be >= 3")
         check(self.document_max_len >= 3, f"{prefix}.document_max_len", "must be >= 3")

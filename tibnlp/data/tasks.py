@@ -18,7 +18,7 @@ from tibnlp.data.labelled import (
 )
 from tibnlp.data.manifests import Manifest, all_manifests, check_label_list, get_manifest, read_json
 from tibnlp.data.tncc_document import load_tncc_document
-from tibnlp.errors import ConfigError, DataError
+from tibnlp.errors import DataError
 
 TNCC_TASKS = {"title": "tncc", "document": "tncc_document"}
 
@@ -46,13 +46,6 @@ def load_classification(dataset: str, task: str = "title") -> LabelledSet:
     """What `finetune.dataset` names: a folder of one's own (an existing folder, or a value
     with a path separator: `is_folder_dataset`), else a shipped set by its manifest name (TNCC
     with its `task`); a name that is neither is refused, saying both."""
-    if task != "title" and dataset != "tncc":  # it chose nothing there, yet was logged
-        raise ConfigError(
-            f"config key 'finetune.task': '{task}' is a task of TNCC, and dataset '{dataset}' "
-            "has one task only",
-            "leave finetune.task out (or set it to title); for TNCC's documents give "
-            "--dataset tncc",
-        )
     if is_folder_dataset(dataset):
         return load_folder_set(dataset)
     if Path(dataset).is_dir():  # a shipped set's name: the set, not the folder
