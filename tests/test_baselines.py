@@ -189,7 +189,7 @@ def test_summary_table_counts_the_pretraining_behind_textcnn_on_pretrained_embed
     }
 
 
-def test_a_max_len_past_the_encoders_positions_is_said(env, capsys) -> None:
+def test_a_max_len_past_the_encoders_positions_is_said(env, capsys, monkeypatch) -> None:
     """finetune.max_len above the encoder's max_len was lowered to it without a word."""
     setup = ft_mod.prepare(
         _cfg(env, "finetune.max_len=200"), ft_mod.load_task_data("tncc", "title")
@@ -197,4 +197,7 @@ def test_a_max_len_past_the_encoders_positions_is_said(env, capsys) -> None:
     assert setup.meta.max_len == 64
     assert "finetune.max_len 200 is past the 64 positions" in capsys.readouterr().err
     ft_mod.prepare(_cfg(env, "finetune.max_len=48"), ft_mod.load_task_data("tncc", "title"))
+    assert "past the" not in capsys.readouterr().err
+    monkeypatch.setenv("RANK", "1")  # data parallel: said once, by the main process
+    ft_mod.prepare(_cfg(env, "finetune.max_len=200"), ft_mod.load_task_data("tncc", "title"))
     assert "past the" not in capsys.readouterr().err

@@ -31,6 +31,7 @@ from tibnlp.models.classifier_io import ClassifierMeta
 from tibnlp.models.io import check_vocab_of_weights, load_config_file, load_encoder
 from tibnlp.text.vocab import MODEL_FILE, Vocabulary
 from tibnlp.training.long_documents import reading_of
+from tibnlp.training.ranks import is_main_process
 
 TASK_MAX_LEN = {"tncc-title": 50, "tncc-document": 300}
 
@@ -173,11 +174,15 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     task_len = 0 if data.folder else TASK_MAX_LEN.get(data.name, 0)
     max_len = ft.max_len or task_len or data.max_len or 128
     if ft.encoder == "albert":
-        if ft.max_len > model_cfg.max_len:  # asked for: said, not lowered in silence
+        if ft.max_len > model_cfg.max_len and is_main_process():  # said, not lowered in silence
+            how = (
+                f"texts are read to {model_cfg.max_len} pieces"
+                if ft.long_document == "truncate"
+                else f"documents are read in windows of {model_cfg.max_len} pieces"
+            )
             print(
                 f"warning: finetune.max_len {ft.max_len} is past the {model_cfg.max_len} "
-                f"positions of the encoder {ft.model or '(config)'}: texts are read to "
-                f"{model_cfg.max_len} pieces",
+                f"positions of the encoder {ft.model or '(config)'}: {how}",
                 file=sys.stderr,
                 flush=True,
             )
