@@ -73,8 +73,9 @@ def prepare_reader(
     split's memory with it; return the figures to log and the hook refreshing the training
     documents' memory at each epoch start but the first (`finetuned`; None otherwise).
     "The first": the snapshot just taken serves one epoch 0 only; a later epoch 0 is a
-    training starting over from the seed's weights (a soup's next copy, the main phase after
-    an LP-FT probe), which must not read the memory the last copy's trained weights chose
+    training starting over (a soup's next copy, from the seed's weights; the main phase after
+    an LP-FT probe, whose encoder the probe left as it was: the same memory, one more pass),
+    which must not read the memory the last copy's trained weights chose
     (and a resumed soup, whose earlier copies are loaded, not trained, would read another)."""
     if not isinstance(reader, MemoryReader):
         return {}, None
