@@ -11,7 +11,8 @@
    `--no-sample` skips this (it prepares the full corpus: long on a loaded machine) and
    extrapolates the measured run's CPU rate to `--full-syllables` instead.
 2. The measured run: `--words-corpus` is a corpus whose words were found by `tibnlp corpus
-   words` / `corpus.words: true`; its words/meta.json holds that run's wall and CPU seconds.
+   words` / `corpus.words: true`; its words/.words-run.json holds that run's wall and CPU
+   seconds (words/meta.json only what the words are).
 3. Masks on the first `--mask-docs` documents of that corpus (segmented again, in a temporary
    copy) with `--vocab`: whole-word vs span masking rate (pieces masked / real pieces),
    pieces per syllable and per word, and how many words span masking cuts.
@@ -39,7 +40,7 @@ from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
 from tibnlp.data.pretraining import build_pretraining_dataset, load_pretraining_dataset
 from tibnlp.errors import DataError, run_script
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.text.corpus_words import segment_corpus
+from tibnlp.text.corpus_words import META_FILE, RUN_FILE, WORDS_DIR, segment_corpus
 from tibnlp.text.normalize import normalize
 from tibnlp.text.prepare import load_prepared, prepare_corpus
 from tibnlp.text.syllables import count_syllables
@@ -166,12 +167,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     # the inputs read last, checked before the minutes of segmentation that come first
-    meta = args.words_corpus / "words" / "meta.json"
-    if not meta.is_file():
-        raise DataError(
-            f"{meta} does not exist: --words-corpus is not a corpus prepared with words",
-            "prepare one with `tibnlp corpus prepare ... --set corpus.words=true`",
-        )
+    measured = measured_run(args.words_corpus / WORDS_DIR)
     Vocabulary.load(args.vocab)
 
     report: dict[str, Any] = {}
@@ -185,9 +181,29 @@ def main() -> None:
         if full is not None:
             report = json.loads((full / "report.json").read_text())
             rows = sample_cost(full, args.sample_chars)
-    measured = json.loads(meta.read_text())
     masks = mask_stats(args.words_corpus, args.vocab, args.mask_docs, args.seq_len)
     _write(args, report, rows, measured, masks)
+
+
+def measured_run(words: Path) -> dict[str, Any]:
+    """The figures of a corpus's words (meta.json) with the seconds, processes and shards of
+    the run that found them (the hidden run file; words found before it existed kept them
+    in meta.json)."""
+    meta, run = words / META_FILE, words / RUN_FILE
+    if not meta.is_file():
+        raise DataError(
+            f"{meta} does not exist: --words-corpus is not a corpus prepared with words",
+            "prepare one with `tibnlp corpus prepare ... --set corpus.words=true`",
+        )
+    measured = dict(json.loads(meta.read_text()))
+    if run.is_file():
+        measured.update(json.loads(run.read_text()))
+    if "wall_seconds" not in measured:
+        raise DataError(
+            f"{run} does not exist: the run that found these words is not recorded",
+            f"delete {words} and find them again: tibnlp corpus words {words.parent}",
+        )
+    return measured
 
 
 def _write(args: Any, report: dict, rows: list[dict], measured: dict, masks: dict) -> None:

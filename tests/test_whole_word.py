@@ -242,8 +242,10 @@ def test_span_datasets_are_unchanged_and_cached_apart(setup: dict) -> None:
 def test_words_are_stored_with_the_corpus(setup: dict) -> None:
     corpus, meta = setup["corpus"], setup["meta"]
     words, loaded = load_words(corpus, load_prepared(corpus))
-    assert loaded == meta and meta["num_proc"] == 1 and meta["resumed_shards"] == 0
-    assert meta["syllables"] > meta["words"] > 0 and meta["cpu_seconds"] > 0
+    assert meta["kept"] and loaded == {k: v for k, v in meta.items() if k != "kept"}
+    run = json.loads((corpus / "words" / corpus_words.RUN_FILE).read_text())
+    assert run["num_proc"] == 1 and run["resumed_shards"] == 0 and run["cpu_seconds"] > 0
+    assert meta["syllables"] > meta["words"] > 0
     first = load_prepared(corpus)["train"][0]["sentences"]
     stored = words["train"][0]["word_starts"]
     assert stored == [setup["segmenter"].starts(s) for s in first]
@@ -277,6 +279,75 @@ def test_segmentation_resumes_after_an_interruption(
     a = load_words(corpus, load_prepared(corpus))[0]
     b = load_words(setup["corpus"], load_prepared(setup["corpus"]))[0]
     assert all(a[s]["word_starts"] == b[s]["word_starts"] for s in ("train", "heldout"))
+
+
+def test_the_same_corpus_gives_the_same_words_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """words/meta.json held the seconds taken, num_proc, the resumed shards and the pack's
+    absolute path: two identical preparations with words differed, so a pipeline given the
+    corpus folder (`path_hash`) ran everything after it again. Those go to the hidden run
+    file; every other file under words/ is the same bytes, whatever the process count or the
+    pack's folder."""
+    from tibnlp.tracking.conventions import path_hash
+
+    pack = _need_botok()
+    monkeypatch.setattr(corpus_words, "SHARD_CHARS", 600)  # several shards, for 2 processes
+    one = write_corpus(tmp_path / "one", n_docs=8, heldout=2)
+    two = shutil.copytree(one, tmp_path / "two")
+    moved = shutil.copytree(pack, tmp_path / "moved" / "general")  # the same pack elsewhere
+    made = [
+        segment_corpus(one, 1, pack=pack, progress=None),
+        segment_corpus(two, 2, pack=moved, progress=None),
+    ]
+    assert [m["num_proc"] for m in made] == [1, 2] and made[1]["shards"] > 2
+
+    def visible(corpus: Path) -> dict[str, bytes]:
+        words = corpus / "words"
+        files = [f for f in words.rglob("*") if f.is_file()]
+        return {
+            f.relative_to(words).as_posix(): f.read_bytes()
+            for f in files
+            if not any(part.startswith(".") for part in f.relative_to(words).parts)
+        }
+
+    files = visible(one)
+    assert {"meta.json", "train/state.json", "heldout/state.json"} <= set(files)
+    for name, content in files.items():
+        assert visible(two)[name] == content, name
+    assert set(visible(two)) == set(files)
+    assert path_hash(one / "words") == path_hash(two / "words")
+    assert path_hash(one) == path_hash(two)
+    assert not made[0]["kept"] and made[0]["key"] == made[1]["key"]
+    runs = [json.loads((c / "words" / corpus_words.RUN_FILE).read_text()) for c in (one, two)]
+    assert runs[0]["num_proc"] == 1 and runs[1]["pack"] == str(moved)  # the run facts stay
+    meta = json.loads(files["meta.json"])
+    assert not {"pack", "num_proc", "wall_seconds", "resumed_shards", "cpu_seconds"} & set(meta)
+
+
+def _words_command(corpus: Path, pack: Path) -> tuple[int, str]:
+    """`tibnlp corpus words CORPUS` on one process: exit status and output, unwrapped."""
+    from typer.testing import CliRunner
+
+    from tibnlp.cli.main import app
+
+    args = ["corpus", "words", str(corpus), "--num-proc", "1", "--pack", str(pack)]
+    result = CliRunner().invoke(app, args)
+    return result.exit_code, " ".join(result.output.split())
+
+
+def test_words_up_to_date_are_said_to_be_kept(tmp_path: Path) -> None:
+    """Run again on words that were up to date, `corpus words` said "segmented in 16 s, ...
+    syllables/s" (the first run's seconds, with a rate) as if it had done the work."""
+    pack = _need_botok()
+    corpus = write_corpus(tmp_path / "corpus", n_docs=4, heldout=1)
+    code, out = _words_command(corpus, pack)
+    assert code == 0 and "segmented in" in out and "syllables/s" in out, out
+    stamp = (corpus / "words" / "meta.json").stat().st_mtime_ns
+    code, out = _words_command(corpus, pack)
+    assert code == 0 and "is up to date, kept:" in out, out
+    assert "segmented" not in out and "/s" not in out, out
+    assert (corpus / "words" / "meta.json").stat().st_mtime_ns == stamp
 
 
 def _no_words(directory: str, names: list[str]) -> list[str]:

@@ -105,10 +105,14 @@ def words(
     extra = [f"corpus.num_proc={num_proc}"] if num_proc is not None else []
     cfg = resolve_config(config, set_, *extra).corpus
     meta = segment_corpus(corpus, cfg.num_proc, pack=pack)
+    where = escape(str(corpus / "words"))
+    figures = f"{meta['words']:,} words over {meta['syllables']:,} syllables"
+    if meta["kept"]:  # nothing was segmented now: no time or rate to report
+        console.print(f"{where} is up to date, kept: {figures} (botok {meta['botok']})")
+        return
     rate = meta["syllables"] / meta["wall_seconds"] if meta["wall_seconds"] else 0.0
     console.print(
-        f"{meta['words']:,} words over {meta['syllables']:,} syllables in "
-        f"{escape(str(corpus / 'words'))} "
-        f"(segmented in {meta['wall_seconds']:.0f} s, {rate:,.0f} syllables/s, "
+        f"{figures} in {where} (segmented in {meta['wall_seconds']:.0f} s, "
+        f"{rate:,.0f} syllables/s, "
         f"{meta['num_proc']} process(es); botok {meta['botok']})"
     )

@@ -9,8 +9,15 @@ preparation step whose result lives in the prepared corpus itself:
                                                split, column `word_starts` (per sentence, the
                                                UTF-8 byte offsets of its botok tokens in the
                                                normalised sentence: `tibnlp.text.words`)
-    CORPUS/words/meta.json                     key (corpus content, pack digest, botok
-                                               version), figures and timings
+    CORPUS/words/meta.json                     what the words are: key (corpus content,
+                                               pack digest, botok version) and figures
+    CORPUS/words/.words-run.json               how this copy was made: the pack's path,
+                                               num_proc, shards (resumed ones), seconds
+
+All but the hidden run file are the same bytes for the same corpus, pack content and botok
+version, whatever the process count, the time taken or the pack's folder: the pipeline hashes
+a corpus folder given as input by content (`path_hash`, which passes over hidden files), and
+a re-preparation with words must find its caches again (as `tibnlp.text.prepare`'s run file).
 
 Work is cut into shards of contiguous documents (~`SHARD_CHARS` characters each), segmented by
 `num_proc` processes; each finished shard is written at once under CORPUS/.words.partial/, so
@@ -51,6 +58,7 @@ from tibnlp.text.words import (
 FORMAT_VERSION = 1
 SHARD_CHARS = 400_000
 META_FILE = "meta.json"
+RUN_FILE = ".words-run.json"  # in words/: how and from where it was made (module docstring)
 WORDS_DIR = "words"
 PARTIAL_DIR = ".words.partial"
 SPLITS = ("train", "heldout")
@@ -154,7 +162,9 @@ def _segment_shard(job: tuple[str, int, int, str]) -> dict[str, float]:
 
 
 def _assemble(files: list[Path]) -> Any:
-    """One split's shards, in document order, as a Dataset with column `word_starts`."""
+    """One split's shards, in document order, as a Dataset with column `word_starts`. Its
+    fingerprint (state.json) is `datasets`' hash of this in-memory table: of the content, as
+    words/ must be (module docstring), unlike a Dataset read from a file (`content_fingerprint`)."""
     import datasets
     import pyarrow as pa
 
@@ -190,8 +200,10 @@ def segment_corpus(
     progress: Progress | None = stderr_progress,
 ) -> dict[str, Any]:
     """Find the botok words of a prepared corpus and store them in CORPUS/words/ (module
-    docstring); returns their meta. Words already there for the same corpus, pack and botok
-    are kept; an interrupted run resumes from its finished shards."""
+    docstring). Words already there for the same corpus, pack and botok are kept; an
+    interrupted run resumes from its finished shards. Returns their meta with `kept` (True:
+    they were up to date) and, when segmented now, this run's facts (RUN_FILE's: num_proc,
+    shards, resumed_shards, wall_seconds, ...), which the caller reports."""
     from tibnlp.text.prepared import load_prepared
 
     corpus_dir = Path(corpus_dir)
@@ -199,12 +211,18 @@ def segment_corpus(
     pack = require_pack(pack)
     key = words_key(corpus_key(corpus_dir, corpus), pack_digest(pack))
     meta = _read_meta(corpus_dir)
-    if meta is None or meta.get("key") != key:
-        procs = num_proc or os.cpu_count() or 1
-        _build(corpus_dir, corpus, procs, pack, cache or cache_root(), key, progress or _quiet)
-        meta = _read_meta(corpus_dir)
+    if meta is not None and meta.get("key") == key:
+        return {**meta, "kept": True}
+    procs = num_proc or os.cpu_count() or 1
+    run = _build(corpus_dir, corpus, procs, pack, cache or cache_root(), key, progress or _quiet)
+    meta = _read_meta(corpus_dir)
     assert meta is not None
-    return meta
+    return {**meta, "kept": False, **run}
+
+
+def finished_shards(corpus_dir: Path) -> int:
+    """Shards an interrupted run left for the next to resume from."""
+    return len(list((Path(corpus_dir) / PARTIAL_DIR).glob("*.npz")))
 
 
 def load_words(corpus_dir: Path, corpus: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -252,7 +270,8 @@ def _build(
     cache: Path,
     key: str,
     progress: Progress,
-) -> None:
+) -> dict[str, Any]:
+    """Segment what the partial folder lacks, publish words/; returns the run's facts."""
     from tibnlp.text.prepared import save_splits
 
     partial = corpus_dir / PARTIAL_DIR
@@ -295,34 +314,39 @@ def _build(
                     f"{rate:,.0f} chars/s, {done_syl / spent:,.0f} syllables/s, "
                     f"ETA {max(eta, 0.0) / 60:.1f} min"
                 )
-    figures = {"characters": 0, "syllables": 0, "words": 0, "shard_seconds": 0.0}
-    figures["cpu_seconds"] = 0.0
+    figures = {"characters": 0, "syllables": 0, "words": 0}
+    seconds = {"shard_seconds": 0.0, "cpu_seconds": 0.0}
     with staged_dir(corpus_dir / WORDS_DIR, replace=True) as tmp:
         for split in SPLITS:
             files = [_shard_file(partial, split, first) for s, first, _, _ in shards if s == split]
             for f in files:
                 fig = json.loads(str(np.load(f)["figures"]))
-                for k in ("characters", "syllables", "words"):
+                for k in figures:
                     figures[k] += int(fig[k])
-                figures["shard_seconds"] += float(fig["seconds"])
-                figures["cpu_seconds"] += float(fig["cpu_seconds"])
+                seconds["shard_seconds"] += float(fig["seconds"])
+                seconds["cpu_seconds"] += float(fig["cpu_seconds"])
             save_splits(_assemble(files), tmp / split)
-        meta = {
+        meta = {  # what the words are: the same bytes for the same key (module docstring)
             "key": key,
             "corpus": corpus_key(corpus_dir, corpus),
-            "pack": str(pack),
             "pack_sha256": pack_digest(pack),
             "botok": botok_version(),
             "split_affixes": SPLIT_AFFIXES,
+            **figures,
+        }
+        run = {  # how and from where this copy was made
+            "pack": str(pack),
             "num_proc": procs,
             "wall_seconds": round(time.perf_counter() - began, 2),
             "shards": len(shards),
             "resumed_shards": len(shards) - len(jobs),
-            **figures,
+            **seconds,
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        (tmp / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(partial, ignore_errors=True)
     progress(
         f"botok words: {figures['words']:,} words, {figures['syllables']:,} syllables in "
-        f"{meta['wall_seconds']:.0f} s -> {corpus_dir / WORDS_DIR}"
+        f"{run['wall_seconds']:.0f} s -> {corpus_dir / WORDS_DIR}"
     )
+    return run

@@ -22,8 +22,9 @@ Output layout (a contract: vocabulary and pretraining read it through `load_prep
                            whole-word masking (`tibnlp.text.corpus_words`, added after the
                            corpus is published, so an interrupted segmentation resumes)
 
-All but the hidden run file (and words/) are the same bytes for the same input files and
-settings (`_write_records`), so the caches keyed on a prepared corpus find it again.
+All but the hidden run files (this one, and words/'s) are the same bytes for the same input
+files and settings (`_write_records`; words/: and the same pack content and botok version),
+so the caches keyed on a prepared corpus find it again.
 
 Steps: read the inputs into a raw Arrow file (documents = blank-line separated blocks, or JSONL
 records); a map over `num_proc` processes (`process_map`) normalises, filters and splits each
