@@ -9,10 +9,17 @@ absent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import lzma
+import os
 import random
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -348,6 +355,102 @@ def test_words_up_to_date_are_said_to_be_kept(tmp_path: Path) -> None:
     assert code == 0 and "is up to date, kept:" in out, out
     assert "segmented" not in out and "/s" not in out, out
     assert (corpus / "words" / "meta.json").stat().st_mtime_ns == stamp
+
+
+def test_an_interrupted_words_command_says_how_to_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted, `corpus words` exited 130 saying nothing of the shards it keeps, though
+    the same command resumes from them (other commands say so: "run the same command
+    again")."""
+    from tibnlp.cli import corpus as corpus_cli
+
+    pack = _need_botok()
+    monkeypatch.setattr(corpus_words, "SHARD_CHARS", 600)  # several shards
+    corpus = write_corpus(tmp_path / "corpus", n_docs=6, heldout=1)
+    segment = corpus_cli.segment_corpus
+
+    def stop_after_first_shard(line: str) -> None:  # a Ctrl-C as the first shard is done
+        if "shard 1/" in line:
+            raise KeyboardInterrupt
+
+    def interrupted(*args: object, **kwargs: object) -> dict:
+        return segment(*args, **{**kwargs, "progress": stop_after_first_shard})
+
+    monkeypatch.setattr(corpus_cli, "segment_corpus", interrupted)
+    code, out = _words_command(corpus, pack)
+    said = re.search(r"interrupted: the (\d+) finished shard\(s\) stay in (\S+);", out)
+    assert code == 130 and said, out
+    assert "run the same command again to resume from them" in out, out
+    assert said[2].endswith(".words.partial") and not (corpus / "words").exists()
+    monkeypatch.setattr(corpus_cli, "segment_corpus", segment)
+    code, out = _words_command(corpus, pack)
+    assert code == 0 and "segmented in" in out, out
+    run = json.loads((corpus / "words" / corpus_words.RUN_FILE).read_text())
+    assert run["resumed_shards"] == int(said[1]) >= 1  # what it said stays is what resumed
+
+
+# `tibnlp corpus words` with small shards, each after the first taking long enough for a Ctrl-C
+# to find its worker at work; a worker the Ctrl-C interrupts leaves a mark
+SLOW_WORDS = """
+import sys, time
+from pathlib import Path
+from tibnlp.text import corpus_words
+
+corpus_words.SHARD_CHARS = 600
+real = corpus_words._segment_shard
+mark = Path(sys.argv[1]) / "worker-interrupted"
+
+def slow(job):
+    if (job[0], job[1]) != ("train", 0):
+        try:
+            end = time.monotonic() + 60
+            while time.monotonic() < end:  # at work in Python, as botok is
+                pass
+        except KeyboardInterrupt:
+            mark.touch()
+            raise
+    return real(job)
+
+corpus_words._segment_shard = slow
+from tibnlp.cli.main import main
+sys.argv = ["tibnlp", "corpus", "words", sys.argv[1], "--num-proc", "1", "--pack", sys.argv[2]]
+main()
+"""
+
+
+def test_a_ctrl_c_says_what_stays_and_no_worker_traceback(tmp_path: Path) -> None:
+    """A real Ctrl-C (SIGINT to the process group, as a terminal sends it): the command exits
+    130 with the line on what stays; each pool worker took the SIGINT too and printed a
+    KeyboardInterrupt traceback, burying that line."""
+    pack = _need_botok()
+    corpus = write_corpus(tmp_path / "corpus", n_docs=6, heldout=1)
+    log = tmp_path / "log.txt"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env["PYTHONUNBUFFERED"] = "1"  # a worker's traceback is in the log before it is ended
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SLOW_WORDS, str(corpus), str(pack)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a group of its own, as a shell's job
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "shard 1/" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = " ".join(log.read_text(errors="replace").split())
+    assert proc.returncode == 130, text[-3000:]
+    assert "interrupted: the 1 finished shard(s) stay in" in text, text[-3000:]
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    assert not (corpus / "worker-interrupted").exists()  # the Ctrl-C was the parent's alone
 
 
 def _no_words(directory: str, names: list[str]) -> list[str]:

@@ -11,7 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config
-from tibnlp.text.corpus_words import segment_corpus
+from tibnlp.stopping import exit_status
+from tibnlp.text.corpus_words import PARTIAL_DIR, finished_shards, segment_corpus
 from tibnlp.text.prepare import prepare_corpus
 
 app = typer.Typer(
@@ -104,7 +105,16 @@ def words(
     Offline, from the dialect pack; resumes after an interruption; kept when up to date."""
     extra = [f"corpus.num_proc={num_proc}"] if num_proc is not None else []
     cfg = resolve_config(config, set_, *extra).corpus
-    meta = segment_corpus(corpus, cfg.num_proc, pack=pack)
+    try:
+        meta = segment_corpus(corpus, cfg.num_proc, pack=pack)
+    except KeyboardInterrupt as stop:  # the finished shards stay: say how to go on
+        console.print(
+            f"interrupted: the {finished_shards(corpus)} finished shard(s) stay in "
+            f"{escape(str(corpus / PARTIAL_DIR))}; run the same command again to resume from "
+            "them (it segments only the rest)",
+            soft_wrap=True,
+        )
+        raise SystemExit(exit_status(stop)) from None
     where = escape(str(corpus / "words"))
     figures = f"{meta['words']:,} words over {meta['syllables']:,} syllables"
     if meta["kept"]:  # nothing was segmented now: no time or rate to report

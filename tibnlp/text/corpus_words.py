@@ -34,6 +34,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -117,6 +118,9 @@ _WORKER: dict[str, Any] = {}
 def _init_worker(corpus_dir: str, pack: str, cache: str) -> None:
     from tibnlp.text.prepared import load_prepared
 
+    # A Ctrl-C reaches the whole process group: the parent's ends the pool (keeping the
+    # finished shards) and says so; each worker's own was a traceback burying that line.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER["corpus"] = load_prepared(Path(corpus_dir))
     _WORKER["segmenter"] = WordSegmenter(Path(pack), Path(cache))
 
@@ -221,8 +225,10 @@ def segment_corpus(
 
 
 def finished_shards(corpus_dir: Path) -> int:
-    """Shards an interrupted run left for the next to resume from."""
-    return len(list((Path(corpus_dir) / PARTIAL_DIR).glob("*.npz")))
+    """Shards an interrupted run left for the next to resume from (not one cut short while
+    being written: `_segment_shard`'s temporary)."""
+    files = (Path(corpus_dir) / PARTIAL_DIR).glob("*.npz")
+    return sum(not f.name.endswith(".tmp.npz") for f in files)
 
 
 def load_words(corpus_dir: Path, corpus: Any) -> tuple[dict[str, Any], dict[str, Any]]:
