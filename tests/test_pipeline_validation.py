@@ -277,3 +277,15 @@ def test_set_addresses_a_tag_with_dots_in_a_pipeline(tmp_path: Path) -> None:
     spec = load_pipeline(path, ["stages.vocab.config.tracking.tags.a.b=c"])
     vocab = next(s for s in spec.stages if s.name == "vocab")
     assert vocab.config["tracking"]["tags"] == {"a.b": "c"}
+
+
+def test_a_dotted_tag_a_stage_sets_itself_is_said_not_to_reach_it(tmp_path: Path) -> None:
+    """The 'does not reach' note split the key at every dot: a stage's own tag `team.name`
+    kept its value under `--set tracking.tags.team.name=nlp` without a word."""
+    own = {**CHAIN["vocab"], "config": {"tracking": {"tags": {"team.name": "own"}}}}
+    path = _write(tmp_path, {**CHAIN, "vocab": own})
+    notes = load_pipeline(path, ["tracking.tags.team.name=nlp"]).notes
+    assert notes == [
+        "--set tracking.tags.team.name does not reach stage vocab: its own config sets it "
+        "(for that stage: --set stages.vocab.config.tracking.tags.team.name=...)"
+    ]

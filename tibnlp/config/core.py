@@ -274,7 +274,7 @@ def _field_type(cls: Any, parts: list[str]) -> Any:
     return tp
 
 
-def _key_path(
+def key_path(
     data: Mapping[str, Any], parts: list[str], whole: Callable[[list[str]], bool]
 ) -> list[str]:
     """The keys a `--set` key (`parts`: split at its dots) names in nested `data`. Some keys
@@ -316,7 +316,7 @@ def apply_overrides(
     whole: Callable[[list[str]], bool] | None = None,
 ) -> dict[str, Any]:
     """Set dotted keys in a nested dict (creating sections as needed); returns `data`.
-    A key that holds dots is addressed in full (`_key_path`); `whole` adds mappings keyed by
+    A key that holds dots is addressed in full (`key_path`); `whole` adds mappings keyed by
     dotted keys to those of `cls`.
 
     With the config dataclass `cls`, a key declared `str` gets the text as typed where YAML
@@ -333,9 +333,9 @@ def apply_overrides(
     for text in overrides:
         try:
             parts, value = parse_override(text)
-            parts = _key_path(data, parts, whole_here)
+            parts = key_path(data, parts, whole_here)
         except ConfigError:  # not YAML ("@x", "'a"): still the text as typed, for a str key
-            parts = _key_path(data, text.split("=", 1)[0].strip().split("."), whole_here)
+            parts = key_path(data, text.split("=", 1)[0].strip().split("."), whole_here)
             if cls is None or "=" not in text or _field_type(cls, parts) not in (str, Path):
                 raise
             value = text.split("=", 1)[1].strip()

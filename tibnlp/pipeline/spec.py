@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tibnlp.config import Config
-from tibnlp.config.core import YES_NO, apply_overrides, read_yaml, whole_keys
+from tibnlp.config.core import YES_NO, apply_overrides, key_path, read_yaml, whole_keys
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.context import Accepts
 from tibnlp.pipeline.registry import stage_def
@@ -404,8 +404,12 @@ _ABSENT = object()
 
 
 def get_dotted(data: Any, key: str, default: Any = None) -> Any:
-    """The value at a dotted key (`pretrain.max_steps`) of nested mappings, else `default`."""
-    for part in key.split("."):
+    """The value at a dotted key (`pretrain.max_steps`) of a config's nested mappings, else
+    `default`; a key that holds dots is read as `--set` writes it (`tracking.tags.a.b`: the
+    tag `a.b`, `key_path`)."""
+    if not isinstance(data, dict):
+        return default
+    for part in key_path(data, key.split("."), whole_keys(Config)):
         if not isinstance(data, dict) or part not in data:
             return default
         data = data[part]
