@@ -353,7 +353,7 @@ def test_words_up_to_date_are_said_to_be_kept(tmp_path: Path) -> None:
     stamp = (corpus / "words" / "meta.json").stat().st_mtime_ns
     code, out = _words_command(corpus, pack)
     assert code == 0 and "is up to date, kept:" in out, out
-    assert "segmented" not in out and "/s" not in out, out
+    assert "segmented" not in out and "syllables/s" not in out, out
     assert (corpus / "words" / "meta.json").stat().st_mtime_ns == stamp
 
 
@@ -388,6 +388,23 @@ def test_an_interrupted_words_command_says_how_to_go_on(
     assert code == 0 and "segmented in" in out, out
     run = json.loads((corpus / "words" / corpus_words.RUN_FILE).read_text())
     assert run["resumed_shards"] == int(said[1]) >= 1  # what it said stays is what resumed
+
+
+def test_a_words_command_interrupted_before_any_shard_names_no_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted before a shard was done, it said "the 0 finished shard(s) stay in
+    .../.words.partial; ... resume from them", naming a folder that may not exist."""
+    from tibnlp.cli import corpus as corpus_cli
+
+    def at_once(*args: object, **kwargs: object) -> dict:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(corpus_cli, "segment_corpus", at_once)
+    code, out = _words_command(write_corpus(tmp_path / "corpus", n_docs=4, heldout=1), tmp_path)
+    assert code == 130, out
+    assert "interrupted before any shard was finished: run the same command again" in out, out
+    assert "stay in" not in out, out
 
 
 # `tibnlp corpus words` with small shards, each after the first taking long enough for a Ctrl-C
@@ -451,6 +468,38 @@ def test_a_ctrl_c_says_what_stays_and_no_worker_traceback(tmp_path: Path) -> Non
     assert "interrupted: the 1 finished shard(s) stay in" in text, text[-3000:]
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     assert not (corpus / "worker-interrupted").exists()  # the Ctrl-C was the parent's alone
+
+
+def test_the_workers_of_a_killed_words_command_stop(tmp_path: Path) -> None:
+    """A parent killed outright (SIGKILL, the OOM killer) does not end its pool: the workers
+    segmented on, then waited forever on the task queue, and ignore Ctrl-C."""
+    from processes import gone
+
+    pack = _need_botok()
+    corpus = write_corpus(tmp_path / "corpus", n_docs=6, heldout=1)
+    log = tmp_path / "log.txt"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SLOW_WORDS, str(corpus), str(pack)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "shard 1/" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert children, "the pool's worker"
+        proc.kill()
+        proc.wait(timeout=30)
+        assert all(gone(int(pid)) for pid in children)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _no_words(directory: str, names: list[str]) -> list[str]:

@@ -108,10 +108,13 @@ def words(
     try:
         meta = segment_corpus(corpus, cfg.num_proc, pack=pack)
     except KeyboardInterrupt as stop:  # the finished shards stay: say how to go on
+        kept = finished_shards(corpus)
         console.print(
-            f"interrupted: the {finished_shards(corpus)} finished shard(s) stay in "
+            f"interrupted: the {kept} finished shard(s) stay in "
             f"{escape(str(corpus / PARTIAL_DIR))}; run the same command again to resume from "
-            "them (it segments only the rest)",
+            "them (it segments only the rest)"
+            if kept
+            else "interrupted before any shard was finished: run the same command again",
             soft_wrap=True,
         )
         raise SystemExit(exit_status(stop)) from None

@@ -45,6 +45,7 @@ import numpy as np
 
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
+from tibnlp.stopping import die_with_parent
 from tibnlp.text.normalize import normalize
 from tibnlp.text.syllables import count_syllables
 from tibnlp.text.words import (
@@ -115,12 +116,16 @@ def _plan(split: str, ds: Any) -> list[tuple[str, int, int, int]]:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(corpus_dir: str, pack: str, cache: str) -> None:
+def _init_worker(
+    corpus_dir: str, pack: str, cache: str, arm: Callable[[], None] | None = None
+) -> None:
     from tibnlp.text.prepared import load_prepared
 
     # A Ctrl-C reaches the whole process group: the parent's ends the pool (keeping the
     # finished shards) and says so; each worker's own was a traceback burying that line.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if arm is not None:  # and a parent gone without ending the pool (SIGKILL) ends them too
+        arm()
     _WORKER["corpus"] = load_prepared(Path(corpus_dir))
     _WORKER["segmenter"] = WordSegmenter(Path(pack), Path(cache))
 
@@ -307,7 +312,7 @@ def _build(
     if jobs:
         WordSegmenter(pack, cache)  # build the trie once, before the workers load it
         ctx = multiprocessing.get_context("fork")
-        args = (str(corpus_dir), str(pack), str(cache))
+        args = (str(corpus_dir), str(pack), str(cache), die_with_parent())
         with ctx.Pool(procs, initializer=_init_worker, initargs=args) as pool:
             for n, fig in enumerate(pool.imap_unordered(_segment_shard, jobs), 1):
                 done_chars += int(fig["characters"])
