@@ -284,3 +284,14 @@ def test_finetune_tncc_reads_tncc_whatever_the_config_file_names(
     )
     cli.tncc(task="document", config=cfg_file)
     assert seen == [("tncc", "tncc", "document")]
+
+
+def test_finetune_tncc_refuses_another_dataset_from_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --set comes after the command's flags: `finetune tncc --set finetune.dataset=tusa`
+    read TNCC but logged and fingerprinted tusa."""
+    from tibnlp.cli import finetune as cli
+
+    monkeypatch.setattr(cli, "_run", lambda *args: pytest.fail("ran"))
+    with pytest.raises(ConfigError, match="`finetune tncc` reads TNCC, not 'tusa'") as err:
+        cli.tncc(set_=["finetune.dataset=tusa"])
+    assert "finetune classify --dataset tusa" in str(err.value.hint)

@@ -12,6 +12,7 @@ from rich.markup import escape
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config, table_console
 from tibnlp.config import Config
 from tibnlp.data.tasks import classification_datasets
+from tibnlp.errors import ConfigError
 from tibnlp.evaluation.report import (
     load_one_result,
     load_results,
@@ -123,6 +124,12 @@ def tncc(
     flags = ["finetune.dataset=tncc", f"finetune.task={task}"]
     flags += _flags(model, head, encoder, vocab, seeds, eval_also)
     cfg = resolve_config(config, set_, *flags)
+    if cfg.finetune.dataset != "tncc":  # (a --set comes after the flags)
+        raise ConfigError(
+            f"config key 'finetune.dataset': `finetune tncc` reads TNCC, not "
+            f"'{cfg.finetune.dataset}'",
+            f"for that set: tibnlp finetune classify --dataset {cfg.finetune.dataset}",
+        )
     _run(cfg, "tncc", cfg.finetune.task, wait)
 
 
