@@ -198,6 +198,11 @@ def test_a_max_len_past_the_encoders_positions_is_said(env, capsys, monkeypatch)
     assert "finetune.max_len 200 is past the 64 positions" in capsys.readouterr().err
     ft_mod.prepare(_cfg(env, "finetune.max_len=48"), ft_mod.load_task_data("tncc", "title"))
     assert "past the" not in capsys.readouterr().err
+    # memory reading: refused at once (no room for its memory), not first said to read 64
+    memory = _cfg(env, "finetune.max_len=200", "finetune.long_document=memory")
+    with pytest.raises(ConfigError, match="memory"):
+        ft_mod.prepare(memory, ft_mod.load_task_data("tncc", "title"))
+    assert "past the" not in capsys.readouterr().err
     monkeypatch.setenv("RANK", "1")  # data parallel: said once, by the main process
     ft_mod.prepare(_cfg(env, "finetune.max_len=200"), ft_mod.load_task_data("tncc", "title"))
     assert "past the" not in capsys.readouterr().err

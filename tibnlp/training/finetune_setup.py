@@ -173,19 +173,8 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     # (a folder set named like a TNCC task is not TNCC: its dataset.yaml's max_len, or 128)
     task_len = 0 if data.folder else TASK_MAX_LEN.get(data.name, 0)
     max_len = ft.max_len or task_len or data.max_len or 128
+    lowered = ft.encoder == "albert" and ft.max_len > model_cfg.max_len
     if ft.encoder == "albert":
-        if ft.max_len > model_cfg.max_len and is_main_process():  # said, not lowered in silence
-            how = (
-                f"texts are read to {model_cfg.max_len} pieces"
-                if ft.long_document == "truncate"
-                else f"documents are read in windows of {model_cfg.max_len} pieces"
-            )
-            print(
-                f"warning: finetune.max_len {ft.max_len} is past the {model_cfg.max_len} "
-                f"positions of the encoder {ft.model or '(config)'}: {how}",
-                file=sys.stderr,
-                flush=True,
-            )
         max_len = min(max_len, model_cfg.max_len)
     depth = model_cfg.num_layers
     check(
@@ -206,6 +195,18 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         head.static_size = int(vectors.shape[1])
         static = None if ft.random_init else vectors
     reading = reading_of(ft, model_cfg, max_len)
+    if lowered and is_main_process():  # said, not lowered in silence (once the reading holds)
+        how = (
+            f"texts are read to {max_len} pieces"
+            if ft.long_document == "truncate"
+            else f"documents are read in windows of {max_len} pieces"
+        )
+        print(
+            f"warning: finetune.max_len {ft.max_len} is past the {max_len} positions of the "
+            f"encoder {ft.model or '(config)'}: {how}",
+            file=sys.stderr,
+            flush=True,
+        )
     meta = ClassifierMeta(
         encoder="embedding" if ft.encoder == "none" else "albert",
         labels=list(data.labels),
