@@ -5,16 +5,11 @@ had forked again) or ended in pages of traceback with exit 1 (tibnlp.text.proces
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from processes import alive, gone
+from processes import alive, stop_at_two_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,32 +47,12 @@ def test_a_stop_in_the_multi_process_step_leaves_cleanly(tmp_path: Path, sig: in
     corpus.write_text(doc * 200, encoding="utf-8")
     marks, out = tmp_path / "marks", tmp_path / "out"
     marks.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SLOW, str(corpus), str(marks), str(out)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # a group of its own, as a shell's job
+    code, text, workers = stop_at_two_workers(
+        SLOW, [str(corpus), str(marks), str(out)], marks, sig, ROOT
     )
-    try:
-        deadline = time.monotonic() + 120
-        while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")
-            time.sleep(0.1)
-        workers = [int(p.name.split("-")[1]) for p in marks.iterdir()]
-        assert len(workers) == 2, "the step never ran in two workers"
-        if sig == signal.SIGKILL:
-            proc.kill()
-            proc.wait()
-            assert all(gone(pid) for pid in workers)
-            return
-        os.killpg(proc.pid, sig)
-        text = proc.communicate(timeout=60)[0].decode(errors="replace")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 128 + sig, text[-3000:]
+    if code is None:  # SIGKILL: the workers are gone
+        return
+    assert code == 128 + sig, text[-3000:]
     assert "Traceback" not in text and "couldn't be hashed" not in text, text[-3000:]
     assert not any(alive(pid) for pid in workers)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "marks"]  # no staging

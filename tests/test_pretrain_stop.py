@@ -6,16 +6,11 @@ tibnlp.text.process_map), and its shards were written into the prepared corpus's
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from processes import alive, gone
+from processes import alive, stop_at_two_workers
 from tibetan_fixtures import prepared_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,32 +56,10 @@ def test_a_stop_while_tokenising_leaves_cleanly(tmp_path: Path, sig: int) -> Non
     corpus_files = _files(root / "corpus")
     marks = tmp_path / "marks"
     marks.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SLOW, str(root), str(marks)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # a group of its own, as a shell's job
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")
-            time.sleep(0.1)
-        workers = [int(p.name.split("-")[1]) for p in marks.iterdir()]
-        assert len(workers) == 2, "the tokenising never ran in two workers"
-        if sig == signal.SIGKILL:
-            proc.kill()
-            proc.wait()
-            assert all(gone(pid) for pid in workers)
-            return
-        os.killpg(proc.pid, sig)
-        text = proc.communicate(timeout=60)[0].decode(errors="replace")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 128 + sig, text[-3000:]
+    code, text, workers = stop_at_two_workers(SLOW, [str(root), str(marks)], marks, sig, ROOT, 180)
+    if code is None:  # SIGKILL: the workers are gone
+        return
+    assert code == 128 + sig, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
     assert not any(alive(pid) for pid in workers)
     out = root / "out"

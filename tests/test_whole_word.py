@@ -436,10 +436,17 @@ main()
 """
 
 
-def test_a_ctrl_c_says_what_stays_and_no_worker_traceback(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+def test_a_stopped_words_command_leaves_no_worker_and_no_traceback(
+    tmp_path: Path, sig: int
+) -> None:
     """A real Ctrl-C (SIGINT to the process group, as a terminal sends it): the command exits
     130 with the line on what stays; each pool worker took the SIGINT too and printed a
-    KeyboardInterrupt traceback, burying that line."""
+    KeyboardInterrupt traceback, burying that line. A parent killed outright (SIGKILL, the
+    OOM killer) does not end its pool: its workers segmented on, then waited forever on the
+    task queue, out of a Ctrl-C's reach."""
+    from processes import gone
+
     pack = _need_botok()
     corpus = write_corpus(tmp_path / "corpus", n_docs=6, heldout=1)
     log = tmp_path / "log.txt"
@@ -458,48 +465,24 @@ def test_a_ctrl_c_says_what_stays_and_no_worker_traceback(tmp_path: Path) -> Non
         while "shard 1/" not in log.read_text(errors="replace"):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)
+        workers = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert workers, "the pool's worker"
+        if sig == signal.SIGKILL:
+            proc.kill()
+        else:
+            os.killpg(proc.pid, sig)
         proc.wait(timeout=60)
+        assert all(gone(int(pid)) for pid in workers)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+    if sig == signal.SIGKILL:
+        return
     text = " ".join(log.read_text(errors="replace").split())
     assert proc.returncode == 130, text[-3000:]
     assert "interrupted: the 1 finished shard(s) stay in" in text, text[-3000:]
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     assert not (corpus / "worker-interrupted").exists()  # the Ctrl-C was the parent's alone
-
-
-def test_the_workers_of_a_killed_words_command_stop(tmp_path: Path) -> None:
-    """A parent killed outright (SIGKILL, the OOM killer) does not end its pool: the workers
-    segmented on, then waited forever on the task queue, and ignore Ctrl-C."""
-    from processes import gone
-
-    pack = _need_botok()
-    corpus = write_corpus(tmp_path / "corpus", n_docs=6, heldout=1)
-    log = tmp_path / "log.txt"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", SLOW_WORDS, str(corpus), str(pack)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while "shard 1/" not in log.read_text(errors="replace"):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
-        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        assert children, "the pool's worker"
-        proc.kill()
-        proc.wait(timeout=30)
-        assert all(gone(int(pid)) for pid in children)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _no_words(directory: str, names: list[str]) -> list[str]:
