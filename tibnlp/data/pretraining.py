@@ -246,43 +246,26 @@ def _tokenise(
     way; `fingerprint` (of the cache key) is the result's, whatever the process count."""
     import datasets
 
-    from tibnlp.text.process_map import map_in_processes
+    from tibnlp.text.process_map import map_batches
 
     features = _features(words is not None)
     if len(ds) == 0:  # (heldout_fraction 0) `map` of no rows would write no schema
         return datasets.Dataset.from_dict({k: [] for k in features}, features=features)
     if words is not None:
         ds = datasets.concatenate_datasets([ds, words], axis=1)
-    description = f"tokenising {fn_kwargs['split']}"
-    batches: dict[str, Any] = {
-        "batch_size": 16,
-        "writer_batch_size": 1000,  # (`datasets`' default, as before: the same files)
-        "remove_columns": ds.column_names,
-        "features": features,
-    }
-    procs = min(procs, len(ds))
-    if procs > 1:
-        progress = datasets.is_progress_bar_enabled()
-        return map_in_processes(
-            ds,
-            _examples_batch,
-            fn_kwargs,
-            procs,
-            work,
-            description,
-            progress,
-            fingerprint=fingerprint,
-            **batches,
-        )
-    return ds.map(
+    return map_batches(
+        ds,
         _examples_batch,
-        batched=True,
-        fn_kwargs=fn_kwargs,
-        cache_file_name=str(work / "mapped.arrow"),
-        load_from_cache_file=False,
-        new_fingerprint=fingerprint,
-        desc=description,
-        **batches,
+        fn_kwargs,
+        procs,
+        work,
+        f"tokenising {fn_kwargs['split']}",
+        datasets.is_progress_bar_enabled(),
+        batch_size=16,
+        writer_batch_size=1000,  # (`datasets`' default, as before: the same files)
+        remove_columns=ds.column_names,
+        features=features,
+        fingerprint=fingerprint,
     )
 
 

@@ -77,7 +77,7 @@ from tibnlp.text.prepared import (
     load_prepared,
     save_splits,
 )
-from tibnlp.text.process_map import map_in_processes
+from tibnlp.text.process_map import map_batches
 from tibnlp.text.readers import (
     InputInfo,
     expand_inputs,
@@ -324,24 +324,18 @@ def _process(
         "min_syllables": cfg.min_syllables,
         "ga_boundary": cfg.split_on_ga_space,
     }
-    batches: dict[str, Any] = {
-        "batch_size": 8,
-        "writer_batch_size": 64,
-        "remove_columns": ["lines", "line"],
-    }
-    procs = min(num_proc, len(raw))
-    if procs > 1:  # (not datasets' num_proc: its pool hung when stopped, `process_map`)
-        return map_in_processes(
-            shuffled, process_documents, kwargs, procs, work, STEP, progress, **batches
-        )
-    return shuffled.map(
+    # (not datasets' num_proc: its pool hung when stopped, `process_map`)
+    return map_batches(
+        shuffled,
         process_documents,
-        batched=True,
-        fn_kwargs=kwargs,
-        cache_file_name=str(work / "processed.arrow"),
-        load_from_cache_file=False,
-        desc=STEP,
-        **batches,
+        kwargs,
+        num_proc,
+        work,
+        STEP,
+        progress,
+        batch_size=8,
+        writer_batch_size=64,
+        remove_columns=["lines", "line"],
     )
 
 

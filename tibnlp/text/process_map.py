@@ -37,6 +37,56 @@ from tibnlp.stopping import die_with_parent
 POLL_S = 0.2  # how often the parent looks at its workers and updates the bar
 
 
+def map_batches(
+    data: datasets.Dataset,
+    function: Callable[..., dict[str, list[Any]]],
+    fn_kwargs: dict[str, Any],
+    procs: int,
+    work: Path,
+    description: str,
+    progress: bool,
+    *,
+    batch_size: int,
+    writer_batch_size: int,
+    remove_columns: list[str],
+    features: datasets.Features | None = None,
+    fingerprint: str | None = None,
+) -> datasets.Dataset:
+    """`data.map(function, batched=True, ...)` into `work`: over `min(procs, rows)` processes
+    (`map_in_processes`) when that is more than one, else in this process (`datasets`' own
+    bar, shown as its progress bars are set). The same rows either way; `fingerprint`, when
+    given, is the result's whatever the process count."""
+    procs = min(procs, len(data))
+    if procs > 1:
+        return map_in_processes(
+            data,
+            function,
+            fn_kwargs,
+            procs,
+            work,
+            description,
+            progress,
+            batch_size=batch_size,
+            writer_batch_size=writer_batch_size,
+            remove_columns=remove_columns,
+            features=features,
+            fingerprint=fingerprint,
+        )
+    return data.map(
+        function,
+        batched=True,
+        batch_size=batch_size,
+        writer_batch_size=writer_batch_size,
+        remove_columns=remove_columns,
+        features=features,
+        fn_kwargs=fn_kwargs,
+        cache_file_name=str(work / "mapped.arrow"),
+        load_from_cache_file=False,
+        new_fingerprint=fingerprint,
+        desc=description,
+    )
+
+
 def map_in_processes(
     data: datasets.Dataset,
     function: Callable[..., dict[str, list[Any]]],
