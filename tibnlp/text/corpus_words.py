@@ -218,12 +218,16 @@ def segment_corpus(
     corpus_dir = Path(corpus_dir)
     corpus = load_prepared(corpus_dir)
     pack = require_pack(pack)
-    key = words_key(corpus_key(corpus_dir, corpus), pack_digest(pack))
+    corpus_id, pack_sha = corpus_key(corpus_dir, corpus), pack_digest(pack)
+    key = words_key(corpus_id, pack_sha)
     meta = _read_meta(corpus_dir)
     if meta is not None and meta.get("key") == key:
         return {**meta, "kept": True}
     procs = num_proc or os.cpu_count() or 1
-    run = _build(corpus_dir, corpus, procs, pack, cache or cache_root(), key, progress or _quiet)
+    identity = {"key": key, "corpus": corpus_id, "pack_sha256": pack_sha}
+    run = _build(
+        corpus_dir, corpus, procs, pack, cache or cache_root(), identity, progress or _quiet
+    )
     meta = _read_meta(corpus_dir)
     assert meta is not None
     return {**meta, "kept": False, **run}
@@ -279,11 +283,15 @@ def _build(
     num_proc: int,
     pack: Path,
     cache: Path,
-    key: str,
+    identity: dict[str, str],
     progress: Progress,
 ) -> dict[str, Any]:
-    """Segment what the partial folder lacks, publish words/; returns the run's facts."""
+    """Segment what the partial folder lacks, publish words/; returns the run's facts.
+    `identity`: the words' key and what it is made of (corpus key, pack digest), as
+    `segment_corpus` computed them: meta.json's first fields."""
     from tibnlp.text.prepared import save_splits
+
+    key = identity["key"]
 
     partial = corpus_dir / PARTIAL_DIR
     stamp = partial / "key.txt"
@@ -338,9 +346,7 @@ def _build(
                 seconds["cpu_seconds"] += float(fig["cpu_seconds"])
             save_splits(_assemble(files), tmp / split)
         meta = {  # what the words are: the same bytes for the same key (module docstring)
-            "key": key,
-            "corpus": corpus_key(corpus_dir, corpus),
-            "pack_sha256": pack_digest(pack),
+            **identity,
             "botok": botok_version(),
             "split_affixes": SPLIT_AFFIXES,
             **figures,
