@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tibnlp.config import Config, from_dict, to_dict
-from tibnlp.errors import TibnlpError
+from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.folder_lock import this_process
 from tibnlp.pipeline.context import StageContext
 from tibnlp.pipeline.registry import stage_def
@@ -38,6 +38,25 @@ RESULT_FILE = ".tibnlp-launch-result.json"
 # after a stop: how long the launcher may take to stop its workers after our SIGTERM
 # (torchrun gives them 30 s), before SIGKILL
 STOP_GRACE_S = 60.0
+
+
+def check_launch(launch: str, at: str) -> None:
+    """Checked as the pipeline file loads: a launcher is run as `LAUNCH tibnlp.cli.main ...`,
+    so it must end with its module flag; without it torchrun looks for a script file named
+    tibnlp.cli.main and fails in the stage, after the stages above it have run. An unbalanced
+    quote fails the split the same way."""
+    if not launch:
+        return
+    try:
+        words = shlex.split(launch)
+    except ValueError as exc:
+        raise ConfigError(f"{at}: {launch!r} cannot be split into words ({exc})") from None
+    if not words or words[-1] not in ("-m", "--module"):
+        raise ConfigError(
+            f"{at}: {launch!r} must end with the launcher's module flag, as in "
+            "'torchrun --nproc_per_node 8 -m' or 'deepspeed --num_gpus 8 --module' "
+            "(the pipeline appends the module tibnlp.cli.main)"
+        )
 
 
 def launch_stage(launch: str, kind: str, ctx: StageContext) -> Any:

@@ -35,7 +35,6 @@ stage's kind must exist and be given the inputs and params it declares (`Accepts
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ from tibnlp.config import Config
 from tibnlp.config.core import YES_NO, apply_overrides, key_path, read_yaml, whole_keys
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.context import Accepts
+from tibnlp.pipeline.launch import check_launch
 from tibnlp.pipeline.registry import stage_def
 from tibnlp.pipeline.variants import Variant, expand_variants
 
@@ -209,7 +209,7 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
         for key in ("launch", "description"):
             if isinstance(body.get(key), (dict, list, bool)):
                 raise ConfigError(f"{at}.{key}: expected a single value, got {body[key]!r}")
-        _check_launch(str(body.get("launch") or ""), f"{at}.launch")
+        check_launch(str(body.get("launch") or ""), f"{at}.launch")
         spec = StageSpec(
             name=str(sname),
             kind=str(body.get("kind") or sname),
@@ -418,21 +418,3 @@ def get_dotted(data: Any, key: str, default: Any = None) -> Any:
 
 def has_dotted(data: Any, key: str) -> bool:
     return get_dotted(data, key, _ABSENT) is not _ABSENT
-
-
-def _check_launch(launch: str, at: str) -> None:
-    """A launcher is run as `LAUNCH tibnlp.cli.main ...`, so it must end with its module flag;
-    without it torchrun looks for a script file named tibnlp.cli.main and fails in the stage,
-    after the stages above it have run. An unbalanced quote fails the split the same way."""
-    if not launch:
-        return
-    try:
-        words = shlex.split(launch)
-    except ValueError as exc:
-        raise ConfigError(f"{at}: {launch!r} cannot be split into words ({exc})") from None
-    if not words or words[-1] not in ("-m", "--module"):
-        raise ConfigError(
-            f"{at}: {launch!r} must end with the launcher's module flag, as in "
-            "'torchrun --nproc_per_node 8 -m' or 'deepspeed --num_gpus 8 --module' "
-            "(the pipeline appends the module tibnlp.cli.main)"
-        )
