@@ -12,6 +12,7 @@ import yaml
 
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.context import Accepts, StageContext
+from tibnlp.pipeline.planner import Planner
 from tibnlp.pipeline.registry import known_kinds, register_stage, stage_def
 from tibnlp.pipeline.runner import run_pipeline
 from tibnlp.pipeline.spec import load_pipeline
@@ -289,3 +290,29 @@ def test_a_dotted_tag_a_stage_sets_itself_is_said_not_to_reach_it(tmp_path: Path
         "--set tracking.tags.team.name does not reach stage vocab: its own config sets it "
         "(for that stage: --set stages.vocab.config.tracking.tags.team.name=...)"
     ]
+
+
+def test_a_stage_name_with_dots_is_read_whole_in_references_and_set(tmp_path: Path) -> None:
+    """A stage name may hold dots (load refuses only names that are no folder name), but
+    `${stages.prep.v2.output}` was read as a reference to stage 'prep' ('not defined above it',
+    or the wrong stage where one is so named), and `--set stages.prep.v2.inputs...` as a key of
+    a stage 'prep'."""
+    for name in ("x", "y", "z"):
+        (tmp_path / name).write_text(name, encoding="utf-8")
+    stages = {
+        "prep.v2": {"kind": "v_pair", "inputs": {"left": str(tmp_path / "x")}},
+        "prep": {"kind": "v_pair", "inputs": {"left": str(tmp_path / "y")}},
+        "use": {
+            "kind": "v_pair",
+            "inputs": {"left": "${stages.prep.v2.output}", "right": "${stages.prep.output}"},
+        },
+    }
+    to_z = f"stages.prep.v2.inputs.left={tmp_path / 'z'}"
+    alone = load_pipeline(_write(tmp_path, {"prep.v2": stages["prep.v2"]}), [to_z])
+    assert alone.stages[0].inputs == {"left": str(tmp_path / "z")}
+    spec = load_pipeline(_write(tmp_path, stages), [to_z])
+    assert [s.inputs["left"] for s in spec.stages[:2]] == [str(tmp_path / n) for n in "zy"]
+    assert spec.stages[2].references() == ["prep.v2", "prep"]
+    steps = Planner(spec).plan()
+    keys = {s.node.stage.name: s.key for s in steps}
+    assert steps[2].inputs == {"left": f"stage:{keys['prep.v2']}", "right": f"stage:{keys['prep']}"}

@@ -25,7 +25,14 @@ from tibnlp.pipeline.cache import (
 )
 from tibnlp.pipeline.grid import Node, expand
 from tibnlp.pipeline.registry import stage_def
-from tibnlp.pipeline.spec import PARAMS, PipelineSpec, get_dotted, has_dotted, substitute
+from tibnlp.pipeline.spec import (
+    PARAMS,
+    PipelineSpec,
+    get_dotted,
+    has_dotted,
+    stage_ref,
+    substitute,
+)
 from tibnlp.tracking import path_hash
 
 DATA_PREFIX = "data:"
@@ -97,15 +104,15 @@ class Planner:
 
     def _lookup(self, node: Node, real: bool) -> Callable[[str, str], Any]:
         def lookup(ref: str, where: str) -> Any:
-            parts = ref.split(".")
-            if parts[0] != "stages" or len(parts) != 3 or parts[2] != "output":
+            name = stage_ref(ref)
+            if name is None:
                 raise ConfigError(
                     f"{self.spec.source}: {where}: unknown reference ${{{ref}}}",
                     "references are ${vars.NAME} and ${stages.STAGE.output}",
                 )
-            if parts[1] in node.collected:  # a collect stage: every node of that stage
-                return [self._ref(up, real) for up in node.collected[parts[1]]]
-            return self._ref(node.upstream[parts[1]], real)
+            if name in node.collected:  # a collect stage: every node of that stage
+                return [self._ref(up, real) for up in node.collected[name]]
+            return self._ref(node.upstream[name], real)
 
         return lookup
 

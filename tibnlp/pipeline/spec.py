@@ -84,10 +84,20 @@ class StageSpec:
         overrides = [v.overrides for v in self.variants]  # grid and variant values too
         for text in _strings([self.inputs, self.config, self.params, overrides]):
             for ref in _REF.findall(text):
-                parts = ref.strip().split(".")
-                if parts[0] == "stages" and len(parts) >= 3 and parts[1] not in found:
-                    found.append(parts[1])
+                name = stage_ref(ref)
+                if name is not None and name not in found:
+                    found.append(name)
         return found
+
+
+def stage_ref(ref: str) -> str | None:
+    """The stage that `stages.NAME.output` names (None for another reference): all between
+    the two, as a stage name may hold dots (`eval.v2`: a plain folder name)."""
+    ref = ref.strip()
+    head, tail = "stages.", ".output"
+    if ref.startswith(head) and ref.endswith(tail) and len(ref) > len(head + tail):
+        return ref[len(head) : -len(tail)]
+    return None
 
 
 @dataclass
@@ -309,7 +319,7 @@ def _check_target(data: dict[str, Any], text: str, path: Path) -> None:
     """`--set vars.NAME=...` and `--set stages.NAME....=...` must name a variable or stage of
     the file: a typo would add an unused variable (silently) or a stage with no kind."""
     key = text.split("=", 1)[0].strip()
-    parts = key.split(".")
+    parts = key_path(data, key.split("."), _whole)  # a stage `eval.v2` is one part
     if len(parts) < 2 or parts[0] not in ("vars", "stages"):
         return
     section = data.get(parts[0])
