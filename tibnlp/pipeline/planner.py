@@ -24,15 +24,9 @@ from tibnlp.pipeline.cache import (
     slot_for,
 )
 from tibnlp.pipeline.grid import Node, expand
+from tibnlp.pipeline.keys import get_dotted, has_dotted
 from tibnlp.pipeline.registry import stage_def
-from tibnlp.pipeline.spec import (
-    PARAMS,
-    PipelineSpec,
-    get_dotted,
-    has_dotted,
-    stage_ref,
-    substitute,
-)
+from tibnlp.pipeline.spec import PARAMS, PipelineSpec, stage_ref, substitute
 from tibnlp.tracking import path_hash
 
 DATA_PREFIX = "data:"

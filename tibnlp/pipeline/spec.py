@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tibnlp.config import Config
-from tibnlp.config.core import YES_NO, apply_overrides, key_path, read_yaml, whole_keys
+from tibnlp.config.core import YES_NO, apply_overrides, key_path, read_yaml
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.context import Accepts
+from tibnlp.pipeline.keys import file_whole, has_dotted
 from tibnlp.pipeline.launch import check_launch
 from tibnlp.pipeline.registry import stage_def
 from tibnlp.pipeline.variants import Variant, expand_variants
@@ -289,7 +289,7 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     for text in fixed:
         _check_target(data, text, path)
         try:
-            apply_overrides(data, [text], whole=_whole)
+            apply_overrides(data, [text], whole=file_whole)
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
     spec = parse_pipeline(data, Path(path))
@@ -299,27 +299,11 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     return spec
 
 
-def _whole(path: list[str]) -> bool:
-    """The mappings of a pipeline file keyed by whole dotted keys: `stages.NAME.grid`
-    (`--set stages.NAME.grid.a.b=[...]` sets or adds its key `a.b`), and in the shared
-    `config` or a stage's, those the config classes key so (`tracking.tags`: a tag `a.b`)."""
-    if len(path) == 3 and path[0] == "stages" and path[2] == "grid":
-        return True
-    if path[:1] == ["config"]:
-        return whole_keys(Config)(path[1:])
-    return (
-        len(path) > 3
-        and path[0] == "stages"
-        and path[2] == "config"
-        and whole_keys(Config)(path[3:])
-    )
-
-
 def _check_target(data: dict[str, Any], text: str, path: Path) -> None:
     """`--set vars.NAME=...` and `--set stages.NAME....=...` must name a variable or stage of
     the file: a typo would add an unused variable (silently) or a stage with no kind."""
     key = text.split("=", 1)[0].strip()
-    parts = key_path(data, key.split("."), _whole)  # a stage `eval.v2` is one part
+    parts = key_path(data, key.split("."), file_whole)  # a stage `eval.v2` is one part
     if len(parts) < 2 or parts[0] not in ("vars", "stages"):
         return
     section = data.get(parts[0])
@@ -408,23 +392,3 @@ def shadowed(spec: PipelineSpec, keys: Iterable[str]) -> list[str]:
                     f"(for that stage: --set stages.{stage.name}.config.{key}=...)"
                 )
     return notes
-
-
-_ABSENT = object()
-
-
-def get_dotted(data: Any, key: str, default: Any = None) -> Any:
-    """The value at a dotted key (`pretrain.max_steps`) of a config's nested mappings, else
-    `default`; a key that holds dots is read as `--set` writes it (`tracking.tags.a.b`: the
-    tag `a.b`, `key_path`)."""
-    if not isinstance(data, dict):
-        return default
-    for part in key_path(data, key.split("."), whole_keys(Config)):
-        if not isinstance(data, dict) or part not in data:
-            return default
-        data = data[part]
-    return data
-
-
-def has_dotted(data: Any, key: str) -> bool:
-    return get_dotted(data, key, _ABSENT) is not _ABSENT
