@@ -1,12 +1,15 @@
 """Dotted keys in a pipeline file, as `--set` writes them: which of its mappings are keyed by
-whole dotted keys (a grid's `finetune.head`, a tag `a.b`), and reading such a key back."""
+whole dotted keys (a grid's `finetune.head`, a tag `a.b`), reading such a key back, and
+setting one inside a stage's list of variants."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from tibnlp.config import Config
-from tibnlp.config.core import key_path, whole_keys
+from tibnlp.config.core import apply_overrides, key_path, whole_keys
+from tibnlp.errors import ConfigError
 
 
 def file_whole(path: list[str]) -> bool:
@@ -43,3 +46,56 @@ def get_dotted(data: Any, key: str, default: Any = None) -> Any:
 
 def has_dotted(data: Any, key: str) -> bool:
     return get_dotted(data, key, _ABSENT) is not _ABSENT
+
+
+def set_in_variant(stages: dict[str, Any], stage: str, text: str) -> None:
+    """`--set stages.S.variants.V.set.KEY=VALUE` in a pipeline file's data. The list reads
+    as a mapping: V is a variant's name, or its position from 0 (an unnamed one's name is
+    made from its keys, so it has none to type); KEY is whole, as the file writes it. The
+    stage gets a changed copy of its list: a YAML alias (`variants: *common`) shares the
+    list with another stage, which the --set does not name."""
+    key = text.split("=", 1)[0].strip()
+    prefix = f"stages.{stage}.variants"
+    body = stages.get(stage)
+    body = body if isinstance(body, dict) else {}
+    variants = body.get("variants")
+    if not isinstance(variants, list):
+        grid = isinstance(body.get("grid"), dict)
+        raise ConfigError(
+            f"--set {key}: stage {stage} has no list of variants",
+            f"its grid is set as --set stages.{stage}.grid.KEY='[VALUE, ...]'"
+            if grid
+            else f"give it one: --set {prefix}='[{{name: NAME, set: {{KEY: VALUE}}}}]'",
+        )
+    items = copy.deepcopy(variants)
+    handles = {str(i): i for i in range(len(items))}
+    handles.update(
+        {str(v["name"]): i for i, v in enumerate(items) if isinstance(v, dict) and v.get("name")}
+    )
+
+    def whole(path: list[str]) -> bool:  # a variant's `set` is keyed by whole dotted keys
+        return len(path) == 5 and path[4] == "set"
+
+    view = {"stages": {stage: {"variants": {h: items[i] for h, i in handles.items()}}}}
+    path = key_path(view, key.split("."), whole)
+    handle = path[3]
+    if handle not in handles:
+        shown = [
+            str(v["name"]) if isinstance(v, dict) and v.get("name") else f"{i} (unnamed)"
+            for i, v in enumerate(items)
+        ]
+        raise ConfigError(
+            f"--set {key}: stage {stage} has no variant {handle!r}",
+            f"its variants: {', '.join(shown)}; write --set {prefix}.NAME.set.KEY=VALUE "
+            "(or its position, from 0: an unnamed one has no name to write)",
+        )
+    if len(path) > 4 and path[4] not in ("name", "set"):
+        rest = ".".join(path[4:])
+        raise ConfigError(
+            f"--set {key}: a variant has the keys name and set, not {path[4]!r}",
+            f"to set {rest} in variant {handle}: --set {prefix}.{handle}.set.{rest}=VALUE",
+        )
+    box = {"stages": {stage: {"variants": {handle: items[handles[handle]]}}}}
+    apply_overrides(box, [text], whole=whole)
+    items[handles[handle]] = box["stages"][stage]["variants"][handle]
+    body["variants"] = items

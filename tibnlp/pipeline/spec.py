@@ -43,7 +43,7 @@ from typing import Any
 from tibnlp.config.core import YES_NO, apply_overrides, key_path, read_yaml
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.context import Accepts
-from tibnlp.pipeline.keys import file_whole, has_dotted
+from tibnlp.pipeline.keys import file_whole, has_dotted, set_in_variant
 from tibnlp.pipeline.launch import check_launch
 from tibnlp.pipeline.registry import stage_def
 from tibnlp.pipeline.variants import Variant, expand_variants
@@ -272,9 +272,10 @@ def _no_stage_refs(config: Any, where: str) -> None:
 
 def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     """Read a pipeline file; `--set` overrides address its keys (`vars.steps=50`,
-    `stages.pretrain.config.pretrain.max_steps=10`) or, for config sections, every stage that
-    does not set the key itself (`pretrain.max_steps=10` is `config.pretrain.max_steps=10`;
-    `notes` name the stages it does not reach)."""
+    `stages.pretrain.config.pretrain.max_steps=10`, a variant by name or position:
+    `stages.pretrain.variants.fixed12.set.model.heads.small=8`) or, for config sections, every
+    stage that does not set the key itself (`pretrain.max_steps=10` is
+    `config.pretrain.max_steps=10`; `notes` name the stages it does not reach)."""
     data = read_yaml(Path(path))
     fixed = []
     for text in overrides:
@@ -287,9 +288,12 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
         head = text.split("=", 1)[0].split(".", 1)[0].strip()
         fixed.append(text if head in TOP_KEYS else f"config.{text}")
     for text in fixed:
-        _check_target(data, text, path)
+        target = _check_target(data, text, path)
         try:
-            apply_overrides(data, [text], whole=file_whole)
+            if target[:1] == ["stages"] and target[2:3] == ["variants"] and len(target) > 3:
+                set_in_variant(data["stages"], target[1], text)  # an item of a list
+            else:
+                apply_overrides(data, [text], whole=file_whole)
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc.message}", exc.hint) from exc
     spec = parse_pipeline(data, Path(path))
@@ -299,17 +303,18 @@ def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
     return spec
 
 
-def _check_target(data: dict[str, Any], text: str, path: Path) -> None:
+def _check_target(data: dict[str, Any], text: str, path: Path) -> list[str]:
     """`--set vars.NAME=...` and `--set stages.NAME....=...` must name a variable or stage of
-    the file: a typo would add an unused variable (silently) or a stage with no kind."""
+    the file: a typo would add an unused variable (silently) or a stage with no kind.
+    Returns the keys the --set names (`key_path`)."""
     key = text.split("=", 1)[0].strip()
     parts = key_path(data, key.split("."), file_whole)  # a stage `eval.v2` is one part
     if len(parts) < 2 or parts[0] not in ("vars", "stages"):
-        return
+        return parts
     section = data.get(parts[0])
     names = [str(k) for k in section] if isinstance(section, dict) else []
     if parts[1] in names:
-        return
+        return parts
     what = "variable" if parts[0] == "vars" else "stage"
     raise ConfigError(
         f"{path}: --set {key}: the pipeline has no {what} named {parts[1]!r}",
@@ -382,9 +387,11 @@ def shadowed(spec: PipelineSpec, keys: Iterable[str]) -> list[str]:
             own = has_dotted(stage.config, key)
             varied = [v.name for v in stage.variants if key in v.overrides]
             if varied:  # a variant's value wins over every config
+                grid = (spec.raw.get("stages", {}).get(stage.name) or {}).get("grid") or {}
+                how = f"grid.{key}='[...]'" if key in grid else f"variants.NAME.set.{key}=..."
                 notes.append(
                     f"--set {key} does not reach stage {stage.name}: its variants "
-                    f"({', '.join(varied)}) set it (change them in {spec.source})"
+                    f"({', '.join(varied)}) set it (for them: --set stages.{stage.name}.{how})"
                 )
             elif own:
                 notes.append(
