@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tibnlp.config.core import read_yaml
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.planner import Planner
 from tibnlp.pipeline.registry import register_stage
@@ -136,3 +137,24 @@ def test_set_reaches_a_variant_of_a_shipped_pipeline() -> None:
     spec = load_pipeline(path, ["stages.encoder.variants.n371.set.finetune.epochs=5"])
     epochs = {s.name: s.variants[0].overrides["finetune.epochs"] for s in spec.stages[:2]}
     assert epochs == {"encoder": 5, "twin": 60}
+
+
+def test_set_of_a_config_shared_by_an_alias_changes_that_stage_only(tmp_path: Path) -> None:
+    """A YAML alias gives two stages one config mapping: a --set naming one stage must not
+    reach the other (read_yaml unshares what an alias shares)."""
+    path = tmp_path / "alias.yaml"
+    path.write_text(
+        f"name: alias\nworkdir: {tmp_path / 'work'}\nstages:\n"
+        "  a: {kind: sv_vocab, config: &both {vocab: {vocab_size: 100}}}\n"
+        "  b: {kind: sv_vocab, config: *both}\n",
+        encoding="utf-8",
+    )
+    spec = load_pipeline(path, ["stages.a.config.vocab.vocab_size=150"])
+    assert [s.config["vocab"]["vocab_size"] for s in spec.stages] == [150, 100]
+
+
+def test_an_alias_to_a_mapping_that_holds_it_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "loop.yaml"
+    path.write_text("a: &loop {b: *loop}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"loop\.yaml: an alias refers to a mapping"):
+        read_yaml(path)

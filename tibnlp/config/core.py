@@ -452,7 +452,20 @@ def read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    return data
+    return _unshared(data, path, ())
+
+
+def _unshared(obj: Any, path: Path, within: tuple[int, ...]) -> Any:
+    """A copy in which no mapping or list is shared: a YAML alias (`config: *common`) gives
+    two keys one object, so a `--set` naming one stage would change the other too."""
+    if not isinstance(obj, (dict, list)):
+        return obj
+    if id(obj) in within:
+        raise ConfigError(f"{path}: an alias refers to a mapping or list that contains it")
+    within = (*within, id(obj))
+    if isinstance(obj, dict):
+        return {key: _unshared(value, path, within) for key, value in obj.items()}
+    return [_unshared(value, path, within) for value in obj]
 
 
 def load(cls: type[T], path: Path | None = None, overrides: Iterable[str] = ()) -> T:
