@@ -84,6 +84,30 @@ def test_every_command_lists_as_one_line() -> None:
     assert "matching checksums." in shown and "damaged" not in shown, shown
 
 
+def test_no_option_help_loses_a_bracketed_text_to_rich_markup() -> None:
+    """`--set`'s help showed "stages.finetune.grid.finetune.head= a pipeline grid's": rich
+    read `[cnn]` as a markup tag. Every option's help is shown with its brackets."""
+    import click
+    import typer
+
+    root = typer.main.get_command(app)
+    checked = 0
+    for path, cmd in _commands(root, click.Context(root)):
+        wanted = [
+            text.replace("\\[", "[")
+            for param in cmd.params
+            for text in re.findall(r"\\?\[[^\]\s]+\]", getattr(param, "help", None) or "")
+        ]
+        if not wanted:
+            continue
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "2000"}).output
+        flat = " ".join(shown.replace("│", " ").split())
+        for text in wanted:
+            assert text in flat, (path, text)
+            checked += 1
+    assert checked, "no option help holds a bracketed text: the test checks nothing"
+
+
 @pytest.mark.parametrize("indent", [None, 1])
 def test_a_json_array_file_is_named_as_one(tmp_path: Path, indent: int | None) -> None:
     """A `.json` holding one array was reported as a JSON syntax error on line 1 or as "no

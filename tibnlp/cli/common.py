@@ -31,7 +31,7 @@ SetOption = Annotated[
         "-s",
         help="Override a config key: section.key=value (repeatable). A key with dots of its "
         "own is written in full: tracking.tags.team.name=nlp sets the tag 'team.name', "
-        "stages.finetune.grid.finetune.head=[cnn] a pipeline grid's 'finetune.head'; "
+        "stages.finetune.grid.finetune.head=\\[cnn] a pipeline grid's 'finetune.head'; "
         "stages.pretrain.variants.fixed12.set.model.heads.small=8 a key of the pipeline "
         "variant fixed12 (a variant by name, or by position from 0).",
     ),
