@@ -316,3 +316,17 @@ def test_a_stage_name_with_dots_is_read_whole_in_references_and_set(tmp_path: Pa
     steps = Planner(spec).plan()
     keys = {s.node.stage.name: s.key for s in steps}
     assert steps[2].inputs == {"left": f"stage:{keys['prep.v2']}", "right": f"stage:{keys['prep']}"}
+
+
+def test_a_variable_name_with_dots_is_read_whole(tmp_path: Path) -> None:
+    """A variable `data.dir` could be set with --set but not read: `${vars.data.dir}` was
+    split at every dot and called an unknown variable."""
+    (tmp_path / "x").write_text("x", encoding="utf-8")
+    (tmp_path / "y").write_text("y", encoding="utf-8")
+    stages = {"a": {"kind": "v_pair", "inputs": {"left": "${vars.data.dir}"}}}
+    path = _write(tmp_path, stages, vars={"data.dir": str(tmp_path / "x")})
+    assert load_pipeline(path).stages[0].inputs == {"left": str(tmp_path / "x")}
+    spec = load_pipeline(path, [f"vars.data.dir={tmp_path / 'y'}"])
+    assert spec.stages[0].inputs == {"left": str(tmp_path / "y")}
+    with pytest.raises(ConfigError, match=r"unknown variable \$\{vars\.data\.di\}"):
+        load_pipeline(path, ["config.pretrain.max_steps=${vars.data.di}"])

@@ -164,18 +164,18 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
     resolving: list[str] = []
 
     def var_lookup(ref: str, at: str) -> Any:
-        parts = ref.split(".")
-        if parts[0] == "vars":
-            if len(parts) != 2 or parts[1] not in vars_:
+        head, _, var = ref.partition(".")  # all after `vars.`: a variable `a.b` is one name
+        if head == "vars":
+            if var not in vars_:
                 raise ConfigError(f"{where}: {at}: unknown variable ${{{ref}}}")
-            if parts[1] in resolving:  # a variable may read another, not itself
-                cycle = " -> ".join([*resolving[resolving.index(parts[1]) :], parts[1]])
+            if var in resolving:  # a variable may read another, not itself
+                cycle = " -> ".join([*resolving[resolving.index(var) :], var])
                 raise ConfigError(f"{where}: vars: the variables read each other ({cycle})")
-            resolving.append(parts[1])
-            value = substitute(vars_[parts[1]], var_lookup, f"vars.{parts[1]}")
+            resolving.append(var)
+            value = substitute(vars_[var], var_lookup, f"vars.{var}")
             resolving.pop()
             return value
-        if parts[0] == "name":
+        if ref == "name":
             return name
         return "${" + ref + "}"  # stage references are resolved when the stage runs
 
