@@ -89,7 +89,9 @@ def test_bad_inputs_are_clear_errors(classifier_dir, tmp_path) -> None:
         read_inputs(str(latin))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ཀ"}\n{"txt": "ཁ"}\n', "utf-8")
-    with pytest.raises(DataError, match=r"bad.jsonl:2: expected a JSON object with a string"):
+    with pytest.raises(
+        DataError, match=r"bad.jsonl:2: the record has no .text. field \(it has: .txt.\)"
+    ):
         read_inputs(str(bad))
 
 

@@ -14,7 +14,9 @@ from tibnlp.evaluation.predict import predict_file
 
 def predict(
     model: Annotated[Path, typer.Option(help="Fine-tuned classifier directory.")],
-    input: Annotated[str, typer.Option("--input", "-i", help="JSONL (text field) or text; -.")],
+    input: Annotated[
+        str, typer.Option("--input", "-i", help="JSONL (see --text-field) or text; -.")
+    ],
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="JSONL output (default, or -: stdout)."),
@@ -24,11 +26,21 @@ def predict(
         Literal["auto", "cpu", "cuda"],
         typer.Option(help="auto: the GPU when one is visible (as fine-tuning), else the CPU."),
     ] = "auto",
+    text_field: Annotated[
+        str | None,
+        typer.Option(
+            help="JSONL field of the text (default: the classifier's dataset's, or text)."
+        ),
+    ] = None,
+    label_field: Annotated[
+        str | None,
+        typer.Option(help="JSONL field of a gold label (default: as --text-field, or label)."),
+    ] = None,
 ) -> None:
     """One JSON line per input: the input record plus `prediction` and `probabilities`."""
     if output is not None and str(output) == "-":  # as --input takes it: stdout, no file "-"
         output = None
-    done = predict_file(model, input, output, batch_size, device)
+    done = predict_file(model, input, output, batch_size, device, text_field, label_field)
     meta = done.meta
     console.print(
         escape(

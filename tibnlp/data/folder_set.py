@@ -167,6 +167,8 @@ def load_folder_set(value: str) -> LabelledSet:
         folder=str(folder.resolve()),
         files_sha256=files_sha256(folder_files(folder, settings)),
         notes=notes,
+        text_field=settings.text_field,
+        label_field=settings.label_field,
     )
 
 

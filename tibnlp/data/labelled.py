@@ -56,6 +56,10 @@ class LabelledSet:
     splits: dict[str, list[Example]] = field(default_factory=dict)
     source_form: str = "tsheg"  # text form as stored in the data directory
     max_len: int = 0  # manifest default (tokens); 0: none given
+    # the record fields the text and the label were read from (the manifest's, or a folder
+    # set's dataset.yaml): a classifier records them, so `predict` reads the set's own files
+    text_field: str = "text"
+    label_field: str = "label"
     manifest: str = ""
     # a set of one's own (`tibnlp.data.folder_set`): the folder it was read from, and the hash
     # of the files read there, which the seeds' data hash extends ("" for a shipped set: its
@@ -345,8 +349,7 @@ def _record(
                 else ", or restore the file"
             )
             raise DataError(
-                f"{path}:{lineno}: the record has no '{key}' field "
-                f"(it has: {listed(list(map(repr, record)), 8) or 'none'})",
+                missing_field(f"{path}:{lineno}", key, record),
                 f"each record needs '{text_field}' (the text) and '{label_field}' (the class "
                 f"name); rename the field{other}",
             )
@@ -357,6 +360,13 @@ def _record(
             "give the text as a JSON string, or remove the record",
         )
     return record
+
+
+def missing_field(where: str, key: str, record: dict[str, Any]) -> str:
+    """What a record without field `key` is told at `where` ("FILE:LINE"): the fields it has
+    instead, so a renamed field shows."""
+    has = listed([repr(name) for name in record], 8) or "none"
+    return f"{where}: the record has no '{key}' field (it has: {has})"
 
 
 class _LabelIds:

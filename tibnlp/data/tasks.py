@@ -108,6 +108,8 @@ def load_dataset(name: str) -> LabelledSet:
         source_form=manifest.text_form,
         max_len=manifest.max_len,
         manifest=name,
+        text_field=manifest.text_field,
+        label_field=manifest.label_field,
     )
 
 
@@ -131,6 +133,8 @@ def load_advts(target: str) -> LabelledSet:
         splits={"adversarial": adversarial, "original": original},
         source_form=manifest.text_form,
         manifest="advts",
+        text_field=manifest.text_field,
+        label_field=manifest.label_field,
     )
 
 

@@ -66,6 +66,8 @@ def load_tncc_document() -> LabelledSet:
         source_form=manifest.text_form,
         max_len=manifest.max_len,
         manifest=manifest.name,
+        text_field=manifest.text_field,
+        label_field=manifest.label_field,
     )
 
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from tibnlp.data.collate import encode_counting_cuts, pad_batch
-from tibnlp.data.labelled import BadLabel, class_name, model_text
+from tibnlp.data.labelled import BadLabel, class_name, missing_field, model_text
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.fsutil import atomic_write_text, check_file_path, text_lines
 from tibnlp.models.attention.dynamic import per_text_routing
@@ -162,19 +162,36 @@ def check_vocab(vocab: Any, meta: ClassifierMeta, directory: Path) -> None:
         )
 
 
-def read_inputs(source: str) -> list[dict[str, Any]]:
+def read_inputs(source: str, text_field: str = "text") -> list[dict[str, Any]]:
     """The records of `source` (see `numbered_inputs`), without their line numbers."""
-    return [record for _, record in numbered_inputs(source)[1]]
+    return [record for _, record in numbered_inputs(source, text_field).records]
 
 
-def numbered_inputs(source: str) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
-    """The input's name and its records, each with its line number: JSONL records with `text`
-    (kept whole, e.g. ids), or plain text one per line; '-': stdin.
+@dataclass
+class Inputs:
+    """What `numbered_inputs` read: the input's name, its records with their line numbers,
+    and the field that holds each record's text."""
+
+    name: str
+    records: list[tuple[int, dict[str, Any]]]
+    text_field: str
+
+    def texts(self) -> list[str]:
+        return [record[self.text_field] for _, record in self.records]
+
+
+PLAIN_TEXT_FIELD = "text"  # the field a plain-text line becomes
+
+
+def numbered_inputs(source: str, text_field: str = "text") -> Inputs:
+    """The input's records, each with its line number: JSONL records with a string
+    `text_field` (kept whole, e.g. ids), or plain text one per line (each line a record
+    `{"text": ..., "line": N}` whatever `text_field` is); '-': stdin.
 
     JSONL is recognised by a `.jsonl` suffix or a first non-empty line starting with '{'.
     Blank lines are skipped; a plain-text record keeps its `line` number, so the output can
-    be matched to the input although it has fewer lines.
-    """
+    be matched to the input although it has fewer lines. A record without `text_field` is
+    refused naming the file, the line and the fields it has (a set's own field names)."""
     if source == "-":
         stdin = sys.stdin
         # bytes, not the text layer: under a C locale it turns invalid bytes into lone
@@ -204,12 +221,13 @@ def numbered_inputs(source: str) -> tuple[str, list[tuple[int, dict[str, Any]]]]
     jsonl = name.endswith(".jsonl") or first.lstrip().startswith("{")
     if not jsonl and first.lstrip().startswith("["):
         _refuse_json_array(lines, name)
+    if not jsonl:
+        numbered = enumerate(lines, 1)
+        plain = [(n, {PLAIN_TEXT_FIELD: line, "line": n}) for n, line in numbered if line.strip()]
+        return Inputs(name, plain, PLAIN_TEXT_FIELD)
     records = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
-            continue
-        if not jsonl:
-            records.append((lineno, {"text": line, "line": lineno}))
             continue
         try:
             record = json.loads(line)
@@ -219,18 +237,39 @@ def numbered_inputs(source: str) -> tuple[str, list[tuple[int, dict[str, Any]]]]
                 "JSONL holds one whole JSON object per line (not pretty-printed), "
                 'e.g. {"id": "a", "text": "..."}',
             ) from exc
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise DataError(f"{name}:{lineno}: expected a JSON object with a string 'text' field")
-        try:
-            record["text"].encode("utf-8")
-        except UnicodeEncodeError as exc:  # a lone \ud800-\udfff escape: no character
-            raise DataError(
-                f"{name}:{lineno}: the 'text' field holds an unpaired surrogate escape "
-                f"({exc.object[exc.start : exc.end]!a}), not a character",
-                "write the character itself, or its escape as a surrogate pair",
-            ) from exc
+        _check_text(record, text_field, f"{name}:{lineno}")
         records.append((lineno, record))
-    return name, records
+    return Inputs(name, records, text_field)
+
+
+def _check_text(record: object, text_field: str, where: str) -> None:
+    """A JSONL record holds its text as a string in `text_field`; else an error at `where`
+    ("FILE:LINE") saying what it holds instead."""
+    if not isinstance(record, dict):
+        raise DataError(
+            f"{where}: expected a JSON object, found {type(record).__name__}",
+            f'one object per line, e.g. {{"id": "a", "{text_field}": "..."}}',
+        )
+    if text_field not in record:
+        raise DataError(
+            missing_field(where, text_field, record),
+            f"name the field that holds the text with --text-field (read: '{text_field}', "
+            "the field the classifier was trained on unless told otherwise), or rename it",
+        )
+    text = record[text_field]
+    if not isinstance(text, str):
+        raise DataError(
+            f"{where}: the '{text_field}' field is not a string ({type(text).__name__})",
+            "give the text as a JSON string",
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone \ud800-\udfff escape: no character
+        raise DataError(
+            f"{where}: the '{text_field}' field holds an unpaired surrogate escape "
+            f"({exc.object[exc.start : exc.end]!a}), not a character",
+            "write the character itself, or its escape as a surrogate pair",
+        ) from exc
 
 
 def _refuse_json_array(lines: list[str], name: str) -> None:
@@ -301,22 +340,34 @@ def predict_file(
     output: Path | None = None,
     batch_size: int = 128,
     device: str = "cpu",
+    text_field: str | None = None,
+    label_field: str | None = None,
 ) -> Predicted:
     """Predict every input; write JSON lines to `output` (atomically) or stdout (None or
-    '-'): each input record as it was (a gold `label` stays the gold label) plus `prediction` and
+    '-'): each input record as it was (a gold label stays the gold label) plus `prediction` and
     `probabilities` (replaced where the record already had them). A bad `output` path or
-    `device` is refused before the model is loaded."""
+    `device` is refused before the model is loaded.
+
+    JSONL records hold their text in `text_field` and their gold label, if any, in
+    `label_field`; None: the fields of the set the classifier was trained on (`text` and
+    `label` for a classifier that records none), so that set's own files predict as they are."""
     if output is not None and str(output) == "-":  # stdout, as '-' is stdin for `source`
         output = None
     if output is not None:
         check_file_path(output)
+    for flag, value in (("--text-field", text_field), ("--label-field", label_field)):
+        if value is not None and not value.strip():
+            raise ConfigError(f"{flag} is blank", "name a field of the input records")
     predictor = Predictor(model_dir, device)
-    name, numbered = numbered_inputs(source)
+    meta = predictor.meta
+    inputs = numbered_inputs(source, text_field or meta.text_field)
+    name, numbered = inputs.name, inputs.records
     records = [record for _, record in numbered]
-    known = set(predictor.meta.labels)
-    gold = (_class_of(r["label"]) for r in records if r.get("label") is not None)
+    gold_field = label_field or meta.label_field
+    known = set(meta.labels)
+    gold = (_class_of(r[gold_field]) for r in records if r.get(gold_field) is not None)
     foreign = sorted({label for label in gold if label not in known})
-    ids, dropped = predictor.encode([r["text"] for r in records])
+    ids, dropped = predictor.encode(inputs.texts())
     numbers, vocab = [line for line, _ in numbered], predictor.vocab
     # no text once read as the model reads it: blank, or only punctuation, marks and spaces
     blank = [n for n, row in zip(numbers, ids, strict=True) if not vocab.text_ids(row)]

@@ -1,7 +1,8 @@
 """The fine-tuned classifier directory: everything `predict` needs, and nothing else.
 
     classifier.yaml      encoder kind + its config, head config, labels, max_len, text form,
-                         the vocabulary's sha256, where it came from
+                         the vocabulary's sha256, where it came from and the fields of
+                         its dataset's records
     model.safetensors    weights
     spm.model, ...       the vocabulary files, copied beside
 
@@ -49,6 +50,10 @@ class ClassifierMeta:
     # False: trained on a word-segmented set, whose spaces `model_text` removes, not joins
     join_spaced_syllables: bool = True
     dataset: str = ""
+    # the record fields of the training set (`LabelledSet.text_field`): what `predict` reads in
+    # JSONL input unless told otherwise, so the set's own files predict as they are
+    text_field: str = "text"
+    label_field: str = "label"
     source_model: str = ""  # pretrained model dir, or "" for random initialisation
     eval_routing: Literal["batch", "per_text"] = "batch"  # see FinetuneConfig.eval_routing
     reading: Reading = field(default_factory=Reading)  # how documents beyond max_len are read
@@ -68,6 +73,8 @@ class ClassifierMeta:
             f"{prefix}.text_form",
             f"{self.text_form!r} is not allowed; allowed values: {', '.join(TEXT_FORMS)}",
         )
+        for key in ("text_field", "label_field"):
+            check(bool(getattr(self, key).strip()), f"{prefix}.{key}", "must name a record field")
         if self.encoder == "albert":  # fine-tuning clamps both; an edit may not have
             rows = self.reading.positions(self.max_len)
             check(

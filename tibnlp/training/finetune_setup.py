@@ -219,6 +219,8 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
         text_form=ft.text_form,
         join_spaced_syllables=data.join_spaced_syllables,
         dataset=data.name,
+        text_field=data.text_field,
+        label_field=data.label_field,
         source_model="" if ft.random_init else str(ft.model),
         eval_routing=ft.eval_routing,
         reading=reading,
