@@ -170,8 +170,8 @@ def test_tokenizer_keeps_vowel_signs_and_records_its_settings(exported, vocab_di
 
 def _same_decode(decode, vocab: Vocabulary, texts: list[str]) -> int:
     """Assert `decode(ids)` is `vocab.decode`'s text for each text; the number compared. Texts
-    with an unknown piece are left out: SentencePiece shows it as " ⁇ ", transformers as
-    [UNK] (or nothing, skipping special tokens)."""
+    with an unknown piece are left out: transformers skips it with the special tokens, where
+    SentencePiece shows " ⁇ " (the export's decoder too: test_export_hf_unknown.py)."""
     checked = 0
     for text in texts:
         ids = _tibnlp_ids(vocab, text)

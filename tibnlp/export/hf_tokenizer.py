@@ -10,10 +10,18 @@ normaliser is tibnlp's own, rule for rule (`tibnlp.text.normalize`, with
 compiled SentencePiece rules (tsheg -> whitespace) and SentencePiece's whitespace handling, and
 whose model is the same unigram with the same scores. Nothing lower-cases or strips accents
 (`keep_accents: true`, `do_lower_case: false` are recorded for readers of the config).
+
+The unknown piece decodes as SentencePiece decodes it, to the vocabulary's unk surface (" ⁇ "),
+not to "[UNK]": `decode` gives `Vocabulary.decode`'s text. [UNK] is therefore not a special
+token in tokenizer.json (SentencePiece's control symbols, [CLS] [SEP] [PAD] [MASK], vanish
+from a decoded text; the unknown piece shows where text was). transformers makes every named
+special token special when it loads a tokenizer, so there `decode(skip_special_tokens=True)`
+drops it, as for any of its tokenizers; without skipping it shows " ⁇ " too.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -89,11 +97,18 @@ def tibetan_normalizers(n: Any, regex: Any) -> list[Any]:
 
 
 def tibetan_decoder(d: Any, regex: Any, vocab: Vocabulary) -> Any:
-    """`Vocabulary.decode` as a decoder: SentencePiece's whitespace, then its rules on the
-    joined text (a plain Metaspace gave every tsheg back as a space). The rules are the same
-    patterns (Oniguruma reads Python's lookarounds and classes alike); `Fuse` first, since a
-    decoder step sees one token at a time and a rule looks across two."""
-    steps = [d.Metaspace(replacement=WORD_START, prepend_scheme="always"), d.Fuse()]
+    """`Vocabulary.decode` as a decoder: the unknown piece as SentencePiece's unk surface
+    (it decoded as "[UNK]", and the tsheg rule put a tsheg before it), SentencePiece's
+    whitespace, then its rules on the joined text (a plain Metaspace gave every tsheg back as
+    a space). The rules are the same patterns (Oniguruma reads Python's lookarounds and classes
+    alike); `Fuse` first, since a decoder step sees one token at a time and a rule looks
+    across two."""
+    unk = re.escape(SPECIAL_TOKENS["unk_token"])
+    steps = [
+        d.Replace(regex(f"\\A{unk}\\z"), _model_proto(vocab).trainer_spec.unk_surface),
+        d.Metaspace(replacement=WORD_START, prepend_scheme="always"),
+        d.Fuse(),
+    ]
     if vocab.punctuation_pieces:
         steps.append(d.Replace(regex(_SPACE_BEFORE_SHAD.pattern), ""))
     if vocab.split_on_tsheg:
@@ -101,13 +116,18 @@ def tibetan_decoder(d: Any, regex: Any, vocab: Vocabulary) -> Any:
     return d.Sequence(steps)
 
 
-def _charsmap(vocab: Vocabulary) -> bytes:
-    """The SentencePiece model's compiled normalisation rules (empty for identity)."""
+def _model_proto(vocab: Vocabulary) -> Any:
+    """The vocabulary's SentencePiece `ModelProto` (its normaliser and trainer settings)."""
     from sentencepiece import sentencepiece_model_pb2 as pb
 
     proto = pb.ModelProto()  # type: ignore[attr-defined]  # generated protobuf module
     proto.ParseFromString(vocab._proto)
-    spec = proto.normalizer_spec
+    return proto
+
+
+def _charsmap(vocab: Vocabulary) -> bytes:
+    """The SentencePiece model's compiled normalisation rules (empty for identity)."""
+    spec = _model_proto(vocab).normalizer_spec
     if not spec.add_dummy_prefix or not spec.remove_extra_whitespaces:
         raise TibnlpError(
             f"vocabulary {vocab.path}: SentencePiece options this export does not reproduce "
@@ -139,9 +159,12 @@ def build_tokenizer(vocab: Vocabulary) -> Any:
         pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
         special_tokens=[(cls, vocab.cls_id), (sep, vocab.sep_id)],
     )
+    unk = SPECIAL_TOKENS["unk_token"]  # not special: it decodes, as in SentencePiece
+    controls = [t for t in SPECIAL_TOKENS.values() if t != unk]
     tokenizer.add_special_tokens(
-        [tk.AddedToken(t, normalized=False, special=True) for t in SPECIAL_TOKENS.values()]
+        [tk.AddedToken(t, normalized=False, special=True) for t in controls]
     )
+    tokenizer.add_tokens([tk.AddedToken(unk, normalized=False, special=False)])
     for name, token in SPECIAL_TOKENS.items():
         if tokenizer.token_to_id(token) != vocab.piece_to_id(token):
             raise TibnlpError(f"vocabulary {vocab.path}: {name} {token} has no fixed id")
