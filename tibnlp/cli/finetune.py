@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from tibnlp.cli.common import ConfigOption, SetOption, console, resolve_config, table_console
 from tibnlp.config import Config
+from tibnlp.config.finetune import TaskName
 from tibnlp.data.tasks import classification_datasets
 from tibnlp.errors import ConfigError
 from tibnlp.evaluation.report import (
@@ -82,7 +83,7 @@ def _print_table(rows: list[dict], stdout: bool = False) -> None:
     table_console(stdout).print(rich_table(rows))
 
 
-def _run(cfg: Config, dataset: str, task: str = "title", wait: bool = False) -> None:
+def _run(cfg: Config, dataset: str, task: TaskName = "title", wait: bool = False) -> None:
     """`run_finetune`, and on Ctrl-C what stays and what the same command does next (a seed
     keeps no checkpoint: the one cut short starts over, a soup at the copy it was on)."""
     try:

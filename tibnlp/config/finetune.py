@@ -8,6 +8,8 @@ from typing import Literal
 from tibnlp.config.core import check, check_seed
 from tibnlp.config.train import OptimizerConfig
 
+TaskName = Literal["title", "document"]  # `finetune.task`: TNCC's two tasks
+
 
 def check_layers(layers: list[int], key: str) -> None:
     """The encoder states a head reads (`finetune.layers`): their indices, as far as they can
@@ -54,7 +56,7 @@ class FinetuneConfig:
     # (relative: from the current directory, e.g. ./my_set); a shipped set's name is that set;
     # another name is a folder if one exists
     dataset: str = "tncc"
-    task: Literal["title", "document"] = "title"  # TNCC only
+    task: TaskName = "title"  # TNCC only
     # cnn: TextCNN over the token states; linear: one layer on the sentence vector; mlp: a
     # two-layer MLP on it (with pooling cls_max: the multi-scale paper's classifier)
     head: Literal["cnn", "linear", "mlp"] = "cnn"

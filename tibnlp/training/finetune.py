@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from tibnlp.config import Config, to_dict
-from tibnlp.config.finetune import FinetuneConfig
+from tibnlp.config.finetune import FinetuneConfig, TaskName
 from tibnlp.data.collate import SampledSegmentation
 from tibnlp.data.input_mask import InputMasker
 from tibnlp.data.labelled import LabelledSet
@@ -104,7 +104,7 @@ def _same_dataset_held(output: Path, data: LabelledSet) -> contextlib.AbstractCo
 
 
 def run_finetune(
-    cfg: Config, dataset: str, task: str = "title", wait: bool = False
+    cfg: Config, dataset: str, task: TaskName = "title", wait: bool = False
 ) -> FinetuneResult:
     """Fine-tune one system on one dataset for every seed; log, save, aggregate, report.
     The output folder is held for the run (`held_output`): with `wait`, a run finding it in
@@ -122,6 +122,10 @@ def run_finetune(
     if cfg.engine.threads:
         torch.set_num_threads(cfg.engine.threads)
     data = load_task_data(dataset, task)
+    # the set as read here is what the seeds' fingerprint and the logged config hold: a
+    # config naming another set (`finetune tncc -c FILE`) kept that one in its seeds' key
+    cfg = replace(cfg, finetune=replace(ft, dataset=dataset, task=task))
+    ft = cfg.finetune
     tracking = cfg.tracking
     if not is_main_process():  # data parallel: one run (rank 0's), not one each
         tracking = replace(tracking, enabled=False)
