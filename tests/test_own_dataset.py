@@ -198,6 +198,17 @@ def test_a_changed_file_retrains_the_seed(env, capsys) -> None:
     assert changed.data_sha256 != first.data_sha256 and changed.record_id != first.record_id
 
 
+def test_a_folder_spelled_another_way_is_the_same_seed(env, capsys) -> None:
+    """mine, ./mine and its absolute path are one folder and one output: the seeds' key held
+    the spelling, so `classify --dataset ./mine` trained again what `--dataset mine` had."""
+    first = run_finetune(_cfg(env, "finetune.dataset=mine"), "mine").seeds[0]
+    capsys.readouterr()
+    for spelling in ("./mine", str(env.folder)):
+        again = run_finetune(_cfg(env, f"finetune.dataset={spelling}"), spelling).seeds[0]
+        assert "reported, not retrained" in capsys.readouterr().err
+        assert again.record_id == first.record_id
+
+
 def test_another_set_of_the_same_name_does_not_replace_the_results(env) -> None:
     """Sets are named by their folder: b/mine writes where ./mine did. It is refused, and the
     first set's results stay; the same folder, and its own output, are fine."""

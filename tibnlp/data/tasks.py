@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tibnlp.config.finetune import TaskName
 from tibnlp.data.folder_set import LAYOUT, is_folder_dataset, load_folder_set, shipped_names
 from tibnlp.data.labelled import (
     LabelledSet,
@@ -40,6 +41,18 @@ def manifest_of(dataset: str, task: str = "title") -> str:
     if is_folder_dataset(dataset):
         return ""
     return TNCC_TASKS.get(task, dataset) if dataset == "tncc" else dataset
+
+
+def canonical_dataset(data: LabelledSet) -> tuple[str, TaskName]:
+    """The set read, as one (finetune.dataset, finetune.task) whatever the command called it:
+    TNCC's documents are tncc with task document (`finetune tncc --task document`), also when
+    named tncc_document; a folder of one's own is its resolved folder (mine, ./mine). The
+    spellings share an output folder (named by the set), so they must share the seeds' key."""
+    if data.folder:
+        return data.folder, "title"
+    if data.manifest == TNCC_TASKS["document"]:
+        return "tncc", "document"
+    return data.manifest, "title"
 
 
 def load_classification(dataset: str, task: str = "title") -> LabelledSet:

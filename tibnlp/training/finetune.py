@@ -25,7 +25,7 @@ from tibnlp.config.finetune import FinetuneConfig, TaskName
 from tibnlp.data.collate import SampledSegmentation
 from tibnlp.data.input_mask import InputMasker
 from tibnlp.data.labelled import LabelledSet
-from tibnlp.data.tasks import load_advts
+from tibnlp.data.tasks import canonical_dataset, load_advts
 from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.metrics import Metrics, aggregate, majority_macro_f1
@@ -122,9 +122,11 @@ def run_finetune(
     if cfg.engine.threads:
         torch.set_num_threads(cfg.engine.threads)
     data = load_task_data(dataset, task)
-    # the set as read here is what the seeds' fingerprint and the logged config hold: a
-    # config naming another set (`finetune tncc -c FILE`) kept that one in its seeds' key
-    cfg = replace(cfg, finetune=replace(ft, dataset=dataset, task=task))
+    # the set as read here, in its one spelling, is what the seeds' fingerprint and the logged
+    # config hold: a config naming another set (`finetune tncc -c FILE`) kept that one in its
+    # seeds' key, and `classify --dataset tncc_document` retrained `tncc --task document`'s
+    named, read_task = canonical_dataset(data)
+    cfg = replace(cfg, finetune=replace(ft, dataset=named, task=read_task))
     ft = cfg.finetune
     tracking = cfg.tracking
     if not is_main_process():  # data parallel: one run (rank 0's), not one each
