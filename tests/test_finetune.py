@@ -443,12 +443,13 @@ def test_rerun_after_the_data_changed_trains_again(env) -> None:
     assert (two / "model.safetensors").stat().st_mtime_ns == stamps[1]  # the older record
 
 
-def test_rerun_after_the_advts_labels_changed_trains_again(env) -> None:
+def test_rerun_after_the_advts_labels_changed_scores_it_again(env) -> None:
     """A seed scored on AdvTS (--eval-also advts) records that set's content too: a relabelled
-    AdvTS item trains the seed again; the same set is reused."""
+    AdvTS item scores the seed's classifier on it again (AdvTS is no part of its training);
+    the same set is reused as it was scored."""
     cfg = _cfg(env, "finetune.epochs=1", "finetune.eval_also=[advts]")
-    directory = run_finetune(cfg, "tncc").seeds[0].directory
-    weights = directory / "model.safetensors"
+    first = run_finetune(cfg, "tncc").seeds[0]
+    weights = first.directory / "model.safetensors"
     stamp = weights.stat().st_mtime_ns
     run_finetune(cfg, "tncc")
     assert weights.stat().st_mtime_ns == stamp  # reused
@@ -457,8 +458,13 @@ def test_rerun_after_the_advts_labels_changed_trains_again(env) -> None:
     other = next(r["label"] for r in rows if r["label"] != rows[0]["label"])
     rows[0]["label"] = other
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
-    run_finetune(cfg, "tncc")
-    assert weights.stat().st_mtime_ns != stamp  # trained again
+    again = run_finetune(cfg, "tncc").seeds[0]
+    assert weights.stat().st_mtime_ns == stamp  # scored again, not trained
+    assert again.metrics["advts"].targets != first.metrics["advts"].targets
+    assert again.metrics["advts"].predictions == first.metrics["advts"].predictions
+    assert again.metrics["test"] == first.metrics["test"]
+    record = json.loads((first.directory / seeds_mod.SEED_FILE).read_text())
+    assert record["metrics"]["advts"]["targets"] == again.metrics["advts"].targets
 
 
 def _strip_predictions(seed_dir, macro_f1: float | None = None) -> None:

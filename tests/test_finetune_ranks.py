@@ -25,7 +25,7 @@ def refuse(*_args, **_kwargs):
     raise AssertionError(f"rank {os.environ['RANK']} touched the output folder")
 
 if os.environ["RANK"] != "0":
-    refused = ("load_seed", "rescore", "save_seed", "save_classifier", "write_results")
+    refused = ("resumed_seed", "save_seed", "save_classifier", "write_results")
     for name in (*refused, "require_same_dataset"):
         setattr(finetune, name, refuse)
     soup_run._load_copy = refuse

@@ -53,20 +53,15 @@ from tibnlp.tracking.conventions import (
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.classification import probe_recipe, set_seed, train_one_seed
 from tibnlp.training.finetune_notes import pretraining_of, run_notes, warn_if_majority
+from tibnlp.training.finetune_scores import score_seed
 from tibnlp.training.finetune_seeds import (
-    RESCORE_FAILED,
     SEED_DIR_PREFIX,
     SEED_FILE,
     SeedResult,
-    drop_stale_results,
-    lacks_predictions,
-    load_seed,
+    extra_sha256,
     require_same_dataset,
-    rescore,
+    resumed_seed,
     save_seed,
-    say_resume,
-    score_seed,
-    seed_data_sha256,
     seed_fingerprint,
 )
 from tibnlp.training.finetune_setup import (
@@ -238,23 +233,13 @@ def _run_seed(
     run: Tracker,
 ) -> SeedResult:
     ft = cfg.finetune
-    fingerprint = seed_fingerprint(setup, cfg, seed, advts is not None)
-    weights = setup.pretrained_sha256
-    data_sha256 = seed_data_sha256(setup, advts)
+    fingerprint = seed_fingerprint(setup, cfg, seed)
+    weights, data_sha256 = setup.pretrained_sha256, setup.data_sha256
+    evals = extra_sha256(setup, advts)
     main = owns_output()  # (data parallel: rank 0 alone reads and writes the folder)
     done = None
     if main:
-        done = load_seed(directory, fingerprint, weights, data_sha256)
-        why = ""
-        if done is not None and lacks_predictions(done):
-            done = rescore(done, setup, ft, unseen, advts, fingerprint, weights)
-            why = "" if done is not None else RESCORE_FAILED
-        say_resume(seed, directory, done is not None, why)
-        if done is None and (directory / SEED_FILE).is_file():
-            drop_stale_results(directory.parent)
-        if done is not None and not done.record_id:  # from before record ids: one now
-            done.record_id = uuid.uuid4().hex
-            save_seed(done, fingerprint, weights)
+        done = resumed_seed(directory, setup, cfg, seed, unseen, advts, fingerprint, evals)
     done = from_main(done)
     if done is not None:
         # a standalone rerun reports the seed under a new parent run: the tag tells `runs
@@ -332,6 +317,7 @@ def _run_seed(
         # (the set's folder: what this output holds from now on, `require_same_dataset`)
         result = SeedResult(seed, best_epoch, epochs_run, metrics, directory)
         result.record_id, result.data_sha256 = uuid.uuid4().hex, data_sha256
+        result.eval_sha256 = evals
         result.dataset_folder = setup.data.folder
         _save_seed_folder(result, model, setup, run, fingerprint, weights)
     shared = from_main(result)

@@ -1,13 +1,15 @@
-"""A fine-tuned seed's scores and its record (`seed_result.json`): what lets a rerun report a
-finished seed instead of training it again.
+"""A fine-tuned seed's record (`seed_result.json`): what lets a rerun report a finished seed
+instead of training it again (its scores: `finetune_scores.py`).
 
 The record holds the seed's metrics with their item-level predictions and a fingerprint of
-everything that determines them (settings, classifier shape, split sizes, seed), beside the
-hashes of the pretrained weights and of the data; a rerun reuses it only when all match, and
-scores an older record without predictions again from its saved classifier. It names the set's
-folder too: another set of the same name is refused the output (`require_same_dataset`). Apart
-from the run (`finetune.py`) because the record's format and key outlive it: a change here
-decides whether seeds trained before are still reused.
+everything that determines its training (settings, classifier shape, split sizes, seed), beside
+the hashes of the pretrained weights and of the data; a rerun reuses it only when all match, and
+scores an older record without predictions again from its saved classifier. The extra test
+sets (`finetune.eval_also`) are no part of the training: the record hashes each it was scored
+on apart (`eval_sha256`), and one added to the command, or changed since, is scored from the
+saved classifier. It names the set's folder too: another set of the same name is refused the
+output (`require_same_dataset`). Apart from the run (`finetune.py`) because the record's format
+and key outlive it: a change here decides whether seeds trained before are still reused.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import dataclasses
 import hashlib
 import json
 import sys
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +29,14 @@ import torch
 from tibnlp.config import Config, to_dict
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.identity import output_settings
-from tibnlp.data.collate import encode_texts
-from tibnlp.data.labelled import LabelledSet, model_text
+from tibnlp.data.labelled import LabelledSet
 from tibnlp.errors import DataError
-from tibnlp.evaluation.metrics import Metrics, compute_metrics
-from tibnlp.evaluation.predict import predict_proba
+from tibnlp.evaluation.metrics import Metrics
 from tibnlp.evaluation.report import RESULTS_JSON, RESULTS_MD, result_json
-from tibnlp.evaluation.robustness import suffix_flip_rates
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.models.classifier_io import load_classifier, read_length
-from tibnlp.training.finetune_setup import Setup, ids_sha256, texts
+from tibnlp.models.classifier_io import load_classifier
+from tibnlp.training.finetune_scores import EXTRA_PARTS, encoded_split, score_extra, score_seed
+from tibnlp.training.finetune_setup import Setup, ids_sha256
 
 SEED_FILE = "seed_result.json"
 SEED_DIR_PREFIX = "seed-"  # a seed's folder in the run's output: seed-1, seed-2...
@@ -44,6 +45,8 @@ RESCORE_FAILED = (
     "was kept without item-level predictions, and its classifier is missing or no longer "
     "gives the recorded scores"
 )
+# why a finished seed lacking an extra set's scores is not reported (`add_extra_scores`: None)
+EXTRA_FAILED = "has no scores on the --eval-also set, and its classifier is missing or damaged"
 
 
 @dataclass
@@ -59,15 +62,61 @@ class SeedResult:
     # the set it was trained on (`LabelledSet.folder`, "" for a shipped set); None: a record
     # from before it was kept (`require_same_dataset` reads it)
     dataset_folder: str | None = None
+    # the extra test sets it was scored on (`extra_sha256`); {}: none, or a record before it
+    eval_sha256: dict[str, str] = field(default_factory=dict)
 
 
-def say_resume(seed: int, directory: Path, reused: bool, why: str = "") -> None:
+def resumed_seed(
+    directory: Path,
+    setup: Setup,
+    cfg: Config,
+    seed: int,
+    unseen: list[int],
+    advts: LabelledSet | None,
+    fingerprint: str,
+    evals: dict[str, str],
+) -> SeedResult | None:
+    """The seed as an earlier run finished it with this training (`fingerprint`), scored on
+    what this run asks (`evals`: `extra_sha256`), said on stderr; None: train it. Rank 0's
+    alone (it reads and writes the seed's folder)."""
+    weights = setup.pretrained_sha256
+    upgrade_record(directory, setup, cfg, seed, advts, fingerprint, evals)
+    done = load_seed(directory, fingerprint, weights, setup.data_sha256)
+    why, scored = "", extras_to_score(done, evals) if done is not None else []
+    if done is not None and lacks_predictions(done):
+        done = rescore(done, setup, cfg.finetune, unseen, advts, evals, fingerprint, weights)
+        why = "" if done is not None else RESCORE_FAILED
+    elif done is not None and scored:
+        done = add_extra_scores(done, setup, cfg.finetune, advts, evals, fingerprint, weights)
+        why = "" if done is not None else EXTRA_FAILED
+    say_resume(seed, directory, done is not None, why, scored)
+    if done is None:
+        if (directory / SEED_FILE).is_file():
+            drop_stale_results(directory.parent)
+        return None
+    if not done.record_id:  # from before record ids: one now
+        done.record_id = uuid.uuid4().hex
+        save_seed(done, fingerprint, weights)
+    # an earlier command's extra sets stay in the record, not in this run's result: every
+    # seed of it reports the same parts
+    dropped = {p for name, parts in EXTRA_PARTS.items() if name not in evals for p in parts}
+    return dataclasses.replace(
+        done, metrics={p: m for p, m in done.metrics.items() if p not in dropped}
+    )
+
+
+def say_resume(
+    seed: int, directory: Path, reused: bool, why: str = "", scored: Sequence[str] = ()
+) -> None:
     """A rerun says which seeds it reports from their records and which it trains again
     (`why`: the reason, when it is not that the record is of other settings): without it a
-    resumed command and a fresh one print the same, and an overwrite is silent."""
+    resumed command and a fresh one print the same, and an overwrite is silent. `scored`:
+    the extra sets a reported seed was scored on now, from its saved classifier."""
     record = directory / SEED_FILE
     if reused:
         message = f"seed {seed}: finished earlier ({record}): reported, not retrained"
+        if scored:
+            message += f"; scored on {', '.join(scored)} from its saved classifier"
     elif record.is_file():
         message = (
             f"seed {seed}: {record} {why or 'is from other settings, weights or data'}: "
@@ -133,26 +182,56 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def seed_data_sha256(setup: Setup, advts: LabelledSet | None) -> str:
-    """`Setup.data_sha256`, extended by the AdvTS parts when the seed is scored on them."""
-    if advts is None:
-        return setup.data_sha256
-    parts = [(f"advts_{p}", _encoded(setup, advts, p), advts.targets(p)) for p in advts.splits]
-    return ids_sha256(sorted(parts, key=lambda part: part[0]), setup.data_sha256)
+def extra_sha256(setup: Setup, advts: LabelledSet | None) -> dict[str, str]:
+    """The extra test sets a seed is scored on (`finetune.eval_also`), each hashed as the
+    classifier reads it; out of the seed's key: one added or changed is scored again from the
+    saved classifier (`add_extra_scores`), not trained for."""
+    return {} if advts is None else {"advts": ids_sha256(_advts_parts(setup, advts))}
 
 
-def _encoded(setup: Setup, data: LabelledSet, split: str) -> list[list[int]]:
-    """A split of another set (AdvTS) as the classifier reads it."""
-    return encode_texts(
-        setup.vocab, texts(data, split, setup.meta.text_form), read_length(setup.meta)
-    )
+def _advts_parts(setup: Setup, advts: LabelledSet) -> list[tuple[str, list[list[int]], list[int]]]:
+    """AdvTS's splits as `ids_sha256` hashes them (names as records before `eval_sha256` did)."""
+    parts = [(f"advts_{p}", encoded_split(setup, advts, p), advts.targets(p)) for p in advts.splits]
+    return sorted(parts, key=lambda part: part[0])
 
 
-def seed_fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
-    """Everything that determines a seed's result (not where it is written)."""
+def upgrade_record(
+    directory: Path,
+    setup: Setup,
+    cfg: Config,
+    seed: int,
+    advts: LabelledSet | None,
+    fingerprint: str,
+    evals: dict[str, str],
+) -> None:
+    """A record from before `eval_sha256` (AdvTS in its fingerprint and data hash), written
+    again in today's form when it holds this run's training, data and AdvTS: its seed is
+    reported, not trained again. (One made without AdvTS has today's key already; one made
+    with it is known only to a run that reads AdvTS.)"""
+    path = directory / SEED_FILE
+    record = _read_json(path)
+    if advts is None or not record or "eval_sha256" in record:
+        return
+    if record.get("fingerprint") != seed_fingerprint(setup, cfg, seed, True):
+        return
+    recorded = record.get("data_sha256", "")  # ("": a record before it: data not known)
+    if recorded and recorded != ids_sha256(_advts_parts(setup, advts), setup.data_sha256):
+        return  # other data: trained again, as any record of other data
+    record["fingerprint"] = fingerprint
+    record["data_sha256"] = setup.data_sha256 if recorded else ""
+    record["eval_sha256"] = evals if recorded else {}  # (not known: scored again)
+    atomic_write_text(path, result_json(record, indent=1))
+
+
+def seed_fingerprint(setup: Setup, cfg: Config, seed: int, with_extra: bool = False) -> str:
+    """Everything that determines a seed's training (not where it is written, nor the extra
+    test sets it is scored on: `extra_sha256`). `with_extra`: the key of a record from
+    before, which held them (`upgrade_record`)."""
     # settings added later enter only when set (ADDED_WHEN_SET): earlier seeds keep their key;
-    # engine settings that change results (precision, ZeRO) only when not the defaults
-    hashed = output_settings(to_dict(cfg), ("finetune", "engine"))
+    # engine settings that change results (precision, ZeRO) only when not the defaults;
+    # eval_also at its default, so a seed keeps the key it had when scored on no extra set
+    pinned = () if with_extra else ("finetune.eval_also",)
+    hashed = output_settings(to_dict(cfg), ("finetune", "engine"), pinned)
     settings = {k: v for k, v in hashed.pop("finetune").items() if k not in ("seeds", "output")}
     meta = to_dict(setup.meta)
     # pooling as resolved (auto -> cls or cls_max for this encoder): seeds trained when cls was
@@ -166,53 +245,49 @@ def seed_fingerprint(setup: Setup, cfg: Config, seed: int, advts: bool) -> str:
         "meta": meta,
         "sizes": {s: len(v) for s, v in setup.ids.items()},
         "seed": seed,
-        "advts": advts,
+        "advts": with_extra and "advts" in cfg.finetune.eval_also,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def score_seed(
+def extras_to_score(done: SeedResult, evals: dict[str, str]) -> list[str]:
+    """The extra sets asked for (`evals`) a finished seed has no scores on: not scored when
+    it was, or scored on another version of the set."""
+    return [
+        name
+        for name, sha in evals.items()
+        if done.eval_sha256.get(name) != sha or not EXTRA_PARTS[name].keys() <= done.metrics.keys()
+    ]
+
+
+def add_extra_scores(
+    done: SeedResult,
     setup: Setup,
     ft: FinetuneConfig,
-    model: torch.nn.Module,
-    unseen: list[int],
     advts: LabelledSet | None,
-    validation: Metrics | None = None,
-) -> dict[str, Metrics]:
-    """Every part's metrics of a trained classifier; `validation` as scored when its epoch
-    was selected (None: scored here)."""
-    data, ids, labels = setup.data, setup.ids, setup.data.labels
+    evals: dict[str, str],
+    fingerprint: str,
+    weights: str = "",
+) -> SeedResult | None:
+    """A finished seed scored on the extra sets it lacks (`extras_to_score`), from its saved
+    classifier, and its record written again (atomically); None (train the seed again) when
+    the classifier cannot be read."""
+    model = _saved_classifier(done)
+    if model is None:
+        return None
+    metrics = {**done.metrics, **score_extra(setup, ft, model, advts)}
+    scored = dataclasses.replace(done, metrics=metrics, eval_sha256={**done.eval_sha256, **evals})
+    save_seed(scored, fingerprint, weights)
+    return scored
 
-    def predict(x: Sequence[Sequence[int]]) -> list[int]:
-        probs = predict_proba(model, x, ft.eval_batch_size, setup.vocab.pad_id, ft.eval_routing)
-        return probs.argmax(1).tolist()
 
-    def evaluate(x: Sequence[Sequence[int]], y: Sequence[int]) -> Metrics:
-        return compute_metrics(y, predict(x), labels)
-
-    def predict_raw(texts: list[str]) -> list[int]:  # as `tibnlp predict` receives them
-        read, join = read_length(setup.meta), setup.meta.join_spaced_syllables
-        return predict(
-            encode_texts(setup.vocab, [model_text(t, ft.text_form, join) for t in texts], read)
-        )
-
-    y_test = data.targets("test")
-    test_pred = predict(ids["test"])  # scored after training only, never to select
-    test = compute_metrics(y_test, test_pred, labels)
-    test.summary.update(suffix_flip_rates(predict_raw, data.texts("test"), test_pred))
-    if validation is None:
-        validation = evaluate(ids["validation"], data.targets("validation"))
-    metrics = {
-        "validation": validation,
-        "test": test,
-        "test_unseen": compute_metrics(
-            [y_test[i] for i in unseen], [test_pred[i] for i in unseen], labels
-        ),
-    }
-    if advts is not None:
-        for part, key in (("original", "advts_original"), ("adversarial", "advts")):
-            metrics[key] = evaluate(_encoded(setup, advts, part), advts.targets(part))
-    return metrics
+def _saved_classifier(done: SeedResult) -> torch.nn.Module | None:
+    """The classifier a finished seed saved; None when it is missing or cannot be read."""
+    try:
+        model, _ = load_classifier(done.directory)
+    except (OSError, ValueError, KeyError, DataError):
+        return None
+    return model
 
 
 def lacks_predictions(done: SeedResult) -> bool:
@@ -226,22 +301,29 @@ def rescore(
     ft: FinetuneConfig,
     unseen: list[int],
     advts: LabelledSet | None,
+    evals: dict[str, str],
     fingerprint: str,
     weights: str = "",
 ) -> SeedResult | None:
     """An older finished seed with its predictions added, scored again from its saved
     classifier (inference is deterministic), so `finetune compare` can pair it; None (train
-    the seed again) when the classifier is missing or does not give the recorded scores."""
-    try:
-        model, _ = load_classifier(done.directory)
-    except (OSError, ValueError, KeyError, DataError):
+    the seed again) when the classifier is missing or does not give the recorded scores.
+    (An extra set's parts not asked for now, or scored on another version of it, are not
+    compared, and only those asked for are kept.)"""
+    model = _saved_classifier(done)
+    if model is None:
         return None
     metrics = score_seed(setup, ft, model, unseen, advts)
+    other = set(extras_to_score(done, evals))
+    other |= {name for name in EXTRA_PARTS if name not in evals}
+    skipped = {part for name in other for part in EXTRA_PARTS[name]}
     for part, old in done.metrics.items():
         new = metrics.get(part)
+        if part in skipped:
+            continue
         if new is None or abs(new.summary["macro_f1"] - old.summary["macro_f1"]) > 1e-9:
             return None
-    rescored = dataclasses.replace(done, metrics=metrics)
+    rescored = dataclasses.replace(done, metrics=metrics, eval_sha256=dict(evals))
     save_seed(rescored, fingerprint, weights)
     return rescored
 
@@ -254,6 +336,7 @@ def save_seed(result: SeedResult, fingerprint: str, weights: str = "") -> None:
         "record_id": result.record_id,
         "data_sha256": result.data_sha256,
         **({} if result.dataset_folder is None else {"dataset_folder": result.dataset_folder}),
+        "eval_sha256": result.eval_sha256,
         "seed": result.seed,
         "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run,
@@ -289,4 +372,5 @@ def load_seed(
         record_id=data.get("record_id", ""),
         data_sha256=recorded,
         dataset_folder=data.get("dataset_folder"),
+        eval_sha256=dict(data.get("eval_sha256") or {}),
     )
