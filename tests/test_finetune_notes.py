@@ -11,12 +11,15 @@ from mlflow.tracking import MlflowClient
 
 from tests.ft_fixtures import TINY_MODEL, make_data_dir, make_vocab
 from tibnlp.config import load_config
+from tibnlp.data.tasks import load_advts
 from tibnlp.evaluation.metrics import compute_metrics, majority_macro_f1, not_learning
 from tibnlp.evaluation.report import load_results, markdown_table
+from tibnlp.text.vocab import Vocabulary
 from tibnlp.tracking.testing import sqlite_store
 from tibnlp.training import finetune as ft_mod
 from tibnlp.training.classification import SeedTraining
 from tibnlp.training.finetune import run_finetune
+from tibnlp.training.finetune_setup import texts
 
 FACTS = {
     "step": 40,
@@ -104,3 +107,28 @@ def test_a_seed_at_the_majority_class_warns_tags_and_is_marked(env, monkeypatch,
     # the report marks the result instead of presenting its scores as one
     table = markdown_table(load_results([result.output]))
     assert "NOT LEARNING: 1/2 seeds at majority class" in table
+
+
+def test_texts_of_an_extra_set_cut_at_the_read_length_are_counted(env, capsys) -> None:
+    """AdvTS (`finetune.eval_also`) texts cut at the read length are counted per part as the
+    run's own splits are (results notes, parent-run metrics, a line on stderr): its scores
+    may be read from cut texts."""
+    read = 6  # [CLS] + 4 pieces + [SEP]: the AdvTS texts (test titles + a syllable) are cut
+    cfg = _cfg(env, f"finetune.max_len={read}", "finetune.eval_also=[advts]")
+    result = run_finetune(cfg, "tncc")
+    vocab, advts = Vocabulary.load(env.model), load_advts("tncc")
+    form = cfg.finetune.text_form
+    cut = result.notes["cut_at_read_length"]
+    saved = load_results([result.output])[0]["notes"]["cut_at_read_length"]
+    client = MlflowClient(env.uri)
+    runs = client.search_runs([client.get_experiment_by_name("notes").experiment_id])
+    parent = next(r for r in runs if not r.data.tags.get("mlflow.parentRunId"))
+    for part, split in (("advts_original", "original"), ("advts", "adversarial")):
+        over = [len(vocab.encode(t)) - (read - 2) for t in texts(advts, split, form)]
+        want = {"texts": sum(d > 0 for d in over), "tokens_dropped": sum(d for d in over if d > 0)}
+        assert want["texts"] > 0
+        assert cut[part] == saved[part] == want
+        assert parent.data.metrics[f"cut_{part}_texts"] == want["texts"]
+        assert parent.data.metrics[f"cut_{part}_tokens_dropped"] == want["tokens_dropped"]
+    err = capsys.readouterr().err
+    assert f"{cut['advts']['texts']} of 12 advts texts (finetune.eval_also)" in err

@@ -133,7 +133,7 @@ def run_finetune(
     advts = _advts(setup, ft.eval_also)
     # a validation macro-F1 at this level is a classifier collapsed onto one class
     majority = majority_macro_f1(data.targets("validation"), len(data.labels))
-    notes = run_notes(ft, data, setup, len(unseen), majority)
+    notes = run_notes(ft, data, setup, len(unseen), majority, advts)
     tags = {"stage": "finetune", "dataset": data.name, "system": setup.system}
     # the pretraining behind the number (step, tokens, seconds...): what a learning curve plots
     extra = pretraining_of(ft)
@@ -165,8 +165,14 @@ def run_finetune(
             parent.log_params(to_dict(cfg.finetune))
         parent.log_params({"model_config": to_dict(setup.meta.model), **budget})
         parent.set_tags({k: str(v) for k, v in notes.items()})
+        cut = notes["cut_at_read_length"]  # per part (AdvTS's too), beside the read length
         parent.log_metrics(
-            {f"cut_{s}_{k}": float(n) for s, c in setup.cut.items() for k, n in c.items()}
+            {
+                f"cut_{s}_{k}": float(n)
+                for s, c in cut.items()
+                if s != "read_length"
+                for k, n in c.items()
+            }
         )
         # a folder set's files by content (a pipeline stage's run has its data hash already)
         files = {TAG_DATA: data.files_sha256} if data.files_sha256 and not in_stage else {}

@@ -17,6 +17,7 @@ from tibnlp.models.classifier_io import ClassifierMeta, read_length
 from tibnlp.models.io import read_extra
 from tibnlp.tracking import Tracker
 from tibnlp.tracking.conventions import TAG_WARNING, WARNING_MAJORITY
+from tibnlp.training.finetune_scores import advts_cut
 from tibnlp.training.finetune_setup import Setup, classes_absent, classes_left_out, texts
 
 
@@ -112,12 +113,18 @@ def _validation_in_test(ft: FinetuneConfig, data: LabelledSet) -> str:
 
 
 def run_notes(
-    ft: FinetuneConfig, data: LabelledSet, setup: Setup, unseen: int, majority: float
+    ft: FinetuneConfig,
+    data: LabelledSet,
+    setup: Setup,
+    unseen: int,
+    majority: float,
+    advts: LabelledSet | None = None,
 ) -> dict[str, Any]:
     """The run's notes (tags of its MLflow run, and its results file's "notes"): the input
     form, the recipe, sizes, vocabulary and model, and what was cut or left out, which is
     said on stderr too. `unseen`: the test texts not in train; `majority`: the validation
-    macro-F1 of a classifier collapsed onto one class."""
+    macro-F1 of a classifier collapsed onto one class; `advts`: the extra set scored too
+    (`finetune.eval_also`), whose cut texts are counted beside the run's own splits."""
     spaces = "syllables joined with U+0F0B" if data.join_spaced_syllables else "words removed"
     notes = {
         "input_form": f"{ft.text_form} (spaces between {spaces}, NFC"
@@ -134,7 +141,10 @@ def run_notes(
         **data.notes,  # a folder set's path and where its label list came from
     }
     notes["validation_majority_macro_f1"] = majority
-    notes["cut_at_read_length"] = {"read_length": read_length(setup.meta), **setup.cut}
+    extra = advts_cut(setup, advts)
+    cut = {**setup.cut, **{part: c for part, (_, c) in extra.items()}}
+    sizes = {**{s: len(v) for s, v in setup.ids.items()}, **{p: n for p, (n, _) in extra.items()}}
+    notes["cut_at_read_length"] = {"read_length": read_length(setup.meta), **cut}
     if unread := ft.unread_settings():
         notes["unread_settings"] = unread
         print(
@@ -159,10 +169,11 @@ def run_notes(
     if left_out := classes_left_out(data, ft.limit_train):
         notes["limit_train"] = left_out
         print(f"warning: {left_out}", file=sys.stderr, flush=True)
-    for split, c in setup.cut.items():
+    for split, c in cut.items():
         if c["texts"]:  # a document cap (or the window) drops text: say how much, once
+            what = f"{split} texts" + ("" if split in setup.cut else " (finetune.eval_also)")
             print(
-                f"note: {c['texts']} of {len(setup.ids[split])} {split} texts are longer than "
+                f"note: {c['texts']} of {sizes[split]} {what} are longer than "
                 f"the read length ({read_length(setup.meta)} tokens); {c['tokens_dropped']} "
                 "tokens were cut off and not read",
                 file=sys.stderr,

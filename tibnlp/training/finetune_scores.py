@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 import torch
 
 from tibnlp.config.finetune import FinetuneConfig
-from tibnlp.data.collate import encode_texts
+from tibnlp.data.collate import encode_counting_cuts, encode_texts
 from tibnlp.data.labelled import LabelledSet, model_text
 from tibnlp.evaluation.metrics import Metrics, compute_metrics
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.robustness import suffix_flip_rates
 from tibnlp.models.classifier_io import read_length
-from tibnlp.training.finetune_setup import Setup, texts
+from tibnlp.training.finetune_setup import Setup, cut_summary, texts
 
 # the parts each extra test set (`finetune.eval_also`) adds to a seed's metrics, by the split
 # of the set each scores
@@ -91,6 +91,28 @@ def score_extra(
 
 def encoded_split(setup: Setup, data: LabelledSet, split: str) -> list[list[int]]:
     """A split of another set (AdvTS) as the classifier reads it."""
-    return encode_texts(
+    return _encoded_counting_cuts(setup, data, split)[0]
+
+
+def _encoded_counting_cuts(
+    setup: Setup, data: LabelledSet, split: str
+) -> tuple[list[list[int]], list[int]]:
+    """`encoded_split`, and the pieces each text lost to the cut at the read length."""
+    return encode_counting_cuts(
         setup.vocab, texts(data, split, setup.meta.text_form), read_length(setup.meta)
     )
+
+
+def advts_cut(setup: Setup, advts: LabelledSet | None) -> dict[str, tuple[int, dict[str, int]]]:
+    """Per AdvTS part, as its scores are named: its size and what the cut at the read length
+    took from it (`cut_summary`), as `Setup.cut` has it for the run's own splits: a score read
+    from cut texts is not the score of the whole texts."""
+    if advts is None:
+        return {}
+    return {
+        part: (
+            len(advts.splits[split]),
+            cut_summary(_encoded_counting_cuts(setup, advts, split)[1]),
+        )
+        for part, split in EXTRA_PARTS["advts"].items()
+    }

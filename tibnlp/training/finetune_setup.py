@@ -237,12 +237,16 @@ def prepare(cfg: Config, data: LabelledSet) -> Setup:
     if ft.limit_train:
         ids["train"] = ids["train"][: ft.limit_train]
         dropped["train"] = dropped["train"][: ft.limit_train]
-    cut = {
-        s: {"texts": sum(n > 0 for n in d), "tokens_dropped": sum(d)} for s, d in dropped.items()
-    }
+    cut = {s: cut_summary(d) for s, d in dropped.items()}
     return Setup(
         data, ids, meta, vocab, vocab_dir, pretrained, system_name(ft, head.pooling), cut, static
     )
+
+
+def cut_summary(dropped: Sequence[int]) -> dict[str, int]:
+    """What the cut at the read length took from a part (`encode_counting_cuts`' per-text
+    pieces dropped): the texts cut, and the pieces cut off them."""
+    return {"texts": sum(n > 0 for n in dropped), "tokens_dropped": sum(dropped)}
 
 
 def _records_named(examples: Sequence[Example]) -> str:
