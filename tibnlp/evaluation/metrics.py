@@ -39,7 +39,8 @@ SUMMARY_KEYS = (
 
 @dataclass
 class Metrics:
-    """Scores of one prediction set; `summary` holds the scalar metrics (fractions, not %).
+    """Scores of one prediction set; `summary` holds the scalar metrics (fractions, not %;
+    the test part's `*_flip_excluded` beside its flip rates are counts of texts).
 
     The item-level `targets` and `predictions` are kept so that two systems scored on the same
     items can be compared by a paired bootstrap (`evaluation.significance`); records written

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from tibnlp.config.finetune import FinetuneConfig
-from tibnlp.data.collate import encode_counting_cuts, encode_texts
+from tibnlp.data.collate import encode_counting_cuts
 from tibnlp.data.labelled import LabelledSet, model_text
 from tibnlp.evaluation.metrics import Metrics, compute_metrics
 from tibnlp.evaluation.predict import predict_proba
@@ -40,11 +40,12 @@ def score_seed(
     def evaluate(x: Sequence[Sequence[int]], y: Sequence[int]) -> Metrics:
         return compute_metrics(y, predict(x), labels)
 
-    def predict_raw(texts: list[str]) -> list[int]:  # as `tibnlp predict` receives them
+    def predict_raw(texts: list[str]) -> tuple[list[int], list[int]]:
+        """As `tibnlp predict` receives them; with the pieces each lost to the cut."""
         read, join = read_length(setup.meta), setup.meta.join_spaced_syllables
-        return predict(
-            encode_texts(setup.vocab, [model_text(t, ft.text_form, join) for t in texts], read)
-        )
+        model_texts = [model_text(t, ft.text_form, join) for t in texts]
+        ids, dropped = encode_counting_cuts(setup.vocab, model_texts, read)
+        return predict(ids), dropped
 
     y_test = data.targets("test")
     test_pred = predict(ids["test"])  # scored after training only, never to select
