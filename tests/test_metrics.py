@@ -10,7 +10,13 @@ from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.metrics import aggregate, compute_metrics
 from tibnlp.evaluation.plots import confusion_png
-from tibnlp.evaluation.report import markdown_table, rich_table, select_best
+from tibnlp.evaluation.report import (
+    STAGE_RUN,
+    markdown_table,
+    rich_table,
+    select_best,
+    summary_table,
+)
 
 LABELS = ["a", "b", "c"]
 
@@ -85,6 +91,48 @@ def test_one_seed_shows_no_spread() -> None:
         "aggregate": {"test": {"macro_f1": {"mean": 0.6, "std": 0.0}}},
     }
     assert "| tncc-title | x | 1 | 60.00 | - | - |" in markdown_table([row])
+
+
+def _cells(line: str) -> list[str]:
+    """A markdown table line's cells as GitHub reads it: split at the pipes a backslash does
+    not escape, each cell unescaped."""
+    cells, cell, chars = [], "", iter(line.strip().removeprefix("|").removesuffix("|"))
+    for c in chars:
+        if c == "\\":
+            cell += next(chars)
+        elif c == "|":
+            cells, cell = [*cells, cell.strip()], ""
+        else:
+            cell += c
+    return [*cells, cell.strip()]
+
+
+def test_markdown_tables_escape_pipes_and_line_breaks_in_cells() -> None:
+    """A `|` or a line break in a system's name, a pipeline run or a recipe value stays in its
+    cell: the row keeps its columns (results.md, a pipeline's summary table)."""
+    system = "albert-pretrained(a|b)+cnn"
+    row = {
+        "dataset": "tncc-title",
+        "system": system,
+        "seeds": [{}],
+        "aggregate": {
+            "validation": {"macro_f1": {"mean": 0.5, "std": 0.0}},
+            "test": {"macro_f1": {"mean": 0.6, "std": 0.0}},
+        },
+        "notes": {"recipe": {"tag": "x|y\\|z\nnext"}},
+        STAGE_RUN: "finetune[v=1|2]",
+    }
+    md = markdown_table(select_best([row])).splitlines()
+    head, cells = _cells(md[0]), _cells(md[2])
+    assert len(cells) == len(head)
+    assert cells[1] == system and cells[head.index("test macro-F1")] == "60.00"
+    assert cells[-1] == "tag=x|y\\|z next (best of 1)"
+    pipeline = summary_table([row, {**row, STAGE_RUN: "finetune[v=3]"}]).splitlines()
+    head, cells = _cells(pipeline[2]), _cells(pipeline[4])
+    assert len(cells) == len(head)
+    assert cells[head.index("system")] == system
+    assert cells[head.index("pipeline run")] == "finetune[v=1|2]"
+    assert cells[head.index("test macro-F1")] == "60.00"
 
 
 def test_select_best_keeps_the_best_validation_run_per_system() -> None:

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from tibnlp.errors import DataError
 from tibnlp.evaluation.anchors import TNCC_TITLE_MACRO_F1
+from tibnlp.evaluation.markdown import markdown_rows
 from tibnlp.evaluation.metrics import not_learning
 from tibnlp.evaluation.significance import compare_rows, row_predictions
 from tibnlp.fsutil import atomic_write_text
@@ -179,13 +180,13 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     cols = _columns(rows)
     recipes = any("selected_from" in r for r in rows)
     head = ["dataset", "system", "seeds", *(c[2] for c in cols), *(["recipe"] if recipes else [])]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["dataset"], system_cell(r), str(len(r["seeds"]))]
-        cells += [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
-        cells += [_recipe(r)] if recipes else []
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines + _anchor_lines(rows)) + "\n"
+    body = [
+        [r["dataset"], system_cell(r), str(len(r["seeds"]))]
+        + [_cell(r["aggregate"], p, k, len(r["seeds"])) for p, k, _ in cols]
+        + ([_recipe(r)] if recipes else [])
+        for r in rows
+    ]
+    return "\n".join(markdown_rows(head, body) + _anchor_lines(rows)) + "\n"
 
 
 def _anchor_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -250,7 +251,7 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
             *(["pipeline run"] if by_run else []), "pretraining tokens", "seeds",
             "test macro-F1", "test weighted-F1", "val macro-F1",
             "Δ test macro-F1 vs random init [95% interval over test items]"]  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for r in rows:
         kind, n = _kind(r["system"]), len(r["seeds"])
         tokens = {"pretrained": f"{_tokens(r):,.0f}", "random": "0", "textcnn": "none"}[kind]
@@ -264,9 +265,9 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
         cells += [_cell(r["aggregate"], "test", "macro_f1", n)]
         cells += [_cell(r["aggregate"], "test", "weighted_f1", n)]
         cells += [_cell(r["aggregate"], "validation", "macro_f1", n), gain]
-        lines.append("| " + " | ".join(cells) + " |")
+        body.append(cells)
     title = "Fine-tuning results (%, mean ± std over seeds; selection on validation only)"
-    return "\n".join([title, "", *lines, *_anchor_lines(rows)]) + "\n"
+    return "\n".join([title, "", *markdown_rows(head, body), *_anchor_lines(rows)]) + "\n"
 
 
 def _gain(row: dict[str, Any], twin: dict[str, Any]) -> str:
