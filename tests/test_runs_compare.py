@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from tibnlp.cli.main import app
 from tibnlp.tracking import Tracker
+from tibnlp.tracking.compare import Cell, Comparison
 from tibnlp.tracking.testing import sqlite_store
 
 SCORES = {  # (model, small, large, head) -> macro F1 per seed
@@ -98,6 +99,14 @@ def test_markdown_groups_by_model_and_head(store: str) -> None:
     assert rows[0][5] == f"{mean:.4f} ± {std:.4f}"
     # neither an aggregate run's `*_std` nor non-headline metrics become (empty) columns
     assert "_std" not in lines[0] and "precision" not in lines[0]
+
+
+def test_markdown_escapes_pipes_and_line_breaks_in_group_values() -> None:
+    """A tag value with a `|` or a line break (a model's name, a grid variant) stays in its
+    cell: the row keeps its columns."""
+    rows = [(["enc|v2\\", "a\nb"], 2, [Cell([0.6, 0.6])])]
+    table = Comparison(["tag:tibnlp.model", "finetune.head"], ["test_macro_f1"], rows)
+    assert table.markdown().splitlines()[2] == "| enc\\|v2\\\\ | a b | 2 | 0.6000 ± 0.0000 |"
 
 
 def test_csv_pivot_puts_heads_side_by_side(store: str) -> None:

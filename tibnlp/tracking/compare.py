@@ -23,6 +23,7 @@ from mlflow.store.entities.paged_list import PagedList
 from mlflow.tracking import MlflowClient
 
 from tibnlp.errors import ConfigError, TibnlpError
+from tibnlp.evaluation.markdown import markdown_rows
 from tibnlp.evaluation.spread import mean_std
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_SEED_RECORD, TAG_WARNING, WARNING_MAJORITY
 from tibnlp.tracking.reading import metric_value, read_client
@@ -111,10 +112,7 @@ class Comparison:
         ]
 
     def markdown(self, digits: int = 4, scale: float = 1.0) -> str:
-        head = self.headers()
-        lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in self.table(digits, scale)]
-        return "\n".join(lines) + "\n"
+        return "\n".join(markdown_rows(self.headers(), self.table(digits, scale))) + "\n"
 
     def csv(self, scale: float = 1.0) -> str:
         """Machine-readable: mean and std in separate columns, full precision (times `scale`:
