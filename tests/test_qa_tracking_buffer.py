@@ -414,7 +414,7 @@ def test_the_last_try_at_the_end_replays_on_a_machine_just_booted(
     skipped and the calls stayed buffered though the store answered."""
     uri, buf = sqlite_store(tmp_path), tmp_path / "buf"
     real = Applier.apply
-    monkeypatch.setattr("tibnlp.tracking.tracker.time.monotonic", lambda: uptime)
+    monkeypatch.setattr("tibnlp.tracking.outbox.time.monotonic", lambda: uptime)
     monkeypatch.setattr(Applier, "apply", _down)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

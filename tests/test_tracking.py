@@ -250,7 +250,7 @@ def test_ctrl_c_inside_the_store_call_stops_the_run_not_a_buffered_outage(
         except KeyboardInterrupt:
             raise MlflowException("(sqlite3.OperationalError) database is locked") from None
 
-    monkeypatch.setattr(tr._applier, "apply", locked_after_ctrl_c)
+    monkeypatch.setattr(tr._outbox.applier, "apply", locked_after_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         tr.log_metrics({"a": 2.0}, step=1)
     assert tr.offline and len(tr.buffer) == 1

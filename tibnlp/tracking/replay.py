@@ -186,7 +186,7 @@ class Applier:
             self.client.log_artifacts(run, str(path), rec.get("artifact_path"))
         else:
             self.client.log_artifact(run, str(path), rec.get("artifact_path"))
-        if rec.get("staged"):  # a copy of its own (`Tracker._staged`): FOLDER/NAME
+        if rec.get("staged"):  # a copy of its own (`Outbox.staged`): FOLDER/NAME
             shutil.rmtree(path.parent, ignore_errors=True)
 
     def _local(self, rec: dict[str, Any]) -> Path:

@@ -1,8 +1,8 @@
 """`tibnlp runs sync`: the buffer files of a folder (or one file) replayed into their stores,
 each as far as its store allows, and why the calls left wait (`SyncResult`).
 
-Its own module, above `tracking.replay` (one file's replay, which `Tracker` uses live) and
-`tracking.tracker` (whose store settings it opens each store with).
+Its own module, above `tracking.replay` (one file's replay, which a run's `Outbox` uses live)
+and `tracking.tracker` (whose store settings it opens each store with).
 """
 
 from __future__ import annotations

@@ -4,10 +4,8 @@
   config's `tracking.uri` override it.
 - Params are the flattened typed config; long values are truncated to MLflow's limit.
 - A run can be resumed by id (pretraining `--resume` continues the same run).
-- Tracking never kills training: when the store cannot be reached (at start or mid-run),
-  every call goes to a local JSONL buffer (see `buffer`), a warning is printed once, and the
-  buffer is replayed when the store answers again (probed every `retry_seconds`) or at `end()`.
-  What is still buffered after `end()` is replayed by `tibnlp runs sync`.
+- Tracking never kills training: each call is a record sent by an `outbox.Outbox`, which
+  buffers it locally while the store cannot be reached and replays it when the store answers.
 """
 
 from __future__ import annotations
@@ -15,12 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import re
-import shutil
-import tempfile
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,13 +33,11 @@ from tibnlp.tracking.buffer import (
     Buffer,
     IdMap,
     default_buffer_dir,
-    interrupted,
-    is_outage,
     new_local_id,
     now_ms,
 )
 from tibnlp.tracking.conventions import TAG_GIT_COMMIT, git_commit
-from tibnlp.tracking.replay import Applier, replay
+from tibnlp.tracking.outbox import Outbox
 from tibnlp.tracking.store import (
     absolute_store,
     create_sqlite_store_once,
@@ -64,7 +56,6 @@ _PARAM_LIMIT = 6000
 _KEY_LIMIT = 250
 _BAD_KEY = re.compile(r"[^/\w.\- :]")  # what MLflow refuses in a param name (a whole batch)
 log = logging.getLogger("tibnlp.tracking")
-_WARNED: set[str] = set()  # stores already reported unreachable: warn once, not per run
 
 
 def _param_key(name: str, unique: bool = False) -> str:
@@ -75,10 +66,6 @@ def _param_key(name: str, unique: bool = False) -> str:
         return key[:_KEY_LIMIT]
     tail = "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:10]
     return key[: _KEY_LIMIT - len(tail)] + tail
-
-
-class TrackingOutageWarning(UserWarning):
-    """The tracking store is unreachable; calls are buffered locally."""
 
 
 class PrefixedRun:
@@ -169,17 +156,12 @@ class Tracker:
         self.buffer_dir = default_buffer_dir(str(buffer_dir or ""))
         self.retry_seconds = retry_seconds
         self._ids = IdMap(self.buffer_dir)
-        self._applier = Applier(self.client, self._ids)
-        self._offline = False
-        self._interrupted = False  # a Ctrl-C came back from the store: buffer, never retry
-        # monotonic time starts near 0 at boot: "never tried" must be older than any probe
-        # interval, or a machine up for less than retry_seconds never retries
-        self._last_try = -math.inf
         self._check_exists(resume_run_id, "tracking.run_id")
         self._check_exists(parent_run_id, "tracking.parent_run_id")
         local_id = resume_run_id or new_local_id()
         stamp = f"{time.time_ns()}-{local_id[-12:]}"
-        self.buffer = Buffer(self.buffer_dir / f"{stamp}.jsonl", absolute_store(self.uri))
+        buffer = Buffer(self.buffer_dir / f"{stamp}.jsonl", absolute_store(self.uri))
+        self._outbox = Outbox(self.uri, self.client, self._ids, buffer, retry_seconds)
         if resume_run_id:
             self.run_id = resume_run_id
             if not self.keep_status:
@@ -225,100 +207,20 @@ class Tracker:
     @property
     def offline(self) -> bool:
         """True while calls are being buffered locally."""
-        return self.enabled and self._offline
+        return self.enabled and self._outbox.offline
+
+    @property
+    def buffer(self) -> Buffer:
+        """Where this run's calls wait while the store is away."""
+        return self._outbox.buffer
 
     def _refresh_run_id(self) -> None:
         if self.run_id and self.run_id in self._ids.ids:
             self.run_id = self._ids.ids[self.run_id]
 
-    def _go_offline(self, exc: BaseException) -> None:
-        self._offline = True
-        self._last_try = time.monotonic()
-        if self.uri not in _WARNED:
-            _WARNED.add(self.uri)
-            msg = (
-                f"tracking store {self.uri} is unreachable ({type(exc).__name__}: "
-                f"{str(exc)[:200]}); training continues and every tracking call is buffered "
-                f"in {self.buffer.path}, replayed when the store answers again "
-                f"(or later with `tibnlp runs sync {self.buffer.path}`)"
-            )
-            log.warning(msg)
-            warnings.warn(msg, TrackingOutageWarning, stacklevel=3)
-
-    def _flush(self) -> bool:
-        """Replay the buffer; True when it is empty afterwards."""
-        if not self.buffer.path.exists():
-            return True
-        done = replay(self.buffer.path, self._applier)
-        kept = f"kept in {done.unsent}" if done.unsent else "dropped"
-        for why in done.refused:  # not retried, reported
-            log.warning("tracking: the store rejected a buffered record: %s; %s", why, kept)
-        for why in done.damaged:
-            log.warning("tracking: %s: %s; %s", self.buffer.path, why, kept)
-        for why in done.missing:
-            log.warning("tracking: a buffered artifact's file is missing: %s; %s", why, kept)
-        self._refresh_run_id()
-        return not self.buffer.pending()
-
-    def _maybe_reconnect(self) -> bool:
-        if self._interrupted or time.monotonic() - self._last_try < self.retry_seconds:
-            return False
-        self._last_try = time.monotonic()
-        if self._flush():
-            self._offline = False
-            _WARNED.discard(self.uri)
-            log.warning("tracking store %s answers again; buffered calls replayed", self.uri)
-            return True
-        return False
-
-    def _keep(self, rec: dict[str, Any]) -> None:
-        """Buffer `rec`. An artifact is uploaded from its path only when the buffer is
-        replayed, and by then a pipeline stage's partial folder has been renamed to its output
-        (and a file may be rewritten): the upload was dropped ("no longer exists") and a model
-        registered from it pointed at nothing. What is buffered is a copy, taken now.
-
-        A copy's path is kept relative to the buffer's folder (`files/staged-X/NAME`): the
-        folder is carried to a machine that reaches the store and synced there, where its
-        absolute path named nothing and every artifact was dropped."""
-        if rec.get("op") == "log_artifact" and not rec.get("staged"):
-            source = Path(rec["path"])
-            try:
-                copy = self._staged(source.name)
-                if source.is_dir():
-                    shutil.copytree(source, copy)
-                else:
-                    shutil.copy2(source, copy)
-            except OSError as exc:  # no room for a copy: the path itself, as before
-                log.warning("tracking: %s is buffered without a copy (%s)", source, exc)
-            else:
-                rec = {**rec, "path": str(copy), "staged": True}
-        if rec.get("staged"):
-            home = self.buffer.path.parent.resolve()
-            path = Path(rec["path"]).resolve()
-            if path.is_relative_to(home):
-                rec = {**rec, "path": path.relative_to(home).as_posix()}
-        self.buffer.append(rec)
-
     def _submit(self, rec: dict[str, Any]) -> None:
-        if self._offline and not self._maybe_reconnect():
-            self._keep(rec)
-            return
-        try:
-            self._applier.apply(rec)
-        except Exception as exc:
-            if interrupted(exc):
-                # the record is kept; the store is left alone from here (its interrupted
-                # transaction may hold the file's lock), and the interrupt goes on
-                self._offline = True
-                self._interrupted = True
-                self._keep(rec)
-                raise KeyboardInterrupt from exc
-            if is_outage(exc):
-                self._go_offline(exc)
-                self._keep(rec)
-            else:  # the store said no (e.g. a param re-logged with another value)
-                log.warning("tracking: %s rejected by the store: %s", rec["op"], exc)
-        self._refresh_run_id()
+        self._outbox.submit(rec)
+        self._refresh_run_id()  # a run created offline has its real id once replayed
 
     # -- public API ------------------------------------------------------------------------
 
@@ -406,16 +308,6 @@ class Tracker:
         rec = {"op": "log_artifact", "run": self._rid, "path": str(Path(path).resolve())}
         self._submit({**rec, "artifact_path": artifact_path})
 
-    def _staged(self, name: str) -> Path:
-        """A file path that outlives this call (the upload may be buffered until later)."""
-        folder = Path(tempfile.mkdtemp(prefix="staged-", dir=self._staging_root()))
-        return folder / Path(name).name
-
-    def _staging_root(self) -> Path:
-        root = self.buffer_dir / "files"
-        root.mkdir(parents=True, exist_ok=True)
-        return root
-
     def _log_staged(self, file: Path, artifact_file: str) -> None:
         parent = str(Path(artifact_file).parent)
         rec = {"op": "log_artifact", "run": self._rid, "path": str(file.resolve()), "staged": True}
@@ -425,7 +317,7 @@ class Tracker:
         """A text artifact (e.g. `reports/eval.md`)."""
         if not self.enabled:
             return
-        file = self._staged(artifact_file)
+        file = self._outbox.staged(artifact_file)
         file.write_text(text, encoding="utf-8")
         self._log_staged(file, artifact_file)
 
@@ -445,7 +337,7 @@ class Tracker:
         """A matplotlib figure (learning curve, confusion matrix) as an image artifact."""
         if not self.enabled:
             return
-        file = self._staged(artifact_file)
+        file = self._outbox.staged(artifact_file)
         figure.savefig(file, bbox_inches="tight", dpi=120)
         self._log_staged(file, artifact_file)
 
@@ -502,23 +394,8 @@ class Tracker:
             rec = {"op": "set_terminated", "run": self._rid, "status": status, "time": now_ms()}
             self._submit(rec)  # (sent, or kept in the buffer for `tibnlp runs sync`)
         self.ended = True  # not before: a stop inside the call leaves the run to end
-        if self._offline:
-            self._last_try = -math.inf  # one last try now, whatever the probe interval
-            if not self._maybe_reconnect():
-                self._say_kept()
-        staging = self.buffer_dir / "files"
-        if staging.is_dir() and not any(staging.iterdir()):
-            shutil.rmtree(staging, ignore_errors=True)
-
-    def _say_kept(self) -> None:
-        log.warning(
-            "tracking store %s %s: %d calls kept in %s; replay them with `tibnlp runs sync %s`",
-            self.uri,
-            "left alone after an interrupt" if self._interrupted else "still unreachable",
-            len(self.buffer),
-            self.buffer.path,
-            self.buffer.path,
-        )
+        self._outbox.close()  # one last try to replay what is buffered
+        self._refresh_run_id()
 
 
 def tracker_from_config(
