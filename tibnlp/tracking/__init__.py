@@ -6,12 +6,11 @@ tags, buffering when the server is away) lives in one place.
 
 from tibnlp.tracking.conventions import git_commit, path_hash, provenance_tags
 from tibnlp.tracking.outbox import TrackingOutageWarning
-from tibnlp.tracking.store import default_tracking_uri
+from tibnlp.tracking.store import default_tracking_uri, require_store
 from tibnlp.tracking.sync import sync_buffers
 from tibnlp.tracking.tracker import (
     PrefixedRun,
     Tracker,
-    require_store,
     tracker_from_config,
 )
 

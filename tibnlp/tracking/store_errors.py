@@ -1,6 +1,6 @@
 """How a store that will not open is explained: shared by the commands that read a store
 (`tracking.reading`), by `runs sync` (`tracking.sync`), which must not import each other, and
-by the runs a stage or pipeline opens (`tracking.tracker`).
+by the runs a stage or pipeline opens (`tracking.store.open_store`).
 
 A hint names the way the command at hand sets the store: `--tracking-uri` (`runs`, `ui`,
 `pipeline run`) or the config key `tracking.uri`, set with `--set` (`pretrain` and `finetune`

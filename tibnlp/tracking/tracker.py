@@ -19,10 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import mlflow
 from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
-from sqlalchemy.exc import SQLAlchemyError
 
 from tibnlp.config.core import flatten
 from tibnlp.errors import ConfigError
@@ -38,19 +35,8 @@ from tibnlp.tracking.buffer import (
 )
 from tibnlp.tracking.conventions import TAG_GIT_COMMIT, git_commit
 from tibnlp.tracking.outbox import Outbox
-from tibnlp.tracking.store import (
-    absolute_store,
-    create_sqlite_store_once,
-    default_tracking_uri,
-    short_http_retries,
-)
-from tibnlp.tracking.store_errors import (
-    URI_KEY,
-    brief,
-    file_store_hint,
-    uri_origin,
-    use_store,
-)
+from tibnlp.tracking.store import absolute_store, open_store
+from tibnlp.tracking.store_errors import URI_KEY
 
 _PARAM_LIMIT = 6000
 _KEY_LIMIT = 250
@@ -78,49 +64,6 @@ class PrefixedRun:
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         self.run.log_metrics({self.prefix + k: v for k, v in metrics.items()}, step=step)
-
-
-def _open_store(given: str, setting: str = URI_KEY) -> tuple[str, MlflowClient]:
-    """The store `given` names (`default_tracking_uri`) and a client of it; a URI MLflow
-    refuses (a plain path or folder: MLflow 3's folder store needs MLFLOW_ALLOW_FILE_STORE) or
-    a folder that cannot be made is a ConfigError naming it and where it came from (`setting`:
-    the option or config key the command sets it with), not a traceback. A server is not asked
-    here: one that does not answer is an outage, buffered later."""
-    uri = default_tracking_uri(given)
-    short_http_retries(uri)
-    failed = f"cannot open the tracking store {uri} ({uri_origin(given, setting)})"
-    try:
-        mlflow.set_tracking_uri(uri)
-        create_sqlite_store_once(uri)
-        return uri, MlflowClient(uri)
-    except (MlflowException, OSError) as exc:
-        raise ConfigError(
-            f"{failed}: {brief(exc)}",
-            file_store_hint(uri, setting)
-            or f"give a SQLite file, {use_store('sqlite:///PATH/mlflow.db', setting)}, in a "
-            "folder you can write to (a plain path is MLflow's folder store), or a server "
-            "http://HOST:PORT",
-        ) from exc
-    except SQLAlchemyError as exc:  # not an MLflow database, or a database that does not answer
-        raise ConfigError(
-            f"{failed}: {brief(exc)}",
-            f"point {setting} at an MLflow database or server: sqlite:///PATH/mlflow.db, or "
-            "http://HOST:PORT",
-        ) from exc
-    except ImportError as exc:  # a database URI whose driver is not installed (as read_client)
-        raise ConfigError(
-            f"{failed}: {exc}", "install the database driver it names, or use another store"
-        ) from exc
-
-
-def require_store(cfg: Any) -> None:
-    """Open the store a stage's `tracking` section names (nothing when tracking is off) before
-    the stage tokenises or writes its output: a URI that cannot be a store is refused while the
-    output folder is as it was, not once config.yaml and data/ are there. Called where the
-    stage's run will be opened (rank 0 of a data-parallel run); a server that does not answer
-    passes, its run buffers as at any outage."""
-    if cfg.enabled:
-        _open_store(cfg.uri)
 
 
 class Tracker:
@@ -152,7 +95,7 @@ class Tracker:
         if not enabled:
             return
         self.uri_setting = uri_setting
-        self.uri, self.client = _open_store(uri, uri_setting)
+        self.uri, self.client = open_store(uri, uri_setting)
         self.buffer_dir = default_buffer_dir(str(buffer_dir or ""))
         self.retry_seconds = retry_seconds
         self._ids = IdMap(self.buffer_dir)
