@@ -149,7 +149,7 @@ def test_pretraining_asks_for_pairs_only_when_a_pair_task_reads_them(
 
 def test_a_whole_sentence_keeps_its_word_levels(inputs: tuple) -> None:
     """Whole-word data: the uncut sentence carries its own word starts, [CLS]/[SEP] open units."""
-    from tibnlp.data.pretraining import make_examples
+    from tibnlp.data.sop_examples import make_examples
     from tibnlp.data.words import INSIDE, SYLLABLE, WORD
 
     _, vocab = inputs

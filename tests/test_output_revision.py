@@ -10,7 +10,7 @@ import json
 import random
 from types import SimpleNamespace
 
-from tibnlp.data.pretraining import make_examples
+from tibnlp.data.sop_examples import make_examples
 from tibnlp.pipeline.cache import OUTPUT_REVISION
 
 # revision of the pretrain stage -> the examples' digest (pair task on, then off)

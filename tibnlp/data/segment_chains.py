@@ -40,7 +40,7 @@ def make_chains(
     levels: list[list[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """The chain examples of one document (see the module docstring); `levels` as in
-    `tibnlp.data.pretraining.make_examples` (adds `word_start`)."""
+    `tibnlp.data.sop_examples.make_examples` (adds `word_start`)."""
     limit = segments * (seq_len - 1)
     ids = [t for s in sentences for t in s]
     head = WORD if levels is not None else True
