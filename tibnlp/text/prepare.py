@@ -30,7 +30,7 @@ Steps: read the inputs into a raw Arrow file (documents = blank-line separated b
 records); a map over `num_proc` processes (`process_map`) normalises, filters and splits each
 document (documents are shuffled first so the process shards get similar amounts of text);
 then, in document order, exact sentence dedup across the whole corpus and the held-out split
-by document.
+by document (`dedup_split`).
 
 Nothing half-written: the corpus is built in a hidden temporary directory beside OUT and renamed
 into place only on success. An existing OUT is refused unless `force=True`, and even then only a
@@ -42,16 +42,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import datasets
-import numpy as np
 import yaml
 from rich.console import Console
 from rich.progress import (
@@ -68,15 +64,9 @@ from tibnlp.config.identity import OUTPUT_NEUTRAL
 from tibnlp.config.text import CorpusConfig
 from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
-from tibnlp.text.filtering import LINE_REASONS, choose_heldout, dedup_mask, process_documents
-from tibnlp.text.prepared import (
-    MARKER,
-    MARKER_CONTENT,
-    SPLITS,
-    content_fingerprint,
-    load_prepared,
-    save_splits,
-)
+from tibnlp.text.dedup_split import ArrowWriterCtx, dedup_and_split
+from tibnlp.text.filtering import process_documents
+from tibnlp.text.prepared import MARKER, MARKER_CONTENT, load_prepared
 from tibnlp.text.process_map import map_batches
 from tibnlp.text.readers import (
     InputInfo,
@@ -88,13 +78,6 @@ from tibnlp.text.readers import (
 
 __all__ = ["MARKER", "MARKER_CONTENT", "load_prepared", "prepare_corpus"]
 RUN_FILE = ".prepare-run.json"  # how and from where this corpus was made (`_write_records`)
-FEATURES = datasets.Features(
-    {
-        "doc_id": datasets.Value("int64"),
-        "source": datasets.Value("string"),
-        "sentences": datasets.Sequence(datasets.Value("string")),
-    }
-)
 _RAW_FEATURES = datasets.Features(
     {
         "doc_id": datasets.Value("int64"),
@@ -134,18 +117,6 @@ def _has_words(corpus: Path) -> bool:
     from tibnlp.text.corpus_words import META_FILE, WORDS_DIR
 
     return (corpus / WORDS_DIR / META_FILE).is_file()
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """No `datasets` progress bars for steps that take no time worth showing."""
-    enabled = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if enabled:
-            datasets.enable_progress_bars()
 
 
 def _progress(enabled: bool) -> Progress:
@@ -190,27 +161,6 @@ def _read_inputs(
     return infos
 
 
-class ArrowWriterCtx:
-    """`datasets` ArrowWriter as a context manager that always closes its file."""
-
-    def __init__(self, path: Path, features: datasets.Features) -> None:
-        from datasets.arrow_writer import ArrowWriter
-
-        self.writer = ArrowWriter(features=features, path=str(path), writer_batch_size=256)
-
-    def __enter__(self) -> Any:
-        return self.writer
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            self.writer.finalize()
-        self.writer.close()
-
-
-def _figures() -> dict[str, int]:
-    return {"documents": 0, "sentences": 0, "syllables": 0, "characters": 0}
-
-
 def prepare_corpus(
     inputs: list[Path],
     output: Path,
@@ -242,7 +192,7 @@ def prepare_corpus(
             timings["read"] = time.perf_counter() - started - sum(timings.values())
             processed = _process(work, cfg, num_proc, progress)
             timings["process"] = time.perf_counter() - started - sum(timings.values())
-            report = _finish(processed, tmp, cfg, infos)
+            report = dedup_and_split(processed, tmp, cfg, infos)
             timings["dedup_split_write"] = time.perf_counter() - started - sum(timings.values())
             shutil.rmtree(work)
             run = {
@@ -337,111 +287,3 @@ def _process(
         writer_batch_size=64,
         remove_columns=["lines", "line"],
     )
-
-
-def _finish(
-    processed: datasets.Dataset, tmp: Path, cfg: CorpusConfig, infos: list[InputInfo]
-) -> dict[str, Any]:
-    """Dedup sentences in document order, split by document, write the DatasetDict."""
-    order = np.argsort(np.asarray(processed["doc_id"]), kind="stable")
-    ordered = processed.select(order, keep_in_memory=True)
-    dropped_lines: Counter[str] = Counter()
-    for info in infos:
-        dropped_lines.update(info.skipped)
-    for reason in LINE_REASONS:
-        dropped_lines[reason] += sum(processed[f"dropped_{reason}"])
-    nonempty = {
-        int(d): s
-        for d, s, sents in zip(
-            processed["doc_id"], processed["source"], processed["syllables"], strict=True
-        )
-        if sents
-    }
-    heldout = choose_heldout(nonempty, cfg.heldout_fraction, cfg.seed)
-    figures = {split: _figures() for split in SPLITS}
-    per_source: dict[str, dict[str, int]] = {}
-    seen: set[int] = set()
-    duplicates = 0
-    no_kept_lines = len(processed) - len(nonempty)
-    all_duplicates = 0
-    writers = {s: ArrowWriterCtx(tmp / "work" / f"{s}.arrow", FEATURES) for s in SPLITS}
-    with writers["train"] as train_w, writers["heldout"] as heldout_w:
-        for row in ordered.select_columns(["doc_id", "source", "sentences", "syllables", "keys"]):
-            if cfg.dedup:
-                keep = dedup_mask(row["keys"], seen, cfg.dedup_min_syllables, row["syllables"])
-            else:
-                keep = [True] * len(row["keys"])
-            sentences = [s for s, k in zip(row["sentences"], keep, strict=True) if k]
-            duplicates += len(keep) - len(sentences)
-            if not sentences:
-                all_duplicates += bool(row["sentences"])
-                continue
-            split = "heldout" if row["doc_id"] in heldout else "train"
-            (heldout_w if split == "heldout" else train_w).write(
-                {"doc_id": row["doc_id"], "source": row["source"], "sentences": sentences}
-            )
-            syl = sum(n for n, k in zip(row["syllables"], keep, strict=True) if k)
-            for fig in (figures[split], per_source.setdefault(row["source"], _figures())):
-                fig["documents"] += 1
-                fig["sentences"] += len(sentences)
-                fig["syllables"] += syl
-                fig["characters"] += sum(len(s) for s in sentences)
-    total = {k: figures["train"][k] + figures["heldout"][k] for k in figures["train"]}
-    if total["sentences"] == 0:
-        raise DataError(
-            "the prepared corpus would be empty: every line was dropped "
-            f"({', '.join(f'{k}: {v}' for k, v in sorted(dropped_lines.items()) if v)})",
-            "check the inputs, or lower corpus.min_tibetan_ratio / corpus.min_syllables",
-        )
-    _check_splits(figures, cfg.heldout_fraction, infos)
-    dataset = datasets.DatasetDict(
-        {
-            s: datasets.Dataset.from_file(str(tmp / "work" / f"{s}.arrow"))
-            if figures[s]["documents"]
-            else datasets.Dataset.from_dict({k: [] for k in FEATURES}, features=FEATURES)
-            for s in SPLITS
-        }
-    )
-    for split, data in dataset.items():  # the content's, not the staging folder's
-        data._fingerprint = content_fingerprint(tmp / "work" / f"{split}.arrow", split)
-    with _quiet():
-        save_splits(dataset, tmp / "dataset")
-    return {
-        "kind": "prepared_corpus",
-        "version": 1,
-        "splits": figures,
-        "total": total,
-        "by_source": dict(sorted(per_source.items())),
-        "dropped_lines": {k: v for k, v in sorted(dropped_lines.items())},
-        "dropped_sentences": {"duplicate": duplicates},
-        "dropped_documents": {"no_kept_lines": no_kept_lines, "all_duplicates": all_duplicates},
-        "inputs": [i.as_dict() for i in infos],
-        "text_bytes": sum(i.text_bytes for i in infos),
-    }
-
-
-def _check_splits(
-    figures: dict[str, dict[str, int]], fraction: float, infos: list[InputInfo]
-) -> None:
-    """Refuse a corpus with nothing to train on; warn of one with no held-out document
-    although one was asked for (a small corpus, or a .txt without blank lines): it trains,
-    but the vocabulary report and pretraining have no held-out scores."""
-    train, heldout = figures["train"]["documents"], figures["heldout"]["documents"]
-    names = [i.source for i in infos]
-    inputs = ", ".join(names) if len(names) <= 3 else f"{len(names)} inputs"
-    if not train:
-        raise DataError(
-            f"{inputs}: all {heldout} document(s) went to the held-out split "
-            f"(corpus.heldout_fraction={fraction}), none is left to train on",
-            "lower corpus.heldout_fraction, or add documents (a .txt document ends at a "
-            "blank line, a JSONL record is one document)",
-        )
-    if fraction > 0 and not heldout:
-        print(
-            f"warning: {inputs}: no document for the held-out split: the input has {train} "
-            "document(s) (a .txt document ends at a blank line, a JSONL record is one); "
-            "there will be no held-out scores. Add blank lines between documents for them, "
-            "or set corpus.heldout_fraction=0 to say none are wanted",
-            file=sys.stderr,
-            flush=True,
-        )
