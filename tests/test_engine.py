@@ -13,9 +13,9 @@ from tibnlp.config import EngineConfig, OptimizerConfig, load_config
 from tibnlp.errors import ConfigError
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.engine import accumulation_steps, deepspeed_config, resolve_precision
-from tibnlp.training.loop import TrainingDiverged
 from tibnlp.training.optim import Lamb, build_optimizer
 from tibnlp.training.schedule import build_scheduler, lr_factor, parse_duration
+from tibnlp.training.step import TrainingDiverged
 
 
 @pytest.mark.parametrize(

@@ -15,20 +15,12 @@ non-padding tokens trained on (all ranks) first reach each count, the `exporter`
 writes the weights as they are after that step (a resumed run replays the same steps and
 rewrites the same export).
 
-Per optimizer step, every rank runs its micro-batches, then one all-reduce carries the
-metrics, the token count and the "out of time" flag, so all ranks agree on when to stop and
-on whether the loss is finite before any rank applies the update.
-
-The update is the mean of the micro-batches' mean losses (DeepSpeed scales each by
-1/accumulation, and averages ranks' gradients), as BERT's and ALBERT's per-replica means
-were: a micro-batch with fewer masked pieces weighs each of them more than one batch of the
-same examples would (tests/test_engine.py, accumulation test). Length-bucketed batches keep
-the masked counts of a step's micro-batches close.
+One optimizer step and the held-out evaluation, as each rank runs them on the engine (with
+the all-reduce that keeps the ranks in step), are `step.EngineStep`'s.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,12 +38,7 @@ from tibnlp.training.engine import World, all_reduce_sum
 from tibnlp.training.keep_best import KeepBest
 from tibnlp.training.prefetch import Prefetched
 from tibnlp.training.progress import TrainProgress
-
-EVAL_RNG_SEED = 0  # the global RNG's seed for every held-out evaluation
-
-
-class TrainingDiverged(TibnlpError):
-    """The loss or the weights stopped being finite."""
+from tibnlp.training.step import EngineStep, TrainingDiverged
 
 
 @dataclass
@@ -110,26 +97,6 @@ Evaluator = Callable[[], dict[str, float]]
 Exporter = Callable[[float, Progress], None]
 
 
-def _metric_keys(out: dict[str, Any]) -> list[str]:
-    keys = [k for k, v in out.items() if isinstance(v, torch.Tensor) and v.dim() == 0]
-    if "loss" not in keys:
-        raise TypeError("the model's forward must return a dict with a scalar 'loss'")
-    return sorted(keys)
-
-
-def _on(value: torch.Tensor, device: Any) -> torch.Tensor:
-    """A scalar metric as float64 on the engine's device (a model may return a count on the
-    CPU beside values on the GPU)."""
-    return value.detach().to(device=device, dtype=torch.float64)
-
-
-def _tokens(batch: dict[str, torch.Tensor]) -> float:
-    mask = batch.get("attention_mask")
-    if mask is not None:
-        return float(mask.sum())
-    return float(next(iter(batch.values())).numel())
-
-
 class TrainLoop:
     def __init__(
         self,
@@ -153,7 +120,7 @@ class TrainLoop:
         self._targets = sorted(float(t) for t in settings.export_at_tokens)
         self.best: KeepBest | None = None  # with `select`: made when the run starts
         self.step = 0
-        self.keys: list[str] = []
+        self.steps = EngineStep(engine, world)
         self.window: dict[str, float] = {}  # sums since the last log, restored on resume
         self.run_id: str | None = None
         # name -> an object beside the loop whose `state_dict()` rides in every checkpoint and
@@ -162,56 +129,13 @@ class TrainLoop:
         self.budget = BudgetWatch(settings.time_budget_s, settings.max_tokens)
         self.extra_state: dict[str, Any] = {"budget": self.budget}
 
-    # ---- one step -------------------------------------------------------------------
+    # ---- one step ----------------------------------------------------------------------
     def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        device = self.engine.device
-        return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-    def _reduce(self, sums: torch.Tensor, count: int, extra: list[float]) -> torch.Tensor:
-        packed = torch.cat([sums / count, torch.tensor(extra, dtype=torch.float64)])
-        return all_reduce_sum(packed)
+        return self.steps.to_device(batch)
 
     def train_step(self, over_budget: bool) -> tuple[dict[str, float], float, bool]:
         """One optimizer step; returns (metrics, tokens across ranks, stop flag)."""
-        micro_batches = self.train_data.next()
-        sums: torch.Tensor | None = None
-        tokens = 0.0
-        for i, raw in enumerate(micro_batches):
-            batch = self.to_device(raw)
-            out = self.engine(**batch)
-            if not self.keys:
-                self.keys = _metric_keys(out)
-            self.engine.backward(out["loss"])
-            # on the device: one copy to the host a step, not one per metric and micro-batch
-            values = torch.stack([_on(out[k], self.engine.device) for k in self.keys])
-            sums = values if sums is None else sums + values
-            tokens += _tokens(raw)
-            if i < len(micro_batches) - 1:
-                self.engine.step()  # inside accumulation: no update yet
-        assert sums is not None
-        reduced = self._reduce(sums.cpu(), len(micro_batches), [tokens, float(over_budget)])
-        n = len(self.keys)
-        metrics = {
-            k: float(v) / self.world.size for k, v in zip(self.keys, reduced[:n], strict=True)
-        }
-        if not math.isfinite(metrics["loss"]):
-            raise TrainingDiverged(
-                f"loss is {metrics['loss']} at step {self.step + 1}; the update was not applied "
-                "and the last good checkpoint is untouched",
-                "lower pretrain.optimizer.lr, raise warmup_steps or check the data; "
-                "then --resume from the last checkpoint",
-            )
-        metrics["lr"] = self._lr()  # the lr this update uses
-        self.engine.step()
-        return metrics, float(reduced[n]), bool(reduced[n + 1] > 0)
-
-    def _lr(self) -> float:
-        """optimizer.lr as the schedule sets it (`WarmupDecay.optimizer_lr`), not param group
-        0's rate, which under per-prefix rates may be any group's (the embedding's)."""
-        scheduler: Any = getattr(self.engine, "lr_scheduler", None)
-        if hasattr(scheduler, "optimizer_lr"):
-            return float(scheduler.optimizer_lr())
-        return float(self.engine.get_lr()[0])
+        return self.steps.train(self.train_data.next(), over_budget, self.step + 1)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -224,40 +148,11 @@ class TrainLoop:
             return metrics
         if self.eval_data is None or self.settings.eval_batches == 0:
             return {}
-        self.engine.eval()
-        self.eval_data.reset()
-        sums: torch.Tensor | None = None
-        count = 0
-        keys = self.keys
-        # a model that samples in eval mode (ELECTRA's generator) draws the same at every
-        # evaluation, and the training streams are left as they were
-        device = torch.device(self.engine.device)
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.random.default_generator.manual_seed(EVAL_RNG_SEED)
-            if device.type == "cuda":
-                torch.cuda.manual_seed(EVAL_RNG_SEED)  # this process's device only
-            for _ in range(min(self.settings.eval_batches, len(self.eval_data))):
-                for raw in self.eval_data.next():
-                    out = self.engine(**self.to_device(raw))
-                    keys = keys or _metric_keys(out)
-                    values = torch.stack([_on(out[k], self.engine.device) for k in keys])
-                    sums = values if sums is None else sums + values
-                    count += 1
-        self.engine.train()
-        if sums is None:
-            return {}
-        reduced = self._reduce(sums.cpu(), count, [])
-        return {k: float(v) / self.world.size for k, v in zip(keys, reduced, strict=True)}
+        return self.steps.held_out(self.eval_data, self.settings.eval_batches)
 
     # ---- checkpoints ----------------------------------------------------------------
-    def _weights_finite(self) -> bool:
-        bad = sum(
-            0 if bool(torch.isfinite(p).all()) else 1 for p in self.engine.module.parameters()
-        )
-        return float(all_reduce_sum(torch.tensor([float(bad)], dtype=torch.float64))[0]) == 0
-
     def save(self) -> None:
-        if not self._weights_finite():
+        if not self.steps.weights_finite():
             raise TrainingDiverged(
                 f"weights are not finite after step {self.step}; not saving a checkpoint, "
                 "the last good one is untouched",
