@@ -126,7 +126,8 @@ def main(out: Path, overrides: dict[str, Any]) -> None:
     from tibnlp.config import EngineConfig, OptimizerConfig
     from tibnlp.tracking import Tracker
     from tibnlp.training.engine import init_distributed, shutdown
-    from tibnlp.training.loop import LoopSettings, fit
+    from tibnlp.training.fit import fit
+    from tibnlp.training.loop import LoopSettings
     from tibnlp.training.wiring import start_training
 
     o = {

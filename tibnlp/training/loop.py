@@ -16,7 +16,8 @@ writes the weights as they are after that step (a resumed run replays the same s
 rewrites the same export).
 
 One optimizer step and the held-out evaluation, as each rank runs them on the engine (with
-the all-reduce that keeps the ranks in step), are `step.EngineStep`'s.
+the all-reduce that keeps the ranks in step), are `step.EngineStep`'s; a run's `--resume`
+checks and the MLflow run opened around the loop are `fit.fit`'s.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from typing import Any
 
 import torch
 
-from tibnlp.errors import TibnlpError
-from tibnlp.stopping import ended_status
 from tibnlp.training import checkpoint
 from tibnlp.training.batches import ShardedBatches
 from tibnlp.training.budget import BudgetWatch
@@ -355,39 +354,3 @@ class TrainLoop:
         result.step = self.step
         result.schedule = self.budget.tags()
         return result
-
-
-def fit(
-    loop: TrainLoop,
-    resume: bool,
-    open_tracker: Callable[[str | None], Any],
-    on_log: Callable[[int, dict[str, float]], None] | None = None,
-    on_eval: Callable[[Progress, dict[str, float]], None] | None = None,
-) -> LoopResult:
-    """Restore (if resuming), open the MLflow run on rank 0 (the same run when resuming), train.
-
-    The tracker is returned open in the result so the caller can add the final artifacts; on
-    an error it is closed FAILED (stopped: KILLED).
-    """
-    directory = loop.settings.checkpoint_dir
-    checkpoint.require_resumable(directory, resume)
-    if resume and not loop.restore():  # every complete checkpoint unreadable
-        raise checkpoint.no_checkpoint(directory)
-    if loop.step > loop.settings.max_steps:  # else: "12/4", exit 0, the 12-step model kept
-        raise TibnlpError(
-            f"--resume: the newest checkpoint in {directory} is at step {loop.step}, past "
-            f"max_steps {loop.settings.max_steps}: there is nothing to continue",
-            f"raise pretrain.max_steps above {loop.step} to train on; the model of that run "
-            "is its OUTPUT/model",
-        )
-    tracker = open_tracker(loop.run_id) if loop.world.is_main else None
-    if tracker is not None:
-        loop.run_id = tracker.run_id
-    try:
-        result = loop.run(tracker, on_log, on_eval)
-    except BaseException as exc:
-        if tracker is not None:
-            tracker.end(ended_status(exc))
-        raise
-    result.tracker = tracker
-    return result

@@ -56,9 +56,10 @@ from tibnlp.training.engine import (
     planned_world_size,
     shutdown,
 )
+from tibnlp.training.fit import fit
 from tibnlp.training.held_output import NoteRun, held_output
 from tibnlp.training.learning_check import LearningCheck, unigram_accuracy
-from tibnlp.training.loop import LoopSettings, TrainLoop, fit
+from tibnlp.training.loop import LoopSettings, TrainLoop
 from tibnlp.training.pretrain_checks import (
     note_missed_exports,
     note_spent,
