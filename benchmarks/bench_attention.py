@@ -30,6 +30,18 @@ from tibnlp.models.attention import AttentionContext, choose_large
 from tibnlp.models.encoder import SharedLayer
 
 WINDOWS = list(PAPER_WINDOWS)
+SHAPES = [(128, 16), (512, 4)]  # (N, batch): the shapes of benchmarks/results/attention.md
+
+
+def shape_list(text: str) -> list[tuple[int, int]]:
+    """`--shapes 128:16,512:4` -> [(128, 16), (512, 4)]."""
+    try:
+        shapes = [(int(n), int(b)) for n, b in (item.split(":") for item in text.split(","))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected N:batch pairs, e.g. 128:16") from None
+    if any(n < 4 or b < 2 for n, b in shapes):
+        raise argparse.ArgumentTypeError(f"{text!r}: N must be at least 4 and batch at least 2")
+    return shapes
 
 
 def make_cfg(
@@ -82,17 +94,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--shapes",
+        type=shape_list,
+        default=SHAPES,
+        help="N:batch pairs, comma-separated (default 128:16,512:4; small ones for a smoke run)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     # One thread by default: on an oversubscribed machine, thread barriers between many small
     # ops add noise that says more about the load than about the kernels.
     torch.set_num_threads(args.threads)
-    shapes = [(128, 16), (512, 4)]
+    command = f"--rounds {args.rounds} --threads {args.threads}"
+    if args.shapes != SHAPES:
+        command += f" --shapes {','.join(f'{n}:{b}' for n, b in args.shapes)}"
     lines = [
         "# Attention benchmark: one layer, forward + backward (CPU)",
         "",
-        f"`PYTHONPATH=. python benchmarks/bench_attention.py --rounds {args.rounds} "
-        f"--threads {args.threads}`; "
+        f"`PYTHONPATH=. python benchmarks/bench_attention.py {command}`; "
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {platform.machine()}"
         f" ({os.cpu_count()} cores), load average at start {os.getloadavg()[0]:.1f} "
         "(machine shared with other jobs: "
@@ -107,7 +126,7 @@ def main() -> None:
         "| N | batch | part | variant | median ms | ratio to dense h=12 |",
         "|---|---|---|---|---|---|",
     ]
-    for n, b in shapes:
+    for n, b in args.shapes:
         half = torch.tensor([n // 4] * (b // 2) + [n] * (b - b // 2))
         variants: dict[tuple[str, str], Callable[[], float]] = {}
         for part in ("core", "attention", "layer"):
