@@ -1,14 +1,22 @@
 """The benchmark scripts behind benchmarks/results/ still run: each at a toy size, writing its
 table, so a measured result stays "a command in the repo that anyone can re-run" while the
 package changes under it. Nothing here asserts a time or a speed ratio (machine load moves
-them): only that the rows exist and their numbers are finite."""
+them): only that the rows exist and their numbers are finite.
+
+A script that runs each variant in a fresh interpreter (`python SCRIPT --worker ...`) has its
+worker commands run in this process instead (`in_process`): seconds of imports per worker
+would dominate the file, and the commands and the JSON they print are still the script's."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import runpy
+import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,6 +32,24 @@ def load(name: str) -> dict[str, Any]:
 def run_main(script: dict[str, Any], argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "argv", [script["__file__"], *argv])
     script["main"]()
+
+
+def in_process(script: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Route the script's `subprocess.run([python, SCRIPT, ...])` to its own `main` in this
+    process, stdout captured as the child's; returns the commands run."""
+    calls: list[list[str]] = []
+
+    def run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        assert Path(cmd[1]) == Path(script["__file__"]), cmd
+        calls.append(cmd)
+        out = io.StringIO()
+        with monkeypatch.context() as m, contextlib.redirect_stdout(out):
+            m.setattr(sys, "argv", cmd[1:])
+            script["main"]()
+        return subprocess.CompletedProcess(cmd, 0, out.getvalue(), "")
+
+    monkeypatch.setitem(script["main"].__globals__, "subprocess", SimpleNamespace(run=run))
+    return calls
 
 
 def table(text: str, header: str) -> list[list[str]]:
@@ -73,3 +99,23 @@ def test_bench_attention_times_every_variant_at_a_toy_shape(tmp_path, monkeypatc
     assert len(rows) == 13 and all(r[:2] == ["8", "2"] and finite(r[4:]) for r in rows)
     with pytest.raises(SystemExit):
         run_main(load("bench_attention"), ["--shapes", "8x2"], monkeypatch)
+
+
+def test_bench_designs_runs_its_workers_and_tables_every_variant(tmp_path, monkeypatch) -> None:
+    script = load("bench_designs")
+    shape = ["--batch", "2", "--seq", "8", "--vocab", "60"]
+    # every variant's worker at the toy shape, then the table from two of them
+    for name in script["variants"](8):
+        result = script["worker"](name, 1, 2, 8, 60)
+        assert result["tokens_per_cpu_s"] > 0 and math.isfinite(result["peak_mib"]), name
+    calls = in_process(script, monkeypatch)
+    out = tmp_path / "designs.md"
+    chosen = "base (absolute, dense);relative + recurrence (2 segments, mem 8)"
+    argv = ["--rounds", "1", "--steps", "1", *shape, "--variants", chosen, "--out", str(out)]
+    run_main(script, argv, monkeypatch)
+    assert [c[3] for c in calls] == chosen.split(";") and all(c[-6:] == shape for c in calls)
+    rows = table(out.read_text(), "| variant | tokens / CPU-s |")
+    assert [r[0] for r in rows] == chosen.split(";")
+    assert rows[0][3] == "1.00" and all(finite([r[1], r[3], r[4], r[5]]) for r in rows)
+    with pytest.raises(SystemExit):
+        run_main(script, ["--variants", "no such design"], monkeypatch)
