@@ -4,7 +4,10 @@ Prepares the full raw corpus of the data directory (`corpora/*.txt.xz`, about 17
 UTF-8 text) once per process count, into temporary directories, and writes MB/s (of
 uncompressed input text) and the speed-up ratio to benchmarks/results/prepare.md.
 
-    python benchmarks/bench_prepare.py [--procs 1 2] [--repeat 1] [--output FILE]
+    python benchmarks/bench_prepare.py [--procs 1 2] [--repeat 1] [--output FILE] \
+        [--inputs PATH ...]
+
+`--inputs` (files or folders) replaces the full corpus, e.g. by a small file for a smoke run.
 
 Runs alternate (1, 2, 1, 2, ...) so that a change in machine load hits both settings alike.
 The load average before and after each run is recorded: on a shared machine the absolute
@@ -27,6 +30,7 @@ from tibnlp.data.datadir import require
 from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.text.prepare import prepare_corpus
+from tibnlp.text.readers import expand_inputs
 
 RESULTS = Path(__file__).parent / "results" / "prepare.md"
 
@@ -64,9 +68,15 @@ def main() -> None:
     parser.add_argument("--procs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--inputs", type=Path, nargs="+", help="raw text files or folders (default: the corpus)"
+    )
     args = parser.parse_args()
 
-    files = sorted(require("corpora", "the raw corpus").glob("*.txt.xz"))
+    if args.inputs:
+        files = expand_inputs(args.inputs)
+    else:
+        files = sorted(require("corpora", "the raw corpus").glob("*.txt.xz"))
     runs = []
     with tempfile.TemporaryDirectory(prefix="bench-prepare-") as tmp:
         for r in range(args.repeat):
@@ -83,10 +93,10 @@ def main() -> None:
                 runs.append(run)
     totals = {str(run["report"]["total"]) for run in runs}  # type: ignore[index]
     assert len(totals) == 1, f"process counts disagree on the result: {totals}"
-    _write(args.output, files, runs)
+    _write(args.output, files, runs, "`corpora/*.txt.xz`" if not args.inputs else "given")
 
 
-def _write(path: Path, files: list[Path], runs: list[dict]) -> None:
+def _write(path: Path, files: list[Path], runs: list[dict], named: str) -> None:
     report = runs[0]["report"]
     best = {
         p: min(r["seconds"] for r in runs if r["procs"] == p) for p in {r["procs"] for r in runs}
@@ -108,7 +118,7 @@ def _write(path: Path, files: list[Path], runs: list[dict]) -> None:
         "use no more cores than 1, the machine gave the run no more CPU and the wall-time "
         "ratio measures the contention, not the parallel speed-up.",
         "",
-        f"Input: {len(files)} files `corpora/*.txt.xz`, {report['text_bytes'] / 1e6:.1f} MB of "
+        f"Input: {len(files)} files {named}, {report['text_bytes'] / 1e6:.1f} MB of "
         f"UTF-8 text ({sum(f.stat().st_size for f in files) / 1e6:.1f} MB compressed). "
         "Default `CorpusConfig` apart from `num_proc`. "
         "MB/s = uncompressed input bytes / wall time.",

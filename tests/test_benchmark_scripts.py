@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import lzma
 import math
+import random
 import runpy
 import subprocess
 import sys
@@ -21,6 +23,8 @@ from typing import Any
 
 import pytest
 import torch
+
+from tests.tibetan_fixtures import sentence, syllable
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -119,3 +123,23 @@ def test_bench_designs_runs_its_workers_and_tables_every_variant(tmp_path, monke
     assert rows[0][3] == "1.00" and all(finite([r[1], r[3], r[4], r[5]]) for r in rows)
     with pytest.raises(SystemExit):
         run_main(script, ["--variants", "no such design"], monkeypatch)
+
+
+def test_bench_prepare_tables_both_process_counts(tmp_path, monkeypatch) -> None:
+    rng = random.Random(0)
+    words = ["་".join(syllable(rng) for _ in range(2)) for _ in range(100)]
+    docs = ["\n".join(sentence(rng, words) for _ in range(4)) for _ in range(40)]
+    raw = tmp_path / "tiny.txt.xz"
+    raw.write_bytes(lzma.compress("\n\n".join(docs).encode()))
+    out = tmp_path / "prepare.md"
+    argv = ["--procs", "1", "2", "--inputs", str(raw), "--output", str(out)]
+    run_main(load("bench_prepare"), argv, monkeypatch)
+    text = out.read_text()
+    assert (
+        "Input: 1 files given" in text
+        and "Result (identical for every setting): 40 documents" in text
+    )
+    runs = table(text, "| run | processes |")
+    assert [r[1] for r in runs] == ["1", "2"] and all(finite(r[2:9]) for r in runs)
+    best = table(text, "| processes | best wall s |")
+    assert [r[0] for r in best] == ["1", "2"] and all(finite(r[1:]) for r in best)
