@@ -23,6 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 from tibnlp.config.model import HeadsConfig, ModelConfig
 from tibnlp.data.masking import IGNORE_INDEX as IGNORE
 from tibnlp.errors import run_script
+from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.models.summary import training_flops_per_token
 from tibnlp.training.engine import hardware_name
@@ -121,9 +122,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(args.out)
+        atomic_write_text(args.out, text)
 
 
 if __name__ == "__main__":

@@ -143,3 +143,15 @@ def test_bench_prepare_tables_both_process_counts(tmp_path, monkeypatch) -> None
     assert [r[1] for r in runs] == ["1", "2"] and all(finite(r[2:9]) for r in runs)
     best = table(text, "| processes | best wall s |")
     assert [r[0] for r in best] == ["1", "2"] and all(finite(r[1:]) for r in best)
+
+
+def test_bench_step_profile_groups_the_step_at_a_toy_shape(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "step_profile.md"
+    shape = ["--vocab", "60", "--hidden", "16", "--emb", "8", "--ffn", "32", "--layers", "1"]
+    shape += ["--heads", "2", "--seq", "16", "--batch", "2", "--steps", "1", "--threads", "1"]
+    run_main(load("bench_step_profile"), [*shape, "--out", str(out)], monkeypatch)
+    text = out.read_text()
+    groups = table(text, "| group | share of self CPU time |")
+    assert {"matrix", "optimizer"} <= {g[0] for g in groups} and all(finite(g[1:]) for g in groups)
+    assert abs(sum(number(g[1]) for g in groups) - 100) < 1  # shares of one total
+    assert len(table(text, "| top operators | share |")) == 15
