@@ -5,8 +5,12 @@ The held-out split and the masking (rate, n-gram spans, seed) are the same for e
 so rows compare. A model whose two accuracies are close reads a bag of pieces.
 
     PYTHONPATH=. python benchmarks/bench_word_order.py \
-        --data runs/pipelines/curve/pretrain/out-*/model/data \
+        --data runs/pipelines/curve/pretrain/out-*/data \
         MODEL_DIR [MODEL_DIR ...] --out benchmarks/results/word_order.md
+
+A MODEL_DIR is a pretraining run's model folder (MLM head included) on the vocabulary the data
+was tokenised with: an encoder-only folder (its MLM head would be a random one, scored as if
+trained) or another vocabulary (the pieces would be other pieces) is refused before any scoring.
 """
 
 from __future__ import annotations
@@ -18,11 +22,10 @@ import torch
 
 from tibnlp.data.masking import MlmCollator
 from tibnlp.data.pretraining import load_pretraining_dataset
-from tibnlp.errors import run_script
+from tibnlp.errors import DataError, run_script
 from tibnlp.evaluation.word_order import order_accuracies
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.models.io import load_pretrained
-from tibnlp.models.pretraining import AlbertForPretraining
+from tibnlp.models.memory_report import load_mlm
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training.engine import hardware_name
 
@@ -37,7 +40,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="markdown table written here as well")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    splits, _ = load_pretraining_dataset(args.data)
+    splits, meta = load_pretraining_dataset(args.data)
+    models = {}
+    for model_dir in args.models:
+        vocab = Vocabulary.load(model_dir)
+        if vocab.sha256 != meta["vocab_sha256"]:
+            raise DataError(
+                f"{model_dir}: its vocabulary is not the one {args.data} was tokenised with",
+                "score each model on the data of a run that used its vocabulary",
+            )
+        models[model_dir] = load_mlm(model_dir)[0], vocab
     heldout = splits["heldout"]
     rows = min(args.rows, len(heldout))
     lines = [
@@ -47,11 +59,8 @@ def main() -> None:
         "| model | as written % | shuffled % | gap (points) |",
         "|---|---:|---:|---:|",
     ]
-    for model_dir in args.models:
-        cfg, state = load_pretrained(model_dir)
-        model = AlbertForPretraining(cfg, sop=any(k.startswith("sop_") for k in state))
-        model.load_state_dict(state, strict=False)
-        collate = MlmCollator(Vocabulary.load(model_dir), args.mask_prob, args.max_ngram, 123)
+    for model_dir, (model, vocab) in models.items():
+        collate = MlmCollator(vocab, args.mask_prob, args.max_ngram, 123)
         batches = [
             collate([heldout[i] for i in range(start, min(start + 64, rows))], start)
             for start in range(0, rows, 64)

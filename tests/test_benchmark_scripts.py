@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests.tibetan_fixtures import sentence, syllable
+from tests.ft_fixtures import make_model_dir, make_vocab
+from tests.tibetan_fixtures import TINY_MODEL, prepared_inputs, sentence, syllable
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -155,3 +156,45 @@ def test_bench_step_profile_groups_the_step_at_a_toy_shape(tmp_path, monkeypatch
     assert {"matrix", "optimizer"} <= {g[0] for g in groups} and all(finite(g[1:]) for g in groups)
     assert abs(sum(number(g[1]) for g in groups) - 100) < 1  # shares of one total
     assert len(table(text, "| top operators | share |")) == 15
+
+
+def tiny_pretraining(root: Path) -> tuple[Path, Path]:
+    """A tokenised pretraining data folder (a run's OUTPUT/data) and a model folder beside it
+    (weights with the MLM head, the vocabulary files), one layer wide enough to run."""
+    import shutil
+
+    from tibnlp.config.core import from_dict
+    from tibnlp.config.model import ModelConfig
+    from tibnlp.data.pretraining import build_pretraining_dataset
+    from tibnlp.models.io import save_pretrained
+    from tibnlp.models.pretraining import AlbertForPretraining
+    from tibnlp.text.vocab import Vocabulary
+
+    prepared_inputs(root, n_docs=40, heldout=8, vocab_size=100)
+    vocab = Vocabulary.load(root / "vocab")
+    data = build_pretraining_dataset(root / "corpus", vocab, 32, root / "data", num_proc=1)
+    fields = {**TINY_MODEL, "heads": {"small": 2, "large": 2}, "vocab_size": vocab.size}
+    cfg = from_dict(ModelConfig, fields, "model")
+    model = save_pretrained(AlbertForPretraining(cfg, sop=False), cfg, root / "model")
+    for f in (root / "vocab").iterdir():
+        shutil.copy2(f, model / f.name)
+    return data, model
+
+
+def test_bench_word_order_scores_a_model_and_refuses_an_encoder(tmp_path, monkeypatch) -> None:
+    from tibnlp.errors import DataError
+
+    data, model = tiny_pretraining(tmp_path)
+    out = tmp_path / "word_order.md"
+    script = load("bench_word_order")
+    run_main(
+        script, [str(model), "--data", str(data), "--rows", "8", "--out", str(out)], monkeypatch
+    )
+    rows = table(out.read_text(), "| model | as written % |")
+    assert [r[0] for r in rows] == [str(model)] and finite(rows[0][1:])
+    encoder = make_model_dir(tmp_path / "encoder", tmp_path / "vocab")  # no MLM head
+    with pytest.raises(DataError, match="no MLM head"):
+        run_main(script, [str(model), str(encoder), "--data", str(data)], monkeypatch)
+    other = make_model_dir(tmp_path / "other", make_vocab(tmp_path / "other-vocab"))
+    with pytest.raises(DataError, match="vocabulary is not the one"):
+        run_main(script, [str(other), "--data", str(data)], monkeypatch)
