@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import lzma
 import math
 import random
@@ -24,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.ft_fixtures import make_model_dir, make_vocab
+from tests.ft_fixtures import make_data_dir, make_model_dir, make_vocab
 from tests.tibetan_fixtures import TINY_MODEL, prepared_inputs, sentence, syllable
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -158,27 +159,35 @@ def test_bench_step_profile_groups_the_step_at_a_toy_shape(tmp_path, monkeypatch
     assert len(table(text, "| top operators | share |")) == 15
 
 
-def tiny_pretraining(root: Path) -> tuple[Path, Path]:
-    """A tokenised pretraining data folder (a run's OUTPUT/data) and a model folder beside it
-    (weights with the MLM head, the vocabulary files), one layer wide enough to run."""
+def mlm_model_dir(folder: Path, vocab_dir: Path) -> Path:
+    """A pretraining run's model folder: one-layer weights with the MLM head (no SOP), and the
+    vocabulary's files beside them."""
     import shutil
 
     from tibnlp.config.core import from_dict
     from tibnlp.config.model import ModelConfig
-    from tibnlp.data.pretraining import build_pretraining_dataset
     from tibnlp.models.io import save_pretrained
     from tibnlp.models.pretraining import AlbertForPretraining
+    from tibnlp.text.vocab import Vocabulary
+
+    size = Vocabulary.load(vocab_dir).size
+    fields = {**TINY_MODEL, "heads": {"small": 2, "large": 2}, "vocab_size": size}
+    cfg = from_dict(ModelConfig, fields, "model")
+    save_pretrained(AlbertForPretraining(cfg, sop=False), cfg, folder)
+    for f in vocab_dir.iterdir():
+        shutil.copy2(f, folder / f.name)
+    return folder
+
+
+def tiny_pretraining(root: Path) -> tuple[Path, Path]:
+    """A tokenised pretraining data folder (a run's OUTPUT/data) and a model on its vocabulary."""
+    from tibnlp.data.pretraining import build_pretraining_dataset
     from tibnlp.text.vocab import Vocabulary
 
     prepared_inputs(root, n_docs=40, heldout=8, vocab_size=100)
     vocab = Vocabulary.load(root / "vocab")
     data = build_pretraining_dataset(root / "corpus", vocab, 32, root / "data", num_proc=1)
-    fields = {**TINY_MODEL, "heads": {"small": 2, "large": 2}, "vocab_size": vocab.size}
-    cfg = from_dict(ModelConfig, fields, "model")
-    model = save_pretrained(AlbertForPretraining(cfg, sop=False), cfg, root / "model")
-    for f in (root / "vocab").iterdir():
-        shutil.copy2(f, model / f.name)
-    return data, model
+    return data, mlm_model_dir(root / "model", root / "vocab")
 
 
 def test_bench_word_order_scores_a_model_and_refuses_an_encoder(tmp_path, monkeypatch) -> None:
@@ -198,3 +207,28 @@ def test_bench_word_order_scores_a_model_and_refuses_an_encoder(tmp_path, monkey
     other = make_model_dir(tmp_path / "other", make_vocab(tmp_path / "other-vocab"))
     with pytest.raises(DataError, match="vocabulary is not the one"):
         run_main(script, [str(other), "--data", str(data)], monkeypatch)
+
+
+def test_augment_titles_writes_labelled_copies_in_both_modes(tmp_path, monkeypatch) -> None:
+    data = make_data_dir(tmp_path / "data")
+    model = mlm_model_dir(tmp_path / "model", make_vocab(tmp_path / "vocab"))
+    train = data / "tncc" / "tncc_title_train.jsonl"
+    originals = {r["id"]: r for r in map(json.loads, train.read_text("utf-8").splitlines())}
+    script = load("augment_titles")
+    for mode in ("mlm", "unigram"):
+        out = tmp_path / f"out-{mode}"
+        argv = ["--model", str(model), "--data", str(data), "--out", str(out), "--mode", mode]
+        run_main(script, [*argv, "--copies", "2"], monkeypatch)
+        written = (out / "tncc" / "tncc_title_train.jsonl").read_text("utf-8").splitlines()
+        records = [json.loads(line) for line in written]
+        copies = [r for r in records if "-aug" in r["id"]]
+        assert [r["id"] for r in records[: len(originals)]] == list(originals)
+        assert len(copies) == 2 * len(originals)  # the synthetic titles have no unknown piece
+        for r in copies:
+            source = originals[r["id"].rsplit("-aug", 1)[0]]
+            assert r["label"] == source["label"] and r["text"] == r["title"] != ""
+        assert (out / "tncc" / "tncc_title_test.jsonl").read_text() == (
+            data / "tncc" / "tncc_title_test.jsonl"
+        ).read_text()  # the other files are the source's
+        with pytest.raises(SystemExit, match="exists"):
+            run_main(script, [*argv], monkeypatch)
