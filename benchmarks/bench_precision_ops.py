@@ -32,7 +32,8 @@ from pathlib import Path
 
 from tibnlp.errors import run_script
 
-SHAPE_FROM = Path("pipelines/vectors_proxy.yaml")  # the GPU curve's start model
+SHAPE_FROM = Path("pipelines/vectors_proxy.yaml")  # the GPU curve's start model (repo-relative)
+ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 14245  # its vocabulary (16k asked, 14,245 built from the quickstart's corpus)
 VARIANTS = {
     "DeepSpeed bf16 mode (bf16 weights, fp32 masters)": "bf16-mode",
@@ -61,7 +62,7 @@ def child(variant: str, zero: int, steps: int) -> dict:
 
     world = engine_mod.init_distributed(EngineConfig(threads=1))
     torch.manual_seed(0)
-    shape = load_pipeline(SHAPE_FROM).config["model"]  # the curve's start: its model's shape
+    shape = load_pipeline(ROOT / SHAPE_FROM).config["model"]  # the curve's start: its model's shape
     cfg = from_dict(ModelConfig, {**shape, "vocab_size": VOCAB}, "model")
     model = AlbertForPretraining(cfg, sparse_last_layer=True, sop=False)
     optim = OptimizerConfig(warmup_steps=0)
@@ -151,7 +152,7 @@ def main() -> None:
         for label, key in order if r % 2 == 0 else reversed(order):
             cmd = [sys.executable, __file__, "--child", key, "--zero", str(args.zero)]
             cmd += ["--steps", str(args.steps)]
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
             done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
             runs[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
     results = {  # operator counts repeat exactly; the time is the median over rounds

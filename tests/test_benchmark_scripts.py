@@ -232,3 +232,24 @@ def test_augment_titles_writes_labelled_copies_in_both_modes(tmp_path, monkeypat
         ).read_text()  # the other files are the source's
         with pytest.raises(SystemExit, match="exists"):
             run_main(script, [*argv], monkeypatch)
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="counts the CPU's host work: on a CUDA host DeepSpeed would put the model on the GPU "
+    "and the script's batches stay on the CPU",
+)
+def test_bench_precision_ops_counts_every_variant_at_zero_0(tmp_path, monkeypatch) -> None:
+    script = load("bench_precision_ops")
+    calls = in_process(script, monkeypatch)
+    out = tmp_path / "clip_ops.md"
+    run_main(
+        script, ["--zero", "0", "--rounds", "1", "--steps", "1", "--out", str(out)], monkeypatch
+    )
+    assert sorted(c[3] for c in calls) == sorted(script["VARIANTS"].values())
+    text = out.read_text()
+    rows = table(text, "| variant | aten ops per step |")
+    assert [r[0] for r in rows] == list(script["VARIANTS"])
+    assert all(finite(r[1:6]) and number(r[1]) > 0 for r in rows)
+    assert "Ratio (bf16 mode / autocast)" in text and "Fused clipping:" in text
+    assert rows[0][6] == "torch.bfloat16" and rows[1][6] == "torch.float32"  # what an export saves
