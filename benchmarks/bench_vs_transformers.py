@@ -43,17 +43,18 @@ VARIANTS = [
 ABLATIONS = ["ours, dense MLM", "ours, manual attention"]
 BASELINES = ("transformers", "transformers, bf16 autocast")
 SHAPE = SpeedSettings("cpu")  # the GPU speed block's shape: ALBERT-tiny, vocabulary 30000
+SHAPES = [(128, 32), (512, 8)]  # (seq, batch) of the table
 
 
-def _build(variant: str) -> Any:
+def _build(variant: str, shape: SpeedSettings) -> Any:
     import torch
     import torch.nn.functional as F
 
     if variant.startswith("transformers"):
-        return build_model(variant, SHAPE)
+        return build_model(variant, shape)
     from tibnlp.models.attention import AttentionCore
 
-    model = build_model("ours", SHAPE, sparse_last_layer=variant != "ours, full last layer")
+    model = build_model("ours", shape, sparse_last_layer=variant != "ours, full last layer")
     if variant == "ours, manual attention":
 
         class ManualCore(AttentionCore):
@@ -62,7 +63,7 @@ def _build(variant: str) -> Any:
                 s = s.masked_fill(~ctx.attention_mask[:, None, None, :], float("-inf"))
                 return torch.softmax(s, -1) @ v
 
-        model.encoder.layer.attention.route(SHAPE.heads).core = ManualCore(SHAPE.heads)
+        model.encoder.layer.attention.route(shape.heads).core = ManualCore(shape.heads)
     if variant == "ours, dense MLM":
         original = model.forward
 
@@ -79,16 +80,18 @@ def _build(variant: str) -> Any:
     return model
 
 
-def _worker(variant: str, batch: int, seq: int, threads: int, conn: Connection) -> None:
+def _worker(
+    variant: str, shape: SpeedSettings, batch: int, seq: int, threads: int, conn: Connection
+) -> None:
     import resource
 
     import torch
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = _build(variant).train()
+    model = _build(variant, shape).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = random_batch(SHAPE, batch, seq)
+    x = random_batch(shape, batch, seq)
     ids, mask, types, labels, sop = x["ids"], x["mask"], x["types"], x["labels"], x["sop"]
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
@@ -127,13 +130,20 @@ def _worker(variant: str, batch: int, seq: int, threads: int, conn: Connection) 
 
 
 def run_shape(
-    variants: list[str], batch: int, seq: int, rounds: int, steps: int, threads: int
+    variants: list[str],
+    batch: int,
+    seq: int,
+    rounds: int,
+    steps: int,
+    threads: int,
+    shape: SpeedSettings = SHAPE,
 ) -> dict[str, Any]:
     ctx = mp.get_context("fork")
     workers = {}
     for v in variants:
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=_worker, args=(v, batch, seq, threads, child), daemon=True)
+        work = (v, shape, batch, seq, threads, child)
+        p = ctx.Process(target=_worker, args=work, daemon=True)
         p.start()
         workers[v] = (p, parent)
     base = {v: conn.recv()[1] for v, (_, conn) in workers.items()}
@@ -165,16 +175,23 @@ def main() -> None:
     ap.add_argument(
         "--variants", default=";".join(VARIANTS), help=f"separated by ;, also {ABLATIONS}"
     )
+    ap.add_argument(
+        "--tiny",
+        action="store_true",
+        help="the GPU speed block's toy model and shapes (SpeedSettings.tiny): a smoke run",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     variants = [v.strip() for v in args.variants.split(";")]
     unknown = set(variants) - set(VARIANTS + ABLATIONS)
     if unknown or not set(BASELINES) <= set(variants):
         ap.error(f"unknown variants {sorted(unknown)} or a baseline {BASELINES} missing")
+    shape = SpeedSettings.tiny() if args.tiny else SHAPE
+    shapes = [(s, b) for s, b in shape.shapes] if args.tiny else SHAPES
     load0, t0 = _uptime(), time.time()
     results = {
-        (s, b): run_shape(variants, b, s, args.rounds, args.steps, args.threads)
-        for s, b in [(128, 32), (512, 8)]
+        (s, b): run_shape(variants, b, s, args.rounds, args.steps, args.threads, shape)
+        for s, b in shapes
     }
     load1, minutes = _uptime(), (time.time() - t0) / 60
     import torch
@@ -185,7 +202,8 @@ def main() -> None:
         "AlbertForPreTraining",
         "",
         f"`PYTHONPATH=. nice -n 5 python benchmarks/bench_vs_transformers.py --rounds "
-        f"{args.rounds} --steps {args.steps} --threads {args.threads}`",
+        f"{args.rounds} --steps {args.steps} --threads {args.threads}"
+        + (" --tiny`" if args.tiny else "`"),
         "",
         f"torch {torch.__version__}, transformers {transformers.__version__}, CPU "
         f"({platform.machine()}, {os.cpu_count()} cores, "
@@ -195,9 +213,10 @@ def main() -> None:
         "jobs, so absolute tokens/s are depressed and noisy; the variants ran alternately "
         "(one at a time, round after round) so ratios are comparable.",
         "",
-        "Shape: vocab 30000, E=128, D=384, 4 shared layers, 12 heads, FFN 1536, MLM + SOP, "
-        "dropout 0 in both (ALBERT's setting). Batches are fully packed (no padding), 15% MLM "
-        "targets. bf16 rows: forward under `torch.autocast('cpu', torch.bfloat16)`, fp32 "
+        f"Shape: vocab {shape.vocab}, E={shape.emb}, D={shape.hidden}, {shape.layers} shared "
+        f"layers, {shape.heads} heads, FFN {shape.ffn}, MLM + SOP, dropout 0 in both "
+        "(ALBERT's setting). Batches are fully packed (no padding), 15% MLM targets. bf16 "
+        "rows: forward under `torch.autocast('cpu', torch.bfloat16)`, fp32 "
         "weights and AdamW. Tokens/s: median over rounds; peak RSS: each variant's own worker "
         "process (max resident set, includes the Python/torch runtime; 'training' is the "
         "growth over the RSS before the first training step).",

@@ -253,3 +253,23 @@ def test_bench_precision_ops_counts_every_variant_at_zero_0(tmp_path, monkeypatc
     assert all(finite(r[1:6]) and number(r[1]) > 0 for r in rows)
     assert "Ratio (bf16 mode / autocast)" in text and "Fused clipping:" in text
     assert rows[0][6] == "torch.bfloat16" and rows[1][6] == "torch.float32"  # what an export saves
+
+
+def test_bench_vs_transformers_tables_every_variant_at_toy_shapes(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("transformers", reason="the comparison needs transformers (tibnlp[bench])")
+    # imported here, before the script forks its workers: each would import it again
+    from transformers import AlbertForPreTraining  # noqa: F401
+
+    script = load("bench_vs_transformers")
+    variants = script["VARIANTS"] + script["ABLATIONS"]
+    out = tmp_path / "vs_transformers.md"
+    argv = ["--tiny", "--rounds", "1", "--steps", "1", "--threads", "1", "--out", str(out)]
+    run_main(script, [*argv, "--variants", ";".join(variants)], monkeypatch)
+    text = out.read_text()
+    rows = table(text, "| seq | batch | variant |")
+    tiny = script["SpeedSettings"].tiny()
+    shapes = [(str(s), str(b)) for s, b in tiny.shapes]
+    assert [(r[0], r[1], r[2]) for r in rows] == [(*s, v) for s in shapes for v in variants]
+    assert all(finite(r[3:]) for r in rows)
+    assert f"Shape: vocab {tiny.vocab}, E={tiny.emb}, D={tiny.hidden}," in text
+    assert "--tiny`" in text  # the command that wrote it
