@@ -26,6 +26,7 @@ from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 
 SWITCHES = ("whole_units", "punctuation_pieces")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def build(
@@ -48,7 +49,8 @@ def build(
         *(a for name in switches for a in ("--set", f"vocab.{name}=true")),
     ]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd)
+    # the build imports the tibnlp this script sits in, from whatever directory it runs
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)})
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     if status != 0:

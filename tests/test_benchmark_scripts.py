@@ -26,7 +26,13 @@ import pytest
 import torch
 
 from tests.ft_fixtures import make_data_dir, make_model_dir, make_vocab
-from tests.tibetan_fixtures import TINY_MODEL, prepared_inputs, sentence, syllable
+from tests.tibetan_fixtures import (
+    TINY_MODEL,
+    prepared_inputs,
+    sentence,
+    syllable,
+    write_prepared,
+)
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -273,3 +279,18 @@ def test_bench_vs_transformers_tables_every_variant_at_toy_shapes(tmp_path, monk
     assert all(finite(r[3:]) for r in rows)
     assert f"Shape: vocab {tiny.vocab}, E={tiny.emb}, D={tiny.hidden}," in text
     assert "--tiny`" in text  # the command that wrote it
+
+
+def test_bench_vocab_builds_and_reports_a_toy_vocabulary(tmp_path, monkeypatch) -> None:
+    corpus = write_prepared(tmp_path / "corpus", n_docs=60)
+    out = tmp_path / "vocab.json"
+    script = load("bench_vocab")
+    argv = ["--corpus", str(corpus), "--out-root", str(tmp_path / "vocabs"), "--json", str(out)]
+    run_main(script, [*argv, "--runs", "true:100:whole_units+punctuation_pieces"], monkeypatch)
+    (run,) = json.loads(out.read_text())["runs"]
+    assert (tmp_path / "vocabs" / "vocab-split-100-whole_units-punctuation_pieces").is_dir()
+    assert run["split_on_tsheg"] and run["whole_units"] and run["punctuation_pieces"]
+    figures = ("wall_s", "peak_rss_mib", "cpu_s", "pieces_per_syllable", "unk_share")
+    assert all(math.isfinite(run[k]) for k in figures) and 5 < run["vocab_size"] <= 100
+    with pytest.raises(SystemExit, match="unknown switch"):
+        run_main(script, [*argv, "--runs", "true:100:no_such_switch"], monkeypatch)
