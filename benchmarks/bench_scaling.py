@@ -1,6 +1,7 @@
 """Pretraining throughput with 1 vs 2 processes on this machine (DeepSpeed data parallel, gloo).
 
-    python benchmarks/bench_scaling.py [--steps 8] [--repeats 2] [--seq-len 128] [--batch 32]
+    python benchmarks/bench_scaling.py [--steps 8] [--repeats 2] [--seq-len 128] [--batch 32] \
+        [--vocab 30000]
 
 Both layouts train the real `AlbertForPretraining` at the ALBERT-tiny shape (vocab 30000,
 E=128, D=384, 4 layers, 12 heads, FFN 1536) through the real engine step (`TrainLoop.
@@ -27,9 +28,10 @@ from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
+VOCAB = 30000  # ALBERT-tiny's, the table's; a smaller one makes a smoke run cheap
 
 
-def worker(out: Path, steps: int, seq_len: int, batch: int) -> None:
+def worker(out: Path, steps: int, seq_len: int, batch: int, vocab: int = VOCAB) -> None:
     import torch
 
     from tibnlp.config import EngineConfig, ModelConfig, OptimizerConfig
@@ -40,14 +42,14 @@ def worker(out: Path, steps: int, seq_len: int, batch: int) -> None:
 
     world = init_distributed(EngineConfig())
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=30000, max_len=max(512, seq_len))
+    cfg = ModelConfig(vocab_size=vocab, max_len=max(512, seq_len))
     cfg.heads.threshold = seq_len
     model = AlbertForPretraining(cfg)
     training = start_training(model, EngineConfig(), OptimizerConfig(), batch, 0, 10**6, world)
 
     def collate(indices: list[int], key: int) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(key)
-        ids = torch.randint(5, 30000, (len(indices), seq_len), generator=g)
+        ids = torch.randint(5, vocab, (len(indices), seq_len), generator=g)
         chosen = torch.rand(ids.shape, generator=g) < 0.15
         return {
             "input_ids": torch.where(chosen, torch.full_like(ids, 4), ids),
@@ -104,6 +106,8 @@ def run_layout(procs: int, args: argparse.Namespace) -> dict:
             str(args.seq_len),
             "--batch",
             str(args.batch),
+            "--vocab",
+            str(args.vocab),
         ]
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
         env["PYTHONPATH"] = str(ROOT)
@@ -132,10 +136,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=VOCAB)
     ap.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/scaling.md")
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker, args.steps, args.seq_len, args.batch)
+        worker(args.worker, args.steps, args.seq_len, args.batch, args.vocab)
         return
     results: dict[int, list[float]] = {1: [], 2: []}
     load_start = os.getloadavg()[0]
@@ -152,12 +157,13 @@ def main() -> None:
         "# Pretraining scaling: 1 vs 2 processes (CPU, DeepSpeed ZeRO 0, gloo)",
         "",
         f"Command: `python benchmarks/bench_scaling.py --steps {args.steps} --repeats "
-        f"{args.repeats} --seq-len {args.seq_len} --batch {args.batch}`",
+        f"{args.repeats} --seq-len {args.seq_len} --batch {args.batch}"
+        + (f" --vocab {args.vocab}`" if args.vocab != VOCAB else "`"),
         "",
-        f"ALBERT-tiny (vocab 30000, E=128, D=384, 4 layers, FFN 1536), fp32, AdamW, sequence "
-        f"{args.seq_len}, global batch {args.batch}, {args.steps} timed steps after 2 warm-up "
-        f"steps; random token ids, 15% masked. Machine: {os.cpu_count()} cores; 1 process uses "
-        "all of them as threads, 2 processes one share each. Layouts alternate.",
+        f"ALBERT-tiny (vocab {args.vocab}, E=128, D=384, 4 layers, FFN 1536), fp32, AdamW, "
+        f"sequence {args.seq_len}, global batch {args.batch}, {args.steps} timed steps after 2 "
+        f"warm-up steps; random token ids, 15% masked. Machine: {os.cpu_count()} cores; 1 "
+        "process uses all of them as threads, 2 processes one share each. Layouts alternate.",
         "",
         "| processes | tokens/s per run | median |",
         "|---|---|---|",

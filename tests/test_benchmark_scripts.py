@@ -294,3 +294,19 @@ def test_bench_vocab_builds_and_reports_a_toy_vocabulary(tmp_path, monkeypatch) 
     assert all(math.isfinite(run[k]) for k in figures) and 5 < run["vocab_size"] <= 100
     with pytest.raises(SystemExit, match="unknown switch"):
         run_main(script, [*argv, "--runs", "true:100:no_such_switch"], monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="measures the CPU layouts (gloo, threads); on a CUDA host both processes would "
+    "share the one GPU",
+)
+def test_bench_scaling_runs_both_layouts(tmp_path, monkeypatch) -> None:
+    """The real layouts: one process, then two under torchrun (DeepSpeed, gloo)."""
+    out = tmp_path / "scaling.md"
+    argv = ["--steps", "1", "--repeats", "1", "--seq-len", "8", "--batch", "2", "--vocab", "60"]
+    run_main(load("bench_scaling"), [*argv, "--output", str(out)], monkeypatch)
+    rows = table(out.read_text(), "| processes | tokens/s per run | median |")
+    assert [r[0] for r in rows] == ["1", "2"] and all(finite(r[1:]) for r in rows)
+    assert "**Ratio 2 / 1 processes:" in out.read_text()
