@@ -310,3 +310,42 @@ def test_bench_scaling_runs_both_layouts(tmp_path, monkeypatch) -> None:
     rows = table(out.read_text(), "| processes | tokens/s per run | median |")
     assert [r[0] for r in rows] == ["1", "2"] and all(finite(r[1:]) for r in rows)
     assert "**Ratio 2 / 1 processes:" in out.read_text()
+
+
+def test_bench_words_tables_segmentation_cost_and_masks(tmp_path, monkeypatch) -> None:
+    """A corpus prepared with its words (botok; the trie in the user's cache, as the other word
+    tests leave it) is all three inputs: the measured run, the sampled corpus, the masks'."""
+    from tibnlp.config import CorpusConfig, VocabConfig
+    from tibnlp.errors import DataError
+    from tibnlp.text.prepare import prepare_corpus
+    from tibnlp.text.vocab_build import build_vocabulary
+    from tibnlp.text.words import require_pack
+
+    pytest.importorskip("botok", reason="word segmentation needs the botok package")
+    try:
+        require_pack()
+    except DataError as exc:
+        pytest.skip(f"needs the botok dialect pack: {exc}")
+    rng = random.Random(0)
+    words = ["་".join(syllable(rng) for _ in range(rng.choice([1, 2]))) for _ in range(150)]
+    raw = tmp_path / "tiny.txt"
+    raw.write_text("\n\n".join(" ".join(sentence(rng, words) for _ in range(6)) for _ in range(40)))
+    corpus = tmp_path / "corpus"
+    cfg = CorpusConfig(num_proc=1, heldout_fraction=0.1, words=True)
+    prepare_corpus([raw], corpus, cfg, progress=False)
+    vocab = tmp_path / "vocab"
+    build_vocabulary(corpus, vocab, VocabConfig(vocab_size=150, num_threads=1))
+    out = tmp_path / "wwm.md"
+    script = load("bench_words")
+    argv = ["--words-corpus", str(corpus), "--full", str(corpus), "--vocab", str(vocab)]
+    argv += ["--sample-chars", "400", "--mask-docs", "20", "--seq-len", "32", "--output", str(out)]
+    run_main(script, argv, monkeypatch)
+    text = out.read_text()
+    (cost,) = table(text, "| source | sample chars |")
+    assert cost[0] == "tiny.txt" and finite(cost[1:])
+    masks = table(text, "| masking | pieces masked / real pieces |")
+    assert [m[0] for m in masks] == ["span", "whole_word"] and all(finite(m[1:3]) for m in masks)
+    assert masks[1][3].startswith("0 ")  # whole-word masking cuts no word
+    # --no-sample: the full corpus's cost from the measured run's rate
+    measured = script["measured_run"](corpus / "words")
+    assert "syllables per CPU-second" in "\n".join(script["_from_run"](measured, 10**6))
