@@ -312,6 +312,23 @@ def test_bench_scaling_runs_both_layouts(tmp_path, monkeypatch) -> None:
     assert "**Ratio 2 / 1 processes:" in out.read_text()
 
 
+def one_segmenter(script: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `WordSegmenter` the test makes, in the script, in corpus_words and in the workers
+    it forks, is one real botok segmenter loaded once: each load of its trie takes seconds, and
+    a corpus's words and the script's two measurements would load it six times."""
+    from tibnlp.text import corpus_words, words
+
+    made: list[Any] = []
+
+    def shared(*args: Any, **kwargs: Any) -> Any:
+        if not made:
+            made.append(words.WordSegmenter(*args, **kwargs))
+        return made[0]
+
+    monkeypatch.setattr(corpus_words, "WordSegmenter", shared)
+    monkeypatch.setitem(script["main"].__globals__, "WordSegmenter", shared)
+
+
 def test_bench_words_tables_segmentation_cost_and_masks(tmp_path, monkeypatch) -> None:
     """A corpus prepared with its words (botok; the trie in the user's cache, as the other word
     tests leave it) is all three inputs: the measured run, the sampled corpus, the masks'."""
@@ -326,6 +343,8 @@ def test_bench_words_tables_segmentation_cost_and_masks(tmp_path, monkeypatch) -
         require_pack()
     except DataError as exc:
         pytest.skip(f"needs the botok dialect pack: {exc}")
+    script = load("bench_words")
+    one_segmenter(script, monkeypatch)
     rng = random.Random(0)
     words = ["་".join(syllable(rng) for _ in range(rng.choice([1, 2]))) for _ in range(150)]
     raw = tmp_path / "tiny.txt"
@@ -336,7 +355,6 @@ def test_bench_words_tables_segmentation_cost_and_masks(tmp_path, monkeypatch) -
     vocab = tmp_path / "vocab"
     build_vocabulary(corpus, vocab, VocabConfig(vocab_size=150, num_threads=1))
     out = tmp_path / "wwm.md"
-    script = load("bench_words")
     argv = ["--words-corpus", str(corpus), "--full", str(corpus), "--vocab", str(vocab)]
     argv += ["--sample-chars", "400", "--mask-docs", "20", "--seq-len", "32", "--output", str(out)]
     run_main(script, argv, monkeypatch)
