@@ -15,6 +15,7 @@ from tibnlp.errors import ConfigError, DataError
 from tibnlp.evaluation.significance import compare_rows
 from tibnlp.tracking import PrefixedRun
 from tibnlp.training import finetune as ft_mod
+from tibnlp.training import finetune_scores as scores_mod
 from tibnlp.training import finetune_seeds as seeds_mod
 from tibnlp.training.finetune import run_finetune
 
@@ -136,8 +137,8 @@ def test_best_epoch_is_restored(env, monkeypatch) -> None:
     )
     history = [m["eval/macro_f1"] for m in logged if "eval/macro_f1" in m]
     assert ran == 4 and best == int(np.argmax(history)) + 1
-    probs = seeds_mod.predict_proba(model, setup.ids["validation"])
-    final = seeds_mod.compute_metrics(
+    probs = scores_mod.predict_proba(model, setup.ids["validation"])
+    final = scores_mod.compute_metrics(
         data.targets("validation"), probs.argmax(1).tolist(), data.labels
     )["macro_f1"]
     assert final == pytest.approx(max(history))
@@ -154,7 +155,7 @@ def test_half_precision_training_is_scored_as_predict_loads_it(env, monkeypatch)
     cast is simulated on the CPU after training; every part must be scored in fp32."""
     from tibnlp.evaluation.predict import Predictor
 
-    real_train, real_predict = ft_mod.train_one_seed, seeds_mod.predict_proba
+    real_train, real_predict = ft_mod.train_one_seed, scores_mod.predict_proba
     dtypes: list[torch.dtype] = []
 
     def train_then_half(model, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -167,7 +168,7 @@ def test_half_precision_training_is_scored_as_predict_loads_it(env, monkeypatch)
         return real_predict(model, *args, **kwargs)
 
     monkeypatch.setattr(ft_mod, "train_one_seed", train_then_half)
-    monkeypatch.setattr(seeds_mod, "predict_proba", predict)
+    monkeypatch.setattr(scores_mod, "predict_proba", predict)
     result = run_finetune(_cfg(env, "finetune.epochs=1"), "tncc")
     assert dtypes and set(dtypes) == {torch.float32}
     seed = result.seeds[0]

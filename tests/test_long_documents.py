@@ -27,7 +27,7 @@ from tibnlp.models.long_documents.windows import SegmentReader
 from tibnlp.models.memory_report import load_mlm
 from tibnlp.models.pretraining import AlbertForPretraining
 from tibnlp.text.vocab import Vocabulary
-from tibnlp.training import finetune_seeds
+from tibnlp.training import finetune_scores
 from tibnlp.training.finetune import prepare, run_finetune
 
 WINDOW = 4
@@ -113,7 +113,7 @@ def test_predict_reads_as_evaluation_did(env, monkeypatch, mode, extra, system, 
         scored.append(([list(x) for x in ids], probs))
         return probs
 
-    monkeypatch.setattr(finetune_seeds, "predict_proba", recording)
+    monkeypatch.setattr(finetune_scores, "predict_proba", recording)
     cfg = _cfg(env, mode, *extra)
     result = run_finetune(cfg, "tncc")
     assert result.system.endswith(system)
