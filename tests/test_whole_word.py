@@ -357,6 +357,41 @@ def test_words_up_to_date_are_said_to_be_kept(tmp_path: Path) -> None:
     assert (corpus / "words" / "meta.json").stat().st_mtime_ns == stamp
 
 
+def test_words_found_before_the_run_file_are_moved_to_todays_layout(tmp_path: Path) -> None:
+    """Words found before the run file existed have the same key, and meta.json held the run
+    facts (seconds, num_proc, the pack's path): kept as "up to date" for good, that folder
+    never hashed as the same words found anew. The facts move to the run file once, the
+    words are kept, and meta.json is then the bytes a new `corpus words` writes."""
+    from tibnlp.tracking.conventions import path_hash
+
+    pack = _need_botok()
+    corpus = write_corpus(tmp_path / "corpus", n_docs=4, heldout=1)
+    assert _words_command(corpus, pack)[0] == 0
+    words = corpus / "words"
+    fresh, hashed = (words / "meta.json").read_bytes(), path_hash(corpus)
+    meta = json.loads(fresh)
+    run = {"pack": str(pack), "num_proc": 1, "wall_seconds": 3.2, "shards": 1}
+    run |= {"resumed_shards": 0, "shard_seconds": 2.9, "cpu_seconds": 2.8}
+    old = {k: meta[k] for k in ("key", "corpus")} | {"pack": run["pack"]}  # the old order
+    old |= {k: meta[k] for k in ("pack_sha256", "botok", "split_affixes")}
+    old |= {k: run[k] for k in ("num_proc", "wall_seconds", "shards", "resumed_shards")}
+    old |= {k: meta[k] for k in ("characters", "syllables", "words")}
+    old |= {k: run[k] for k in ("shard_seconds", "cpu_seconds")}
+    (words / "meta.json").write_text(json.dumps(old, indent=2) + "\n", encoding="utf-8")
+    (words / corpus_words.RUN_FILE).unlink()
+    assert path_hash(corpus) != hashed  # (as an old folder differs from a new one)
+    splits = {s: (words / s / "state.json").stat().st_mtime_ns for s in ("train", "heldout")}
+    code, out = _words_command(corpus, pack)
+    assert code == 0 and "is up to date, kept:" in out and "segmented" not in out, out
+    assert "moved there" in out and "meta.json held how it was made" in out, out
+    assert (words / "meta.json").read_bytes() == fresh
+    assert json.loads((words / corpus_words.RUN_FILE).read_text()) == run
+    assert path_hash(corpus) == hashed
+    assert {s: (words / s / "state.json").stat().st_mtime_ns for s in splits} == splits
+    code, out = _words_command(corpus, pack)  # moved once
+    assert code == 0 and "is up to date, kept:" in out and "moved" not in out, out
+
+
 def test_an_interrupted_words_command_says_how_to_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

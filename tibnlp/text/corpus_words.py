@@ -18,6 +18,8 @@ All but the hidden run file are the same bytes for the same corpus, pack content
 version, whatever the process count, the time taken or the pack's folder: the pipeline hashes
 a corpus folder given as input by content (`path_hash`, which passes over hidden files), and
 a re-preparation with words must find its caches again (as `tibnlp.text.prepare`'s run file).
+Words found before the run file existed held the run facts in meta.json under the same key:
+kept, they are moved to the run file once (`_migrate`), so such a folder hashes as a new one.
 
 Work is cut into shards of contiguous documents (~`SHARD_CHARS` characters each), segmented by
 `num_proc` processes; each finished shard is written at once under CORPUS/.words.partial/, so
@@ -44,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from tibnlp.errors import DataError
-from tibnlp.fsutil import staged_dir
+from tibnlp.fsutil import atomic_write_text, staged_dir
 from tibnlp.stopping import die_with_parent
 from tibnlp.text.normalize import normalize
 from tibnlp.text.syllables import count_syllables
@@ -64,6 +66,17 @@ RUN_FILE = ".words-run.json"  # in words/: how and from where it was made (modul
 WORDS_DIR = "words"
 PARTIAL_DIR = ".words.partial"
 SPLITS = ("train", "heldout")
+# meta.json's fields, in its order: what the words are, nothing of how they were made
+META_FIELDS = (
+    "key",
+    "corpus",
+    "pack_sha256",
+    "botok",
+    "split_affixes",
+    "characters",
+    "syllables",
+    "words",
+)
 
 Progress = Callable[[str], None]
 
@@ -222,7 +235,9 @@ def segment_corpus(
     key = words_key(corpus_id, pack_sha)
     meta = _read_meta(corpus_dir)
     if meta is not None and meta.get("key") == key:
-        return {**meta, "kept": True}
+        meta = _migrate(corpus_dir, meta, progress or _quiet)
+        if meta is not None:
+            return {**meta, "kept": True}
     procs = num_proc or os.cpu_count() or 1
     identity = {"key": key, "corpus": corpus_id, "pack_sha256": pack_sha}
     run = _build(
@@ -275,6 +290,46 @@ def load_words(corpus_dir: Path, corpus: Any) -> tuple[dict[str, Any], dict[str,
 
 def _quiet(_: str) -> None:
     return None
+
+
+def _meta_text(meta: dict[str, Any]) -> str:
+    """meta.json's bytes: `META_FIELDS` alone, in their order (module docstring)."""
+    return json.dumps({k: meta[k] for k in META_FIELDS}, indent=2) + "\n"
+
+
+def _migrate(corpus_dir: Path, meta: dict[str, Any], progress: Progress) -> dict[str, Any] | None:
+    """Current words' meta, in today's layout. Words found before the run file existed have
+    the current key but run facts (seconds, num_proc, the pack's path) in meta.json: kept as
+    they were, they made the corpus hash differently on every copy for good. Those facts move
+    to the run file (each file replaced whole); None when meta.json lacks a field of today's
+    (words to find again). A folder that cannot be written keeps its words as they are."""
+    if list(meta) == list(META_FIELDS):
+        return meta
+    words = Path(corpus_dir) / WORDS_DIR
+    lacking = [k for k in META_FIELDS if k not in meta]
+    if lacking:
+        progress(
+            f"botok words: {words / META_FILE} lacks {', '.join(lacking)} (an older layout); "
+            "finding the words again"
+        )
+        return None
+    run = {k: v for k, v in meta.items() if k not in META_FIELDS}
+    try:
+        if run:  # (before meta.json: a stop between the two leaves an old meta, moved again)
+            atomic_write_text(words / RUN_FILE, json.dumps(run, indent=2) + "\n")
+        atomic_write_text(words / META_FILE, _meta_text(meta))
+    except (OSError, DataError) as exc:  # (DataError: a folder it may not write)
+        why = exc.message if isinstance(exc, DataError) else exc
+        progress(
+            f"botok words: could not move the run facts out of {words / META_FILE} ({why}); "
+            "the words are kept as they are"
+        )
+        return meta
+    progress(
+        f"botok words: {words / META_FILE} held how it was made (seconds, num_proc, pack "
+        f"path), from before {RUN_FILE}; moved there, so the corpus hashes by its words alone"
+    )
+    return {k: meta[k] for k in META_FIELDS}
 
 
 def _build(
@@ -345,12 +400,7 @@ def _build(
                 seconds["shard_seconds"] += float(fig["seconds"])
                 seconds["cpu_seconds"] += float(fig["cpu_seconds"])
             save_splits(_assemble(files), tmp / split)
-        meta = {  # what the words are: the same bytes for the same key (module docstring)
-            **identity,
-            "botok": botok_version(),
-            "split_affixes": SPLIT_AFFIXES,
-            **figures,
-        }
+        meta = {**identity, "botok": botok_version(), "split_affixes": SPLIT_AFFIXES, **figures}
         run = {  # how and from where this copy was made
             "pack": str(pack),
             "num_proc": procs,
@@ -359,7 +409,7 @@ def _build(
             "resumed_shards": len(shards) - len(jobs),
             **seconds,
         }
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        (tmp / META_FILE).write_text(_meta_text(meta), encoding="utf-8")
         (tmp / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(partial, ignore_errors=True)
     progress(
