@@ -183,6 +183,23 @@ def test_forked_pool_workers_end_quietly(
     assert "Stopped" not in err and "Traceback" not in err, err
 
 
+def test_a_ctrl_c_held_while_workers_start_comes_as_the_block_ends(handlers: None) -> None:
+    """`ctrl_c_held` keeps a Ctrl-C from a pool's start-up (its forks), not from the command:
+    the block runs on, then the handler the Ctrl-C was meant for takes it, and a child forked
+    in the block lives through a Ctrl-C of its own."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    reached = False
+    with pytest.raises(KeyboardInterrupt), stopping.ctrl_c_held():
+        signal.raise_signal(signal.SIGINT)
+        pid = os.fork()
+        if pid == 0:  # (a worker before its first act)
+            signal.raise_signal(signal.SIGINT)
+            os._exit(7)
+        reached = True
+    assert reached and os.waitpid(pid, 0)[1] == 7 << 8
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_busy_clean_up_is_not_taken_for_a_repeat(
     tmp_path: Path, stopping_child: Callable[[str], subprocess.Popen[str]]
 ) -> None:

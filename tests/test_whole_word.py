@@ -520,6 +520,65 @@ def test_a_stopped_words_command_leaves_no_worker_and_no_traceback(
     assert not (corpus / "worker-interrupted").exists()  # the Ctrl-C was the parent's alone
 
 
+# `tibnlp corpus words` on two processes whose workers take their time to start: each leaves a
+# mark, then waits in its start-up, before the pool's initializer has set its Ctrl-C aside. The
+# pool is ended a second late, as on a busy machine: a worker the Ctrl-C interrupted has had
+# the time to say so (ended at once, it often had not been scheduled yet)
+STARTING_WORDS = """
+import multiprocessing.pool, os, sys, time
+from pathlib import Path
+from tibnlp.text import corpus_words
+
+terminate = multiprocessing.pool.Pool.terminate
+
+def late(self):
+    time.sleep(1)
+    terminate(self)
+
+multiprocessing.pool.Pool.terminate = late
+
+corpus_words.SHARD_CHARS = 600
+real = corpus_words._init_worker
+marks = Path(sys.argv[3])
+
+def starting(*args):
+    (marks / f"worker-{os.getpid()}").touch()
+    try:
+        time.sleep(30)  # (the pool is ended long before)
+    except KeyboardInterrupt:
+        (marks.parent / "worker-interrupted").touch()
+        raise
+    real(*args)
+
+corpus_words._init_worker = starting
+from tibnlp.cli.main import main
+sys.argv = ["tibnlp", "corpus", "words", sys.argv[1], "--num-proc", "2", "--pack", sys.argv[2]]
+main()
+"""
+
+
+def test_a_ctrl_c_as_the_words_workers_start_stops_cleanly(tmp_path: Path) -> None:
+    """A Ctrl-C (SIGINT to the process group) that reached a pool worker before its
+    initializer ignored SIGINT raised KeyboardInterrupt there, and each such worker printed
+    "Process ForkPoolWorker-N: Traceback ... KeyboardInterrupt" over the command's line."""
+    from processes import alive, stop_at_two_workers
+
+    pack = _need_botok()
+    corpus = write_corpus(tmp_path / "corpus", n_docs=6, heldout=1)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    root = Path(__file__).resolve().parents[1]
+    args = [str(corpus), str(pack), str(marks)]
+    code, text, workers = stop_at_two_workers(STARTING_WORDS, args, marks, signal.SIGINT, root)
+    text = " ".join(text.split())
+    assert code == 130, text[-3000:]
+    assert "interrupted before any shard was finished: run the same command again" in text, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    assert not any(alive(pid) for pid in workers)
+    assert not (tmp_path / "worker-interrupted").exists()  # the Ctrl-C was the parent's alone
+    assert not (corpus / "words").exists()
+
+
 def _no_words(directory: str, names: list[str]) -> list[str]:
     return [n for n in names if n in ("words", ".words.partial")]
 

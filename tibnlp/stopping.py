@@ -211,6 +211,37 @@ def ctrl_c_as_stop() -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Within the block (the forks that start a pool's workers), a Ctrl-C waits, and is
+    delivered as the block ends. A forked worker starts with its parent's SIGINT handler, so
+    a Ctrl-C reaching it before its first act (ignoring SIGINT: the parent stops the pool)
+    raised KeyboardInterrupt in its start-up: "Process ForkPoolWorker-N: Traceback ...". A
+    worker forked here holds it instead, until it ignores SIGINT; and the parent is not
+    interrupted halfway through starting the pool, whose clean-up covers an Exception only.
+    Where SIGINT is ignored, or not from the main thread: a no-op."""
+    held: list[int] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        held.append(signum)
+
+    try:
+        before = signal.signal(signal.SIGINT, hold)
+    except ValueError:  # (not the main thread)
+        yield
+        return
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, before)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+        if held:  # as it came: the handler it was meant for takes it
+            signal.raise_signal(signal.SIGINT)
+
+
 def exit_status(interrupt: BaseException | None = None) -> int:
     """The exit status of a command a stop ended: 128 + the signal (Ctrl-C: 130)."""
     signum = getattr(interrupt, "signum", None) or _received or signal.SIGINT

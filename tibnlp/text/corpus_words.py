@@ -31,6 +31,7 @@ neither botok nor the pack.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -47,7 +48,7 @@ import numpy as np
 
 from tibnlp.errors import DataError
 from tibnlp.fsutil import atomic_write_text, staged_dir
-from tibnlp.stopping import die_with_parent
+from tibnlp.stopping import ctrl_c_held, die_with_parent
 from tibnlp.text.normalize import normalize
 from tibnlp.text.syllables import count_syllables
 from tibnlp.text.words import (
@@ -135,7 +136,8 @@ def _init_worker(
     from tibnlp.text.prepared import load_prepared
 
     # A Ctrl-C reaches the whole process group: the parent's ends the pool (keeping the
-    # finished shards) and says so; each worker's own was a traceback burying that line.
+    # finished shards) and says so; each worker's own was a traceback burying that line
+    # (one reaching it before this line is held: `ctrl_c_held`).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if arm is not None:  # and a parent gone without ending the pool (SIGKILL) ends them too
         arm()
@@ -376,7 +378,9 @@ def _build(
         WordSegmenter(pack, cache)  # build the trie once, before the workers load it
         ctx = multiprocessing.get_context("fork")
         args = (str(corpus_dir), str(pack), str(cache), die_with_parent())
-        with ctx.Pool(procs, initializer=_init_worker, initargs=args) as pool:
+        with contextlib.ExitStack() as stack:
+            with ctrl_c_held():  # (a Ctrl-C meanwhile: delivered once the pool can be ended)
+                pool = stack.enter_context(ctx.Pool(procs, initializer=_init_worker, initargs=args))
             for n, fig in enumerate(pool.imap_unordered(_segment_shard, jobs), 1):
                 done_chars += int(fig["characters"])
                 done_syl += int(fig["syllables"])
