@@ -20,6 +20,7 @@ class TibnlpError(Exception):
     """An error caused by input, configuration or environment, with a hint on what to do."""
 
     exit_code = 2
+    alone = False  # met by this process alone, never posted by rank 0 (`shown_here`)
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -41,15 +42,16 @@ class DataError(TibnlpError):
 POSTED_ERROR = "tibnlp/error"  # the group's store key rank 0 puts its error under
 
 
-def shown_here(message: str, wait_s: float = 5.0) -> bool:
+def shown_here(message: str, wait_s: float = 5.0, alone: bool = False) -> bool:
     """Whether this process prints a user error. The processes of a launched run mostly meet
     the same one (same arguments, same files), and N copies of a message bury it. Before the
     process group, the first process of each node prints (a node may lack a file), and the
     others wait for it to (`wait_s`), printing their own if they are not stopped; within it,
     rank 0 prints and posts its message to the group's store, and another rank prints only an
     error rank 0 has not posted within `wait_s` (its own: rank 0 then waits in a collective,
-    and the launcher stops it once this one exits)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    and the launcher stops it once this one exits). `alone`: an error rank 0 cannot post (of
+    a rank 0 gone: `TibnlpError.alone`), said at once."""
+    if alone or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return True
     dist = sys.modules.get("torch.distributed")  # (imported by then if the group was started)
     if dist is None or not dist.is_initialized():
@@ -84,7 +86,7 @@ def run_script(main: Callable[[], object]) -> None:
         worker_exit.end(exc.code)
         raise
     except TibnlpError as exc:
-        if shown_here(exc.message):
+        if shown_here(exc.message, alone=exc.alone):
             print(f"error: {exc.message}", file=sys.stderr)
             if exc.hint:
                 print(f"hint: {exc.hint}", file=sys.stderr)

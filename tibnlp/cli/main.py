@@ -85,7 +85,7 @@ def main() -> None:
     except TibnlpError as exc:
         # the message and hint are text (paths, keys, pieces), never markup: a `[x]` in a
         # path would otherwise vanish from the one line that names it
-        if shown_here(exc.message):  # once per run, not once per process
+        if shown_here(exc.message, alone=exc.alone):  # once per run, not once per process
             console.print(f"[bold red]error:[/] {escape(exc.message)}")
             if exc.hint:
                 console.print(f"[yellow]hint:[/] {escape(exc.hint)}")

@@ -41,6 +41,7 @@ from tibnlp.config.train import EngineConfig, OptimizerConfig
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.training import worker_exit
 from tibnlp.training.optim import build_optimizer
+from tibnlp.training.ranks import announce_main
 from tibnlp.training.schedule import build_scheduler
 
 # Classes DeepSpeed pickles into its own checkpoint files (checked on 0.19.8, ZeRO 0-2):
@@ -106,6 +107,7 @@ def init_distributed(cfg: EngineConfig) -> World:
             # kept for the process's later stages (a pipeline's), left at exit: NCCL warns
             # of a leak otherwise (seen on an H200 after every pipeline run)
             atexit.register(_leave_local_world)
+    announce_main()  # (the other ranks see rank 0 end or go while they wait for it)
     world = World(dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")), dist.get_world_size())
     if cuda:
         torch.cuda.set_device(world.local_rank)

@@ -246,7 +246,7 @@ def _run_seed(
     done = None
     if main:
         done = resumed_seed(directory, setup, cfg, seed, unseen, advts, fingerprint, evals)
-    done = from_main(done)
+    done = from_main(done, f"look for seed {seed}'s result in {directory}")
     if done is not None:
         # a standalone rerun reports the seed under a new parent run: the tag tells `runs
         # compare` that this is the record an earlier run reported, not another seed
@@ -326,7 +326,7 @@ def _run_seed(
         result.eval_sha256 = evals
         result.dataset_folder = setup.data.folder
         _save_seed_folder(result, model, setup, run, fingerprint, weights)
-    shared = from_main(result)
+    shared = from_main(result, f"score and save seed {seed}")
     assert shared is not None
     return shared
 

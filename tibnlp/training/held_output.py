@@ -47,7 +47,7 @@ def held_output(
     main: bool,
     standalone: bool,
     wait: bool,
-    meet: Callable[[], None] | None = None,
+    meet: Callable[[str], None] | None = None,
     say: Callable[[str], None] = _to_stderr,
 ) -> Iterator[NoteRun]:
     """Hold `folder` on the main process (the other ranks of a data-parallel run read and
@@ -59,7 +59,7 @@ def held_output(
     first)."""
     if not main:
         if meet is not None:
-            meet()
+            meet(f"hold the output folder {folder}")
         yield _no_note
         return
     noted: list[OpenRun] = []
@@ -73,7 +73,7 @@ def held_output(
         if standalone:  # the folder is held: a noted run's process is gone
             end_orphans(folder, say)
         if meet is not None:
-            meet()
+            meet(f"hold the output folder {folder}")
         try:
             yield note
         finally:  # (a run a stop cut off before it ended stays noted: the next run ends it)

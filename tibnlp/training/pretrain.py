@@ -204,7 +204,7 @@ def _checked_inputs(cfg: Config, resume: bool, world: World, eval_only: bool) ->
     if world.is_main:  # (the store the run logs to opens first: one that cannot, fails here)
         require_store(cfg.tracking)
         _tokenise(cfg, vocab, data_dir, chain, resume, eval_only)
-    wait_for_main()  # the tokenising may outlast a collective's timeout
+    wait_for_main(f"tokenise {data_dir}")  # (it may outlast a collective's timeout)
     splits, meta = load_pretraining_dataset(data_dir)
     model_cfg = resolve_model_config(cfg.model, vocab.size, meta)
     require_enough_examples(p, splits, data_dir, output, eval_only, world.is_main)

@@ -66,7 +66,7 @@ def fine_tune_copies(
     copies: list[SoupCopy] = []
     for index in range(count):
         path = directory / SOUP_DIR / f"copy-{index}.pt"
-        done = from_main(_load_copy(path, key) if main else None)
+        done = from_main(_load_copy(path, key) if main else None, f"look for {path}")
         if done is not None:
             if main:
                 print(f"soup: copy {index} of seed {seed} was fine-tuned before", file=sys.stderr)
