@@ -65,3 +65,43 @@ def stop_at_two_workers(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     return proc.returncode, text, workers
+
+
+# Script lines for `stop_at_two_workers`: the worker function `module.name` (looked up as the
+# workers start) leaves its mark in the folder `marks` (an expression such as `sys.argv[2]`,
+# taken before the script goes on), then waits in its start-up, before it has set its Ctrl-C
+# aside; a KeyboardInterrupt there leaves `worker-interrupted` beside that folder. The parent
+# ends its workers a second late, as on a busy machine: ended at once, a worker the Ctrl-C
+# interrupted had often not been scheduled to say so.
+_SLOW_START = """
+import multiprocessing.process, os, sys, time
+from pathlib import Path
+import {module} as _module
+
+def _late(end):
+    def late(self):
+        time.sleep(1)
+        end(self)
+    return late
+
+for _end in ("kill", "terminate"):
+    setattr(multiprocessing.process.BaseProcess, _end,
+            _late(getattr(multiprocessing.process.BaseProcess, _end)))
+_real, _marks = _module.{name}, Path({marks})
+
+def _starting(*args):
+    (_marks / f"worker-{{os.getpid()}}").touch()
+    try:
+        time.sleep(30)  # (the workers are ended long before)
+    except KeyboardInterrupt:
+        (_marks.parent / "worker-interrupted").touch()
+        raise
+    _real(*args)
+
+_module.{name} = _starting
+"""
+
+
+def slow_start(module: str, name: str, marks: str) -> str:
+    """`_SLOW_START` for the worker function `module.name`, marks in the folder `marks`."""
+    return _SLOW_START.format(module=module, name=name, marks=marks)

@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from processes import alive, stop_at_two_workers
+from processes import alive, slow_start, stop_at_two_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,4 +55,32 @@ def test_a_stop_in_the_multi_process_step_leaves_cleanly(tmp_path: Path, sig: in
     assert code == 128 + sig, text[-3000:]
     assert "Traceback" not in text and "couldn't be hashed" not in text, text[-3000:]
     assert not any(alive(pid) for pid in workers)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "marks"]  # no staging
+
+
+# the CLI whose workers take their time to start (`processes.slow_start`)
+STARTING = (
+    slow_start("tibnlp.text.process_map", "_map_shard", "sys.argv[2]")
+    + """
+from tibnlp.cli.main import main
+sys.argv = ["tibnlp", "corpus", "prepare", "-i", sys.argv[1], "-o", sys.argv[3],
+            "--num-proc", "2", "--no-progress"]
+main()
+"""
+)
+
+
+def test_a_ctrl_c_as_the_workers_start_stops_cleanly(tmp_path: Path) -> None:
+    """A Ctrl-C reaching a worker before it ignored SIGINT (its first act) raised
+    KeyboardInterrupt there: "Process ForkProcess-N: Traceback ... KeyboardInterrupt"."""
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("བོད་ཀྱི་ལོ་རྒྱུས་ནི་རིང་པོ་ཡིན།\n\n" * 50, encoding="utf-8")
+    marks, out = tmp_path / "marks", tmp_path / "out"
+    marks.mkdir()
+    args = [str(corpus), str(marks), str(out)]
+    code, text, workers = stop_at_two_workers(STARTING, args, marks, signal.SIGINT, ROOT)
+    assert code == 130, text[-3000:]
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    assert not any(alive(pid) for pid in workers)
+    assert not (tmp_path / "worker-interrupted").exists()  # the Ctrl-C was the parent's alone
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "marks"]  # no staging

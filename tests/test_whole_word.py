@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from processes import slow_start
 from tibetan_fixtures import save_prepared
 
 from tibnlp.config import CorpusConfig, VocabConfig, load_config
@@ -520,41 +521,19 @@ def test_a_stopped_words_command_leaves_no_worker_and_no_traceback(
     assert not (corpus / "worker-interrupted").exists()  # the Ctrl-C was the parent's alone
 
 
-# `tibnlp corpus words` on two processes whose workers take their time to start: each leaves a
-# mark, then waits in its start-up, before the pool's initializer has set its Ctrl-C aside. The
-# pool is ended a second late, as on a busy machine: a worker the Ctrl-C interrupted has had
-# the time to say so (ended at once, it often had not been scheduled yet)
-STARTING_WORDS = """
-import multiprocessing.pool, os, sys, time
-from pathlib import Path
+# `tibnlp corpus words` on two processes whose workers take their time to start
+# (`processes.slow_start`: before the pool's initializer)
+STARTING_WORDS = (
+    slow_start("tibnlp.text.corpus_words", "_init_worker", "sys.argv[3]")
+    + """
 from tibnlp.text import corpus_words
-
-terminate = multiprocessing.pool.Pool.terminate
-
-def late(self):
-    time.sleep(1)
-    terminate(self)
-
-multiprocessing.pool.Pool.terminate = late
+from tibnlp.cli.main import main
 
 corpus_words.SHARD_CHARS = 600
-real = corpus_words._init_worker
-marks = Path(sys.argv[3])
-
-def starting(*args):
-    (marks / f"worker-{os.getpid()}").touch()
-    try:
-        time.sleep(30)  # (the pool is ended long before)
-    except KeyboardInterrupt:
-        (marks.parent / "worker-interrupted").touch()
-        raise
-    real(*args)
-
-corpus_words._init_worker = starting
-from tibnlp.cli.main import main
 sys.argv = ["tibnlp", "corpus", "words", sys.argv[1], "--num-proc", "2", "--pack", sys.argv[2]]
 main()
 """
+)
 
 
 def test_a_ctrl_c_as_the_words_workers_start_stops_cleanly(tmp_path: Path) -> None:

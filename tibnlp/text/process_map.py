@@ -32,7 +32,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from tibnlp.stopping import die_with_parent
+from tibnlp.stopping import ctrl_c_held, die_with_parent
 
 POLL_S = 0.2  # how often the parent looks at its workers and updates the bar
 
@@ -128,8 +128,9 @@ def map_in_processes(
     )
     try:
         began = time.monotonic()
-        for worker in workers:  # before the bar's refresh thread exists
-            worker.start()
+        with ctrl_c_held():  # (till each worker ignores it, its first act)
+            for worker in workers:  # before the bar's refresh thread exists
+                worker.start()
         with bar:
             task = bar.add_task(description, total=len(data), rate="")
             while any(w.is_alive() for w in workers):
