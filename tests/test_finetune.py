@@ -731,3 +731,30 @@ def test_advts_labels_in_another_order_are_refused_with_what_to_do(env) -> None:
         run_finetune(cfg, "tncc")
     assert "--eval-also advts" in err.value.hint and "tibnlp data list" in err.value.hint
     assert not (env.tmp / "runs").exists() or not list((env.tmp / "runs").rglob("seed-*"))
+
+
+# ClassifierMeta's fields as a seed's key held them at 629c878: a field added to the meta
+# enters every key, and so retrains every finished seed of every user, unless the key leaves
+# it out (as text_field and label_field) or keeps the old key where it is unset (static_size).
+KEYED_META_629C878 = {
+    "encoder", "labels", "max_len", "vocab_sha256", "vocab_size", "head", "model",
+    "embedding_size", "text_form", "join_spaced_syllables", "dataset", "source_model",
+    "eval_routing", "reading", "format",
+}  # fmt: skip
+
+
+def test_a_seed_keeps_the_key_it_was_trained_under(env) -> None:
+    """7e1ead9 recorded the record fields predict reads (text_field, label_field) in the
+    classifier's meta, which the key hashed whole: every seed trained before was trained
+    again. The fields name where the text came from; the data hash holds what was read."""
+    import dataclasses
+
+    from tibnlp.models.classifier_io import ClassifierMeta
+
+    cfg = load_config(None, cfg_flags(env, "finetune.epochs=1"))
+    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    key = seeds_mod.seed_fingerprint(setup, cfg, 1)
+    setup.meta.text_field, setup.meta.label_field = "sentence", "category"
+    assert seeds_mod.seed_fingerprint(setup, cfg, 1) == key
+    added = {f.name for f in dataclasses.fields(ClassifierMeta)} - KEYED_META_629C878
+    assert added == {"text_field", "label_field"}, f"decide whether {added} enter the key"

@@ -4,8 +4,9 @@
 One parent MLflow run per command, one child run per seed. Each finished seed leaves its
 classifier directory and `seed_result.json` (with a fingerprint of everything that determines
 the result), so rerunning the same command resumes: finished seeds are reported, not retrained
-(the scores, the record and its key: `finetune_seeds.py`). Training runs on the one loop
-(`loop.TrainLoop`); what is specific to classification is in `classification.py`.
+(the record and its key: `finetune_seeds.py`; the scores: `finetune_scores.py`). Training
+runs on the one loop (`loop.TrainLoop`); what is specific to classification is in
+`classification.py`.
 """
 
 from __future__ import annotations

@@ -239,6 +239,9 @@ def seed_fingerprint(setup: Setup, cfg: Config, seed: int, with_extra: bool = Fa
     settings["pooling"] = meta["head"]["pooling"]
     if not meta["head"]["static_size"]:  # added later: seeds trained before keep their key
         del meta["head"]["static_size"]
+    # where predict finds a record's text and label: the data hash holds what was read
+    for name in ("text_field", "label_field"):
+        del meta[name]
     key: dict[str, Any] = {
         "finetune": settings,
         **hashed,
