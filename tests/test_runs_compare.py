@@ -322,3 +322,17 @@ def test_an_infinite_metric_is_shown_as_such(tmp_path: Path) -> None:
                 run.log_metrics({"test_macro_f1": 0.5, "train_loss": loss})
     result = compare_runs("inf", ["test_macro_f1", "train_loss"], uri=uri)
     assert [c.text() for c in result.rows[0][2]] == ["0.5000 ± 0.0000", "inf ± nan"]
+
+
+def test_a_metric_not_known_is_left_out_of_its_mean(tmp_path: Path) -> None:
+    """A shad flip rate is NaN where no test text was read with its shad: `runs compare`
+    showed "nan ± nan" for the seeds together; it is left out, as the results' means do."""
+    from tibnlp.tracking.compare import compare_runs
+
+    uri = sqlite_store(tmp_path)
+    with Tracker("nan", "p", uri=uri, buffer_dir=tmp_path / "buf") as parent:
+        for seed, rate in ((1, float("nan")), (2, 0.25), (3, 0.75)):
+            with parent.child(f"seed {seed}") as run:
+                run.log_metrics({"test_macro_f1": 0.5, "test_shad_flip_rate": rate})
+    result = compare_runs("nan", ["test_macro_f1", "test_shad_flip_rate"], uri=uri)
+    assert [c.text() for c in result.rows[0][2]] == ["0.5000 ± 0.0000", "0.5000 ± 0.3536"]

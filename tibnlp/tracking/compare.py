@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import fnmatch
 import io
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -326,8 +327,9 @@ def compare_runs(
             counts = warned.setdefault(gkey, {})
             counts[(pivot, warning)] = counts.get((pivot, warning), 0) + 1
         for m in names:
-            if m in r.data.metrics:
-                cells[(m, pivot)].values.append(metric_value(r.data.metrics[m]))
+            value = metric_value(r.data.metrics[m]) if m in r.data.metrics else math.nan
+            if not math.isnan(value):  # NaN: not known (a flip rate with no text read)
+                cells[(m, pivot)].values.append(value)
     rows, warnings = [], []
     for gkey in sorted(groups, key=_natural if order == "natural" else started.__getitem__):
         cells = groups[gkey]
