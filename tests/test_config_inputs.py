@@ -104,7 +104,7 @@ def test_duplicate_yaml_key_names_file_and_line(tmp_path: Path) -> None:
         load_config(path)
     # merge keys stay allowed, and a key may override what a merge brought in
     path.write_text("a: &a {seq_len: 64}\npretrain:\n  <<: *a\n  seq_len: 32\n")
-    from tibnlp.config.core import read_yaml
+    from tibnlp.config.yaml_loader import read_yaml
 
     assert read_yaml(path)["pretrain"] == {"seq_len": 32}
 
@@ -160,7 +160,7 @@ def test_yaml_numbers_follow_yaml_1_2(tmp_path: Path) -> None:
     """PyYAML reads YAML 1.1: `1:30` is the base-60 int 90 (a time budget of 90 seconds),
     `0755` octal, `2024-01-01` a date and `1e-3` a string. Files and --set values (pipelines
     too) read numbers as YAML 1.2 does."""
-    from tibnlp.config.core import parse_override, read_yaml
+    from tibnlp.config.yaml_loader import parse_override, read_yaml
 
     values = {"1:30": "1:30", "0755": 755, "2024-01-01": "2024-01-01", "1e-3": 1e-3}
     values |= {"6e6": 6e6, "1_000": 1000, "0x1F": 31, "-2": -2, ".5": 0.5, "true": True}

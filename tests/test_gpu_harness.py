@@ -497,7 +497,7 @@ def test_finetune_readings_fill_the_models_rows(tmp_path: Path) -> None:
     assert runs["wcm-segments-twin"] == [*runs["wcm-segments"], "--set", "finetune.init=random"]
     # the title run reads the states the README main job's does, from its pipeline file
     from benchmarks.gpu.run import main_job_finetune
-    from tibnlp.config.core import parse_override
+    from tibnlp.config.yaml_loader import parse_override
 
     layers = [parse_override(a)[1] for a in runs["tncc-title"] if a.startswith("finetune.layers=")]
     assert layers == [main_job_finetune()["layers"]]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tibnlp.config.core import read_yaml
+from tibnlp.config.yaml_loader import read_yaml
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.planner import Planner
 from tibnlp.pipeline.registry import register_stage

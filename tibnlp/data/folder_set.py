@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tibnlp.config.core import check, from_dict, read_yaml
+from tibnlp.config.core import check, from_dict
+from tibnlp.config.yaml_loader import read_yaml
 from tibnlp.data.labelled import (
     BadLabel,
     LabelledSet,

@@ -21,8 +21,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from tibnlp.config.core import check, from_dict, read_yaml, to_dict
+from tibnlp.config.core import check, from_dict, to_dict
 from tibnlp.config.model import ModelConfig, drop_moved_keys
+from tibnlp.config.yaml_loader import read_yaml
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.fsutil import share, staged_dir
 from tibnlp.models.classifier import Classifier, EmbeddingEncoder, HeadConfig

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tibnlp.config.core import YES_NO, apply_overrides, key_path, read_yaml
+from tibnlp.config.core import apply_overrides, key_path
+from tibnlp.config.yaml_loader import YES_NO, read_yaml
 from tibnlp.errors import ConfigError
 from tibnlp.pipeline.context import Accepts
 from tibnlp.pipeline.keys import file_whole, has_dotted, set_in_variant
