@@ -29,8 +29,8 @@ from tibnlp.config import CorpusConfig
 from tibnlp.data.datadir import require
 from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
+from tibnlp.text.input_files import expand_inputs
 from tibnlp.text.prepare import prepare_corpus
-from tibnlp.text.readers import expand_inputs
 
 RESULTS = Path(__file__).parent / "results" / "prepare.md"
 

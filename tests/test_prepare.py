@@ -184,7 +184,7 @@ def test_source_names_of_a_large_input_folder(tmp_path: Path) -> None:
     """A corpus given as folders of many files (the names used to be found by comparing every
     pair: 3,000 files took ~30 s): unique names stay plain, names that collide get as many
     folders as tell them apart, and one file given twice stays one source."""
-    from tibnlp.text.readers import source_names
+    from tibnlp.text.input_files import source_names
 
     files = [tmp_path / f"d{i % 40}" / f"f{i}.txt" for i in range(3000)]
     files += [tmp_path / "a" / "x" / "news.txt", tmp_path / "b" / "x" / "news.txt"]

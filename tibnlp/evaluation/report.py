@@ -24,7 +24,7 @@ from tibnlp.evaluation.markdown import markdown_rows
 from tibnlp.evaluation.metrics import not_learning
 from tibnlp.evaluation.significance import compare_rows, row_predictions
 from tibnlp.fsutil import atomic_write_text
-from tibnlp.text.readers import source_names
+from tibnlp.text.input_files import source_names
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"

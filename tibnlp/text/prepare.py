@@ -66,15 +66,10 @@ from tibnlp.errors import DataError
 from tibnlp.fsutil import staged_dir
 from tibnlp.text.dedup_split import ArrowWriterCtx, dedup_and_split
 from tibnlp.text.filtering import process_documents
+from tibnlp.text.input_files import expand_inputs, source_names
 from tibnlp.text.prepared import MARKER, MARKER_CONTENT, load_prepared
 from tibnlp.text.process_map import map_batches
-from tibnlp.text.readers import (
-    InputInfo,
-    expand_inputs,
-    no_tibetan_hint,
-    read_documents,
-    source_names,
-)
+from tibnlp.text.readers import InputInfo, no_tibetan_hint, read_documents
 
 __all__ = ["MARKER", "MARKER_CONTENT", "load_prepared", "prepare_corpus"]
 RUN_FILE = ".prepare-run.json"  # how and from where this corpus was made (`_write_records`)
