@@ -19,7 +19,7 @@ from tibnlp.tracking.testing import sqlite_store
 from tibnlp.training import finetune as ft_mod
 from tibnlp.training.classification import SeedTraining
 from tibnlp.training.finetune import run_finetune
-from tibnlp.training.finetune_setup import texts
+from tibnlp.training.finetune_splits import texts
 
 FACTS = {
     "step": 40,

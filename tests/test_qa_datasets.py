@@ -18,7 +18,7 @@ from tibnlp.data.labelled import LabelledSet, read_jsonl
 from tibnlp.data.tasks import load_advts, load_dataset, load_tncc
 from tibnlp.errors import DataError
 from tibnlp.training.finetune import run_finetune
-from tibnlp.training.finetune_setup import classes_absent
+from tibnlp.training.finetune_splits import classes_absent
 
 
 def _write(path: Path, records: list[dict]) -> Path:

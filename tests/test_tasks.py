@@ -135,7 +135,7 @@ def test_a_fudan_zip_document_without_model_text_is_named_by_its_line(data_dir) 
     from tests.ft_fixtures import make_vocab
     from tibnlp.data.collate import encode_counting_cuts
     from tibnlp.text.vocab import Vocabulary
-    from tibnlp.training.finetune_setup import drop_textless, texts
+    from tibnlp.training.finetune_splits import drop_textless, texts
 
     folder = data_dir / "tncc_document"
     folder.mkdir()

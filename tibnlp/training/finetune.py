@@ -65,12 +65,8 @@ from tibnlp.training.finetune_seeds import (
     save_seed,
     seed_fingerprint,
 )
-from tibnlp.training.finetune_setup import (
-    Setup,
-    load_task_data,
-    prepare,
-    texts,
-)
+from tibnlp.training.finetune_setup import Setup, load_task_data, prepare
+from tibnlp.training.finetune_splits import texts
 from tibnlp.training.held_output import held_output
 from tibnlp.training.long_documents import prepare_reader
 from tibnlp.training.ranks import from_main, is_main_process, owns_output, wait_for_main

@@ -18,7 +18,8 @@ from tibnlp.models.io import read_extra
 from tibnlp.tracking import Tracker
 from tibnlp.tracking.conventions import TAG_WARNING, WARNING_MAJORITY
 from tibnlp.training.finetune_scores import advts_cut
-from tibnlp.training.finetune_setup import Setup, classes_absent, classes_left_out, texts
+from tibnlp.training.finetune_setup import Setup
+from tibnlp.training.finetune_splits import classes_absent, classes_left_out, texts
 
 
 def pretraining_of(ft: FinetuneConfig) -> dict[str, Any]:

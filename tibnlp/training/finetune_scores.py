@@ -17,7 +17,8 @@ from tibnlp.evaluation.metrics import Metrics, compute_metrics
 from tibnlp.evaluation.predict import predict_proba
 from tibnlp.evaluation.robustness import suffix_flip_rates
 from tibnlp.models.classifier_io import read_length
-from tibnlp.training.finetune_setup import Setup, cut_summary, texts
+from tibnlp.training.finetune_setup import Setup
+from tibnlp.training.finetune_splits import cut_summary, texts
 
 # the parts each extra test set (`finetune.eval_also`) adds to a seed's metrics, by the split
 # of the set each scores
