@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import sentencepiece as spm
 
+from tibnlp.text.spm_units import SYLLABLE_RULES
 from tibnlp.text.vocab import MARKER
-from tibnlp.text.vocab_build import SYLLABLE_RULES
 
 LABELS = ["Politics", "Economics", "Education"]
 CLASS_SYLLABLES = [

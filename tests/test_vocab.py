@@ -281,7 +281,8 @@ def test_whole_units_make_every_repeated_syllable_one_piece(corpus: Path, tmp_pa
     temporary seed file's path stays out of the model, so a rebuild gives the same bytes."""
     from collections import Counter
 
-    from tibnlp.text.vocab_build import _sentences, load_corpus, unit_breaks
+    from tibnlp.text.spm_units import unit_breaks
+    from tibnlp.text.vocab_build import _sentences, load_corpus
 
     cfg = _config(vocab_size=2000, whole_units=True)  # a ceiling: the corpus supports fewer
     report = build_vocabulary(corpus, tmp_path / "v", cfg)
@@ -300,13 +301,13 @@ def test_whole_units_make_every_repeated_syllable_one_piece(corpus: Path, tmp_pa
 def test_unit_seeds_stop_at_the_longest_piece(tmp_path: Path) -> None:
     """A repeated unit without whitespace (a URL, an unspaced line) gives seeds no longer than
     SentencePiece keeps, not all its quadratically many substrings."""
-    from tibnlp.text.vocab_build import _max_piece_length, _unit_seeds
+    from tibnlp.text.spm_units import max_piece_length, unit_seeds
 
     long = "".join(chr(c) for c in range(0x0F40, 0x0F40 + 40))  # 40 distinct letters
     seeds = tmp_path / "seeds.tsv"
-    n = _unit_seeds(_config(), iter([long, long, "ཀ་ཁ"]), seeds)
+    n = unit_seeds(_config(), iter([long, long, "ཀ་ཁ"]), seeds)
     pieces = [line.split("\t")[0] for line in seeds.read_text(encoding="utf-8").splitlines()]
-    assert n == len(pieces) and max(map(len, pieces)) == _max_piece_length() == 16
+    assert n == len(pieces) and max(map(len, pieces)) == max_piece_length() == 16
     assert "▁" + long[:15] in pieces and long[:16] in pieces and long[:17] not in pieces
 
 

@@ -51,7 +51,7 @@ class VocabConfig:
     character_coverage: float = 0.9995
     split_on_tsheg: bool = True  # pieces never cross a syllable boundary
     # Tibetan punctuation (the shad forms, the head marks ༄ ༅ and their kin: `PUNCTUATION` in
-    # tibnlp/text/vocab_build.py) as units of their own (`▁།`), always in the vocabulary.
+    # tibnlp/text/spm_units.py) as units of their own (`▁།`), always in the vocabulary.
     # Otherwise a closing shad is glued onto the syllable before it (`▁རེད།`), so a
     # sentence-final syllable learns an embedding apart from its mid-sentence twin, and marks
     # the corpus rarely holds (the head marks some TNCC titles open with) encode as [UNK].

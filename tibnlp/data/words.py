@@ -31,7 +31,7 @@ INSIDE, SYLLABLE, WORD = 0, 1, 2
 # 3: words a unit reaches into join its word
 LEVELS_VERSION = 3
 # what a piece's surface may start with before its own syllable: the separator it carries as
-# `▁`, and the shads the vocabulary's rule follows with a space (`vocab_build.SYLLABLE_RULES`)
+# `▁`, and the shads the vocabulary's rule follows with a space (`spm_units.SYLLABLE_RULES`)
 _SEPARATORS = f" \t{TSHEG}{NBSP_TSHEG}{SHADS}"
 
 

@@ -4,8 +4,9 @@ The train split's sentences are streamed to SentencePiece (`sentence_iterator`),
 `input_sentence_size` of them (shuffled) when the corpus is larger. Our own normaliser has
 already run at corpus preparation, so SentencePiece's default NFKC (which would rewrite some
 Tibetan compatibility characters differently from `normalize`) is replaced by identity, plus
-the syllable rules below when `split_on_tsheg`. The output is
-written to a temporary sibling folder and renamed, so a failed build leaves nothing behind.
+the syllable and punctuation rules of `tibnlp.text.spm_units` (which also seeds whole
+units). The output is written to a temporary sibling folder and renamed, so a failed build
+leaves nothing behind.
 
 Progress (`progress(stage, done, total)`) counts the sentences as SentencePiece reads them and
 then its EM rounds, read from its own log (`tibnlp.text.spm_log`). The log level changes no
@@ -33,28 +34,12 @@ from tibnlp.config.text import VocabConfig
 from tibnlp.errors import DataError
 from tibnlp.fsutil import check_new_folder, staged_dir
 from tibnlp.stopping import ctrl_c_as_stop
-from tibnlp.text.sentences import SHADS
 from tibnlp.text.special import PAD_ID, UNK_ID
 from tibnlp.text.spm_log import Progress, TrainLog, c_stderr
+from tibnlp.text.spm_units import PUNCTUATION, normalization_rules, seed_size, unit_seeds
 from tibnlp.text.syllables import count_syllables, syllables
 from tibnlp.text.vocab import MARKER, MODEL_FILE, WORD_START, Vocabulary
 
-# SentencePiece normalisation rules (hex code points -> hex code points) for split_on_tsheg:
-# tsheg becomes whitespace, so each syllable is a SentencePiece "word" `▁X` (its own pieces
-# can never reach into the next syllable); a space after each shad keeps punctuation from
-# gluing to the following syllable. The rules are compiled into spm.model itself, so
-# sentencepiece used directly encodes exactly like `Vocabulary.encode`.
-SYLLABLE_RULES = {
-    "F0B": "20",  # tsheg
-    "F0C": "20",  # non-breaking tsheg
-    **{f"{ord(c):X}": f"{ord(c):X} 20" for c in SHADS},
-}
-# vocab.punctuation_pieces: head marks, shads and the other section marks, each a unit of its
-# own (whitespace on both sides: `▁།`) and in the vocabulary whatever the corpus (required
-# characters). Not SentencePiece's user-defined symbols: the normalisation rules skip those,
-# so a syllable right after one would lose its `▁`.
-HEAD_MARKS = "".join(chr(c) for c in range(0x0F04, 0x0F0B))  # ༄ ༅ and their kin
-PUNCTUATION = tuple(HEAD_MARKS + SHADS)
 _TOO_BIG_RE = re.compile(r"<=\s*(\d+)")
 _TOO_SMALL_RE = re.compile(r"smaller than required_chars\. \d+ vs (\d+)")
 _EVERY = 10_000  # sentences between two progress calls
@@ -123,64 +108,6 @@ class _Feed:
             self.progress(self.stage, done, self.total)
 
 
-def normalization_rules(config: VocabConfig) -> dict[str, str]:
-    """SentencePiece's rules (hex code points -> hex code points) for this config; empty:
-    identity."""
-    rules = dict(SYLLABLE_RULES) if config.split_on_tsheg else {}
-    if config.punctuation_pieces:
-        rules.update({f"{ord(c):X}": f"20 {ord(c):X} 20" for c in PUNCTUATION})
-    return rules
-
-
-def unit_breaks(config: VocabConfig) -> dict[int, str]:
-    """The same rules as a str.translate table: the units SentencePiece trains on are the
-    whitespace-separated parts of `text.translate(unit_breaks(config))`."""
-    return {
-        int(key, 16): "".join(chr(int(code, 16)) for code in value.split())
-        for key, value in normalization_rules(config).items()
-    }
-
-
-def _unit_seeds(config: VocabConfig, sentences: Iterable[str], path: Path) -> int:
-    """vocab.whole_units: the seed file SentencePiece starts from (`piece<TAB>frequency`):
-    every whitespace unit of the normalised text (`▁` + the unit) seen at least twice, and
-    every substring of those units of two characters or more (SentencePiece adds the single
-    characters) and at most `_max_piece_length()` (SentencePiece drops longer seeds, and a
-    repeated unit without whitespace, a long URL, would give quadratically many), by corpus
-    frequency; the `seed_sentencepiece_size` best by frequency x length, as SentencePiece ranks
-    its own. Returns the number of seeds."""
-    longest = _max_piece_length()
-    units: Counter[str] = Counter()
-    table = unit_breaks(config)
-    for sentence in sentences:
-        units.update(sentence.translate(table).split())
-    found: Counter[str] = Counter()
-    for unit, count in units.items():
-        if count < 2:
-            continue
-        word = WORD_START + unit
-        for i in range(len(word)):
-            for j in range(i + 2, min(i + longest, len(word)) + 1):
-                found[word[i:j]] += count
-    ranked = sorted(
-        ((p, c) for p, c in found.items() if p != WORD_START and p not in config.special_tokens),
-        key=lambda pc: (-pc[1] * len(pc[0]), pc[0]),
-    )[: _seed_size(config)]
-    path.write_text("".join(f"{p}\t{c}\n" for p, c in ranked), encoding="utf-8")
-    return len(ranked)
-
-
-def _max_piece_length() -> int:
-    """SentencePiece's max_sentencepiece_length (its default: `_train` leaves it)."""
-    from sentencepiece import sentencepiece_model_pb2 as pb
-
-    return int(pb.TrainerSpec().max_sentencepiece_length)  # type: ignore[attr-defined]
-
-
-def _seed_size(config: VocabConfig) -> int:
-    return max(1_000_000, config.vocab_size * 10)
-
-
 def _threads(config: VocabConfig) -> int:
     return config.num_threads or os.cpu_count() or 1
 
@@ -243,7 +170,7 @@ def _spec(config: VocabConfig) -> dict[str, Any]:
         "shuffle_input_sentence": True,
         "max_sentence_length": config.max_sentence_length,
         "num_threads": _threads(config),
-        "seed_sentencepiece_size": _seed_size(config),
+        "seed_sentencepiece_size": seed_size(config),
         "pad_id": PAD_ID,
         "pad_piece": specials[0],
         "unk_id": UNK_ID,
@@ -381,7 +308,7 @@ def build_vocabulary(
         seeds = None
         if config.whole_units:
             seeds = Path(workdir) / "seeds.tsv"
-            _unit_seeds(config, _Feed(_sentences(train), "units", total, progress), seeds)
+            unit_seeds(config, _Feed(_sentences(train), "units", total, progress), seeds)
         proto = _train(config, _sentences(train), Path(workdir), seeds, progress, total)
         if progress is not None:
             progress("evaluating", 0, None)
