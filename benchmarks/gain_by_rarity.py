@@ -34,7 +34,7 @@ import numpy as np
 from tibnlp.data.labelled import STORED_TEXT_FORM, TEXT_FORMS, LabelledSet, model_text
 from tibnlp.data.tasks import load_tncc
 from tibnlp.errors import run_script
-from tibnlp.evaluation.report import load_one_result
+from tibnlp.evaluation.result_loader import load_one_result
 from tibnlp.evaluation.significance import paired_bootstrap, pool_pair, row_predictions
 from tibnlp.text.vocab import Vocabulary
 

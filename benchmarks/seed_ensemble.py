@@ -22,7 +22,7 @@ from pathlib import Path
 from tibnlp.data.tasks import load_tncc
 from tibnlp.errors import run_script
 from tibnlp.evaluation.predict import mean_proba
-from tibnlp.evaluation.report import RESULTS_JSON, load_one_result
+from tibnlp.evaluation.result_loader import RESULTS_JSON, load_one_result
 from tibnlp.evaluation.significance import paired_bootstrap
 
 PARTS = ("validation", "test")

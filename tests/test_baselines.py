@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from tests.ft_fixtures import pretrained_env
 from tibnlp.config import load_config
 from tibnlp.errors import ConfigError
-from tibnlp.evaluation.report import load_results
+from tibnlp.evaluation.result_loader import load_results
 from tibnlp.pipeline.grid import expand
 from tibnlp.pipeline.planner import Planner
 from tibnlp.pipeline.runner import run_pipeline

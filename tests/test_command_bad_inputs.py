@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from tibnlp.cli.main import app
 from tibnlp.config import CorpusConfig, VocabConfig
 from tibnlp.errors import DataError
-from tibnlp.evaluation.report import load_results
+from tibnlp.evaluation.result_loader import load_results
 from tibnlp.text.prepare import prepare_corpus
 
 S = "བཀྲ་ཤིས་བདེ་ལེགས། ཁྱེད་རང་སྐུ་གཟུགས་བདེ་པོ་ཡིན་པས།"

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tests.ft_fixtures import LABELS, make_title
 from tests.test_finetune import _cfg, cfg_flags, env  # noqa: F401  (the fixture)
 from tibnlp.cli.main import app
-from tibnlp.evaluation.report import RESULTS_JSON
+from tibnlp.evaluation.result_loader import RESULTS_JSON
 from tibnlp.training import finetune as ft_mod
 from tibnlp.training import finetune_seeds as seeds_mod
 from tibnlp.training.finetune import FinetuneResult, run_finetune

@@ -13,7 +13,8 @@ from tests.ft_fixtures import TINY_MODEL, make_data_dir, make_vocab
 from tibnlp.config import load_config
 from tibnlp.data.tasks import load_advts
 from tibnlp.evaluation.metrics import compute_metrics, majority_macro_f1, not_learning
-from tibnlp.evaluation.report import load_results, markdown_table
+from tibnlp.evaluation.report import markdown_table
+from tibnlp.evaluation.result_loader import load_results
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.tracking.testing import sqlite_store
 from tibnlp.training import finetune as ft_mod

@@ -17,7 +17,7 @@ from tests.ft_fixtures import make_data_dir, make_vocab, tiny_textcnn
 from tibnlp.cli.main import app
 from tibnlp.config import load_config
 from tibnlp.errors import DataError
-from tibnlp.evaluation.report import load_results
+from tibnlp.evaluation.result_loader import load_results
 from tibnlp.evaluation.significance import compare_rows, pool_rows
 from tibnlp.training import finetune as ft_mod
 from tibnlp.training import finetune_seeds as seeds_mod

@@ -15,14 +15,13 @@ from tibnlp.config.finetune import TaskName
 from tibnlp.data.tasks import classification_datasets
 from tibnlp.errors import ConfigError
 from tibnlp.evaluation.report import (
-    load_one_result,
-    load_results,
     not_learning_seeds,
     rich_table,
     select_best,
     summary_dict,
     system_cell,
 )
+from tibnlp.evaluation.result_loader import load_one_result, load_results
 from tibnlp.evaluation.significance import compare_rows, pool_pair
 from tibnlp.stopping import exit_status
 from tibnlp.training.finetune import run_finetune

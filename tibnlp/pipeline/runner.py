@@ -245,7 +245,8 @@ def _report(
 
 
 def _finetune_table(result: PipelineRun) -> list[str]:
-    from tibnlp.evaluation.report import STAGE_RUN, load_results, summary_table
+    from tibnlp.evaluation.report import STAGE_RUN, summary_table
+    from tibnlp.evaluation.result_loader import load_results
 
     names = [
         name

@@ -304,7 +304,8 @@ def curve(ctx: StageContext) -> tuple[Path, dict[str, Any]]:
             "set tracking.enabled=true",
         )
     dirs = list(ctx.inputs.values()) if isinstance(ctx.inputs, dict) else list(ctx.inputs)
-    from tibnlp.evaluation.report import load_results, summary_table
+    from tibnlp.evaluation.report import summary_table
+    from tibnlp.evaluation.result_loader import load_results
     from tibnlp.tracking.curve import plot_curve as plot
 
     rows = load_results(dirs)

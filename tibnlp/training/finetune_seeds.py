@@ -32,7 +32,8 @@ from tibnlp.config.identity import output_settings
 from tibnlp.data.labelled import LabelledSet
 from tibnlp.errors import DataError
 from tibnlp.evaluation.metrics import Metrics
-from tibnlp.evaluation.report import RESULTS_JSON, RESULTS_MD, result_json
+from tibnlp.evaluation.report import RESULTS_MD, result_json
+from tibnlp.evaluation.result_loader import RESULTS_JSON
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.classifier_io import load_classifier
 from tibnlp.training.finetune_scores import EXTRA_PARTS, encoded_split, score_extra, score_seed
