@@ -26,7 +26,8 @@ from tibnlp.pipeline.cache import (
 from tibnlp.pipeline.grid import Node, expand
 from tibnlp.pipeline.keys import get_dotted, has_dotted
 from tibnlp.pipeline.registry import stage_def
-from tibnlp.pipeline.spec import PARAMS, PipelineSpec, stage_ref, substitute
+from tibnlp.pipeline.spec import PipelineSpec, stage_ref, substitute
+from tibnlp.pipeline.variants import PARAMS
 from tibnlp.tracking import path_hash
 
 DATA_PREFIX = "data:"

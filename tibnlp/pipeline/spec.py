@@ -28,7 +28,7 @@ stages:
 ```
 
 A stage may only reference stages above it, so the file order is a valid run order. Each
-stage's kind must exist and be given the inputs and params it declares (`Accepts`), so a
+stage's kind must exist and be given the inputs and params it declares (`kind_checks`), so a
 `--dry-run` catches a misspelt or missing input name.
 """
 
@@ -43,10 +43,9 @@ from typing import Any
 from tibnlp.config.core import apply_overrides, key_path
 from tibnlp.config.yaml_loader import YES_NO, read_yaml
 from tibnlp.errors import ConfigError
-from tibnlp.pipeline.context import Accepts
 from tibnlp.pipeline.keys import file_whole, has_dotted, set_in_variant
+from tibnlp.pipeline.kind_checks import check_reads
 from tibnlp.pipeline.launch import check_launch
-from tibnlp.pipeline.registry import stage_def
 from tibnlp.pipeline.variants import Variant, expand_variants
 
 TOP_KEYS = {"name", "experiment", "workdir", "vars", "config", "stages", "description"}
@@ -62,7 +61,6 @@ STAGE_KEYS = {
     "collect",
 }
 _REF = re.compile(r"\$\{([^}]+)\}")
-PARAMS = "params."  # a grid or variant key that sets a stage param, not a config key
 
 
 @dataclass
@@ -232,7 +230,7 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
             description=str(body.get("description") or ""),
             variants=expand_variants(str(sname), body.get("grid"), body.get("variants"), at),
         )
-        _check_reads(spec, at, explicit_kind="kind" in body)
+        check_reads(spec, at, explicit_kind="kind" in body)
         known = [s.name for s in stages]
         for ref in spec.references():
             if ref not in known:
@@ -322,61 +320,6 @@ def _check_target(data: dict[str, Any], text: str, path: Path) -> list[str]:
         (f"its {what}s: {', '.join(names)}; " if names else f"it has no {what}s; ")
         + f"add one under `{parts[0]}:` in {path}",
     )
-
-
-def _check_reads(spec: StageSpec, at: str, explicit_kind: bool) -> None:
-    """The stage's kind exists and is given the inputs and params it declares."""
-    try:
-        reads = stage_def(spec.kind).accepts
-    except ConfigError as exc:
-        if explicit_kind:
-            raise ConfigError(f"{at}.kind: {exc.message}", exc.hint) from exc
-        raise ConfigError(
-            f"{at}: {exc.message} (without `kind:`, a stage's kind is its name)", exc.hint
-        ) from exc
-    if reads is not None:
-        _check_inputs(spec, reads, at)
-        _check_params(spec, reads, at)
-
-
-def _check_inputs(spec: StageSpec, reads: Accepts, at: str) -> None:
-    kind = f"stage kind {spec.kind}"
-    hint = f"{kind} reads: {reads.inputs_text()}"
-    given = spec.inputs
-    if reads.files:
-        if not given:
-            raise ConfigError(f"{at}.inputs: {kind} needs at least one input", hint)
-        return
-    if isinstance(given, list) and given:
-        raise ConfigError(f"{at}.inputs: {kind} reads named inputs, not a list", hint)
-    names = [str(k) for k in given] if isinstance(given, dict) else []
-    for name in names:
-        if name not in (*reads.needs, *reads.may):
-            raise ConfigError(f"{at}.inputs.{name}: {kind} reads no input named {name!r}", hint)
-    for name in reads.needs:
-        if name not in names:
-            raise ConfigError(
-                f"{at}.inputs: {kind} needs an input named {name!r}",
-                f"{hint} (e.g. inputs: {{{name}: ${{stages.STAGE.output}}}})",
-            )
-
-
-def _check_params(spec: StageSpec, reads: Accepts, at: str) -> None:
-    named = [(f"{at}.params.{k}", str(k)) for k in spec.params]
-    named += [
-        (f"{at}: variant {v.name} sets {key}", key[len(PARAMS) :].split(".")[0])
-        for v in spec.variants
-        for key in v.overrides
-        if key.startswith(PARAMS)
-    ]
-    for where, name in named:
-        if name not in reads.params:
-            raise ConfigError(
-                f"{where}: stage kind {spec.kind} takes no param {name!r}",
-                f"its params: {', '.join(reads.params)}"
-                if reads.params
-                else f"stage kind {spec.kind} takes no params: remove it",
-            )
 
 
 def shadowed(spec: PipelineSpec, keys: Iterable[str]) -> list[str]:

@@ -9,6 +9,8 @@ from typing import Any
 
 from tibnlp.errors import ConfigError
 
+PARAMS = "params."  # a grid or variant key that sets a stage param, not a config key
+
 
 @dataclass
 class Variant:
