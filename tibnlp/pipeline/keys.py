@@ -4,7 +4,6 @@ setting one inside a stage's list of variants."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from tibnlp.config import Config
@@ -51,9 +50,8 @@ def has_dotted(data: Any, key: str) -> bool:
 def set_in_variant(stages: dict[str, Any], stage: str, text: str) -> None:
     """`--set stages.S.variants.V.set.KEY=VALUE` in a pipeline file's data. The list reads
     as a mapping: V is a variant's name, or its position from 0 (an unnamed one's name is
-    made from its keys, so it has none to type); KEY is whole, as the file writes it. The
-    stage gets a changed copy of its list: a YAML alias (`variants: *common`) shares the
-    list with another stage, which the --set does not name."""
+    made from its keys, so it has none to type); KEY is whole, as the file writes it. The list
+    is the stage's own: `read_yaml` copies out what a YAML alias (`variants: *common`) shares."""
     key = text.split("=", 1)[0].strip()
     prefix = f"stages.{stage}.variants"
     body = stages.get(stage)
@@ -67,22 +65,21 @@ def set_in_variant(stages: dict[str, Any], stage: str, text: str) -> None:
             if grid
             else f"give it one: --set {prefix}='[{{name: NAME, set: {{KEY: VALUE}}}}]'",
         )
-    items = copy.deepcopy(variants)
-    handles = {str(i): i for i in range(len(items))}
+    handles = {str(i): i for i in range(len(variants))}
     handles.update(
-        {str(v["name"]): i for i, v in enumerate(items) if isinstance(v, dict) and v.get("name")}
+        {str(v["name"]): i for i, v in enumerate(variants) if isinstance(v, dict) and v.get("name")}
     )
 
     def whole(path: list[str]) -> bool:  # a variant's `set` is keyed by whole dotted keys
         return len(path) == 5 and path[4] == "set"
 
-    view = {"stages": {stage: {"variants": {h: items[i] for h, i in handles.items()}}}}
+    view = {"stages": {stage: {"variants": {h: variants[i] for h, i in handles.items()}}}}
     path = key_path(view, key.split("."), whole)
     handle = path[3]
     if handle not in handles:
         shown = [
             str(v["name"]) if isinstance(v, dict) and v.get("name") else f"{i} (unnamed)"
-            for i, v in enumerate(items)
+            for i, v in enumerate(variants)
         ]
         raise ConfigError(
             f"--set {key}: stage {stage} has no variant {handle!r}",
@@ -95,7 +92,6 @@ def set_in_variant(stages: dict[str, Any], stage: str, text: str) -> None:
             f"--set {key}: a variant has the keys name and set, not {path[4]!r}",
             f"to set {rest} in variant {handle}: --set {prefix}.{handle}.set.{rest}=VALUE",
         )
-    box = {"stages": {stage: {"variants": {handle: items[handles[handle]]}}}}
+    box = {"stages": {stage: {"variants": {handle: variants[handles[handle]]}}}}
     apply_overrides(box, [text], whole=whole)
-    items[handles[handle]] = box["stages"][stage]["variants"][handle]
-    body["variants"] = items
+    variants[handles[handle]] = box["stages"][stage]["variants"][handle]
