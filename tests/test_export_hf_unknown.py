@@ -12,6 +12,7 @@ import pytest
 
 from tests.ft_fixtures import TINY_MODEL, make_vocab
 from tibnlp.data.labelled import model_text
+from tibnlp.text.syllables import TSHEG
 from tibnlp.text.vocab import Vocabulary
 
 tokenizers = pytest.importorskip(
@@ -66,6 +67,7 @@ def test_tokenizer_json_encodes_and_decodes_unknown_text_as_sentencepiece(export
         assert vocab.unk_id in ids, text  # the case under test
         want = vocab.decode(ids)  # tibnlp's text: SentencePiece's, tshegs restored
         assert surface in want
+        assert TSHEG + surface.strip() not in want, text  # the surface's space is no boundary
         assert tokenizer.decode(ids, skip_special_tokens=True) == want, text
         assert tokenizer.decode(ids[1:-1], skip_special_tokens=False) == want, text
 

@@ -36,10 +36,10 @@ from tibnlp.text.normalize import (
     TSHEG,
 )
 from tibnlp.text.vocab import (
-    _SPACE_AFTER_SYLLABLE,
     _SPACE_BEFORE_SHAD,
     WORD_START,
     Vocabulary,
+    space_after_syllable,
 )
 
 SPECIAL_TOKENS = {
@@ -98,21 +98,21 @@ def tibetan_normalizers(n: Any, regex: Any) -> list[Any]:
 
 def tibetan_decoder(d: Any, regex: Any, vocab: Vocabulary) -> Any:
     """`Vocabulary.decode` as a decoder: the unknown piece as SentencePiece's unk surface
-    (it decoded as "[UNK]", and the tsheg rule put a tsheg before it), SentencePiece's
-    whitespace, then its rules on the joined text (a plain Metaspace gave every tsheg back as
-    a space). The rules are the same patterns (Oniguruma reads Python's lookarounds and classes
-    alike); `Fuse` first, since a decoder step sees one token at a time and a rule looks
-    across two."""
+    (it decoded as "[UNK]"; the tsheg rule leaves the space the surface opens with),
+    SentencePiece's whitespace, then its rules on the joined text (a plain Metaspace gave
+    every tsheg back as a space). The rules are the same patterns (Oniguruma reads Python's
+    lookarounds and classes alike); `Fuse` first, since a decoder step sees one token at a
+    time and a rule looks across two."""
     unk = re.escape(SPECIAL_TOKENS["unk_token"])
     steps = [
-        d.Replace(regex(f"\\A{unk}\\z"), _model_proto(vocab).trainer_spec.unk_surface),
+        d.Replace(regex(f"\\A{unk}\\z"), vocab.unk_surface),
         d.Metaspace(replacement=WORD_START, prepend_scheme="always"),
         d.Fuse(),
     ]
     if vocab.punctuation_pieces:
         steps.append(d.Replace(regex(_SPACE_BEFORE_SHAD.pattern), ""))
     if vocab.split_on_tsheg:
-        steps.append(d.Replace(regex(_SPACE_AFTER_SYLLABLE.pattern), TSHEG))
+        steps.append(d.Replace(regex(space_after_syllable(vocab.unk_surface)), TSHEG))
     return d.Sequence(steps)
 
 

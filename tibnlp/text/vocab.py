@@ -48,9 +48,18 @@ _SYLLABLE_CHARS = frozenset(
 )
 
 _SPACE_AFTER_SYLLABLE = re.compile(f"(?<={SYLLABLE_RE.pattern[:-1]}) (?=[^ A-Za-z0-9])")
+
 # vocab.punctuation_pieces: the space its rule put before a closing shad (normalised text has
 # none, but a tsheg after ང, which the rule made a space too)
 _SPACE_BEFORE_SHAD = re.compile(f"(?<={SYLLABLE_RE.pattern[:-1]})(?<!ང) (?=[{SHADS}])")
+
+
+def space_after_syllable(unk_surface: str) -> str:
+    """The pattern of the space after a syllable that `decode` reads as a tsheg, less the space
+    the unknown piece's surface opens with (SentencePiece's " ⁇ "): that space is part of the
+    surface, not a syllable boundary. Python's `re` and Oniguruma (the export) read it alike."""
+    rest = unk_surface[1:] if unk_surface.startswith(" ") else ""
+    return _SPACE_AFTER_SYLLABLE.pattern + (f"(?!{re.escape(rest)})" if rest else "")
 
 
 def is_syllable_char(char: str) -> bool:
@@ -109,6 +118,9 @@ class Vocabulary:
         # Trained with the tsheg-as-whitespace rule (split_on_tsheg)? Read it off the model.
         self.split_on_tsheg: bool = TSHEG not in self.sp.normalize(f"ཀ{TSHEG}ཀ")
         self.punctuation_pieces: bool = f"{WORD_START}།" in self.sp.normalize("ཀ།")
+        # what SentencePiece decodes the unknown piece to (" ⁇ "), kept as it is by `decode`
+        self.unk_surface: str = str(self.sp.decode([self.unk_id]))
+        self._space_after_syllable = re.compile(space_after_syllable(self.unk_surface))
         # Per piece: does it end inside a syllable (the next piece may continue it), and is
         # it a lone whitespace marker (which belongs to the syllable after it)?
         pieces = [self.sp.id_to_piece(i) for i in range(self.size)]
@@ -187,13 +199,14 @@ class Vocabulary:
         With `split_on_tsheg` a tsheg and a space encode to the same ids, so which one stood
         after a syllable is a guess: a tsheg, unless ASCII letters or digits follow (in a
         sample of the corpora tsheg outnumbers space ~3:1 before other non-Tibetan text, and
-        space ~5:1 before ASCII).
+        space ~5:1 before ASCII). The unknown piece reads as SentencePiece's surface (" ⁇ ") where
+        SentencePiece puts it; control ids ([CLS] [SEP] [MASK] [PAD]) read as nothing, as there.
         """
         text = str(self.sp.decode(list(ids)))
         if self.punctuation_pieces:
             text = _SPACE_BEFORE_SHAD.sub("", text)
         if self.split_on_tsheg:  # whitespace after a syllable was a tsheg
-            text = _SPACE_AFTER_SYLLABLE.sub(TSHEG, text)
+            text = self._space_after_syllable.sub(TSHEG, text)
         return text
 
     def piece_log_probs(self) -> list[float]:
