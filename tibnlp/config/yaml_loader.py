@@ -1,5 +1,6 @@
 """Reading config and pipeline YAML (files and `--set` values): YAML 1.2's numbers and
-booleans, no duplicate keys, no shared aliases, and errors that name the file and line.
+booleans, no duplicate keys, no shared aliases (nor aliases expanding past a limit), and
+errors that name the file and line.
 
 PyYAML's SafeLoader follows YAML 1.1, which reads `1:30` as 90 and `off` as false; a config
 file must mean what it looks like, so every YAML the toolkit reads goes through `ConfigLoader`.
@@ -109,7 +110,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not path.exists():  # a pipe (`-c <(...)`, /dev/stdin) exists without being a file
         raise DataError(f"config file {path} does not exist", "check the path")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=ConfigLoader)
+        text = path.read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=ConfigLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -120,17 +122,37 @@ def read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    return _unshared(data, path, ())
+    return _Unsharer(path, max(MAX_NODES, NODES_PER_CHAR * len(text))).copy(data, ())
 
 
-def _unshared(obj: Any, path: Path, within: tuple[int, ...]) -> Any:
-    """A copy in which no mapping or list is shared: a YAML alias (`config: *common`) gives
-    two keys one object, so a `--set` naming one stage would change the other too."""
-    if not isinstance(obj, (dict, list)):
-        return obj
-    if id(obj) in within:
-        raise ConfigError(f"{path}: an alias refers to a mapping or list that contains it")
-    within = (*within, id(obj))
-    if isinstance(obj, dict):
-        return {key: _unshared(value, path, within) for key, value in obj.items()}
-    return [_unshared(value, path, within) for value in obj]
+# Without aliases a file holds fewer values than characters; an alias is copied out in full
+# (`_Unsharer`), so nested aliases (`b: [*a, *a, ...]`, `c: [*b, *b, ...]`: "billion laughs")
+# would grow without bound. A file may expand this far, and no further.
+MAX_NODES = 100_000
+NODES_PER_CHAR = 4
+
+
+class _Unsharer:
+    """Copies out what YAML aliases share, so that no mapping or list is shared: an alias
+    (`config: *common`) gives two keys one object, so a `--set` naming one stage would change
+    the other too. Counts the values as it copies and stops at `limit`, before a file of
+    nested aliases takes the memory of its full expansion."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.path, self.limit, self.count = path, limit, 0
+
+    def copy(self, obj: Any, within: tuple[int, ...]) -> Any:
+        self.count += 1
+        if self.count > self.limit:
+            raise ConfigError(
+                f"{self.path}: its aliases expand too far (over {self.limit:,} values)",
+                "use an alias (*name) for a shared section, not aliases nested in aliases",
+            )
+        if not isinstance(obj, (dict, list)):
+            return obj
+        if id(obj) in within:
+            raise ConfigError(f"{self.path}: an alias refers to a mapping or list that contains it")
+        within = (*within, id(obj))
+        if isinstance(obj, dict):
+            return {key: self.copy(value, within) for key, value in obj.items()}
+        return [self.copy(value, within) for value in obj]
