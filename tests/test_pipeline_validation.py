@@ -330,3 +330,44 @@ def test_a_variable_name_with_dots_is_read_whole(tmp_path: Path) -> None:
     assert spec.stages[0].inputs == {"left": str(tmp_path / "y")}
     with pytest.raises(ConfigError, match=r"unknown variable \$\{vars\.data\.di\}"):
         load_pipeline(path, ["config.pretrain.max_steps=${vars.data.di}"])
+
+
+def test_a_misspelt_stage_reference_is_refused_at_load(tmp_path: Path) -> None:
+    """`${stages.a.outptu}` loaded, and only the plan (a `--dry-run` too) said 'unknown
+    reference', naming no file; now the loader names the file, the key and the field."""
+    (tmp_path / "x").write_text("x", encoding="utf-8")
+    a = {"kind": "v_pair", "inputs": {"left": str(tmp_path / "x")}}
+    b = {"kind": "v_pair", "inputs": {"left": "${stages.a.outptu}"}}
+    path = _write(tmp_path, {"a": a, "b": b})
+    err = _refused(path)
+    assert err.message == (
+        f"{path}: stages.b.inputs.left: ${{stages.a.outptu}}: stage 'a' has no field 'outptu'"
+    )
+    assert "${stages.a.output}" in str(err.hint)
+    good = {**b, "inputs": {"left": "${stages.a.output}"}}
+    spec = load_pipeline(_write(tmp_path, {"a": a, "b": good}))
+    assert spec.stages[1].references() == ["a"]
+    # as a --set writes it, in a stage's config, in a grid, in the shared config
+    err = _refused(path := _write(tmp_path, {"a": a, "b": good}), "stages.b.inputs.right=${a}")
+    assert err.message == f"{path}: stages.b.inputs.right: unknown reference ${{a}}"
+    in_config = {**good, "config": {"pretrain": {"max_steps": "${stages.a.outptu}"}}}
+    err = _refused(_write(tmp_path, {"a": a, "b": in_config}))
+    assert "stages.b.config.pretrain.max_steps: ${stages.a.outptu}: stage 'a'" in err.message
+    in_grid = {**good, "grid": {"tracking.tags.from": ["${stages.a.outptu}"]}}
+    err = _refused(_write(tmp_path, {"a": a, "b": in_grid}))
+    assert "stages.b: variant from=${stages.a.outptu} sets tracking.tags.from" in err.message
+    shared = {"tracking": {"enabled": False, "tags": {"from": "${stagez.a.output}"}}}
+    err = _refused(_write(tmp_path, {"a": a, "b": good}, config=shared))
+    assert "config.tracking.tags.from: unknown reference ${stagez.a.output}" in err.message
+
+
+def test_a_reference_to_a_later_or_missing_stage_is_told_apart(tmp_path: Path) -> None:
+    (tmp_path / "x").write_text("x", encoding="utf-8")
+    a = {"kind": "v_pair", "inputs": {"left": "${stages.b.output}"}}
+    b = {"kind": "v_pair", "inputs": {"left": str(tmp_path / "x")}}
+    path = _write(tmp_path, {"a": a, "b": b})
+    err = _refused(path)
+    assert err.message.startswith(f"{path}: stages.a.inputs.left: references stage 'b', ")
+    assert "a stage may read only stages above it" in err.message
+    err = _refused(_write(tmp_path, {"b": b, "a": {**a, "inputs": {"left": "${stages.c.output}"}}}))
+    assert "references stage 'c'" in err.message and "no stage is named 'c'" in str(err.hint)

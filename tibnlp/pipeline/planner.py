@@ -26,7 +26,8 @@ from tibnlp.pipeline.cache import (
 from tibnlp.pipeline.grid import Node, expand
 from tibnlp.pipeline.keys import get_dotted, has_dotted
 from tibnlp.pipeline.registry import stage_def
-from tibnlp.pipeline.spec import PipelineSpec, stage_ref, substitute
+from tibnlp.pipeline.spec import PipelineSpec, substitute
+from tibnlp.pipeline.stage_refs import READABLE, stage_ref
 from tibnlp.pipeline.variants import PARAMS
 from tibnlp.tracking import path_hash
 
@@ -103,7 +104,7 @@ class Planner:
             if name is None:
                 raise ConfigError(
                     f"{self.spec.source}: {where}: unknown reference ${{{ref}}}",
-                    "references are ${vars.NAME} and ${stages.STAGE.output}",
+                    READABLE,
                 )
             if name in node.collected:  # a collect stage: every node of that stage
                 return [self._ref(up, real) for up in node.collected[name]]

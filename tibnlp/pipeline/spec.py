@@ -27,14 +27,14 @@ stages:
     inputs: ['${stages.finetune.output}']             # the list of all their outputs
 ```
 
-A stage may only reference stages above it, so the file order is a valid run order. Each
-stage's kind must exist and be given the inputs and params it declares (`kind_checks`), so a
-`--dry-run` catches a misspelt or missing input name.
+A stage may only reference stages above it, so the file order is a valid run order; every
+`${stages.NAME.output}` is checked when the file loads (`stage_refs`). Each stage's kind
+must exist and be given the inputs and params it declares (`kind_checks`), so a `--dry-run`
+catches a misspelt or missing input name.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +46,14 @@ from tibnlp.errors import ConfigError
 from tibnlp.pipeline.keys import file_whole, has_dotted, set_in_variant
 from tibnlp.pipeline.kind_checks import check_reads
 from tibnlp.pipeline.launch import check_launch
+from tibnlp.pipeline.stage_refs import (
+    REF,
+    check_stage_refs,
+    no_stage_refs,
+    stage_located,
+    stage_ref,
+    strings,
+)
 from tibnlp.pipeline.variants import Variant, expand_variants
 
 TOP_KEYS = {"name", "experiment", "workdir", "vars", "config", "stages", "description"}
@@ -60,7 +68,6 @@ STAGE_KEYS = {
     "launch",
     "collect",
 }
-_REF = re.compile(r"\$\{([^}]+)\}")
 
 
 @dataclass
@@ -81,22 +88,12 @@ class StageSpec:
         """Names of the stages this one reads (through ${stages.NAME....})."""
         found: list[str] = []
         overrides = [v.overrides for v in self.variants]  # grid and variant values too
-        for text in _strings([self.inputs, self.config, self.params, overrides]):
-            for ref in _REF.findall(text):
+        for text in strings([self.inputs, self.config, self.params, overrides]):
+            for ref in REF.findall(text):
                 name = stage_ref(ref)
                 if name is not None and name not in found:
                     found.append(name)
         return found
-
-
-def stage_ref(ref: str) -> str | None:
-    """The stage that `stages.NAME.output` names (None for another reference): all between
-    the two, as a stage name may hold dots (`eval.v2`: a plain folder name)."""
-    ref = ref.strip()
-    head, tail = "stages.", ".output"
-    if ref.startswith(head) and ref.endswith(tail) and len(ref) > len(head + tail):
-        return ref[len(head) : -len(tail)]
-    return None
 
 
 @dataclass
@@ -114,24 +111,13 @@ class PipelineSpec:
     config_template: dict[str, Any] = field(default_factory=dict)  # `config:` before ${vars}
 
 
-def _strings(obj: Any) -> Iterable[str]:
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _strings(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _strings(v)
-
-
 def substitute(obj: Any, lookup: Any, where: str) -> Any:
     """Replace `${a.b}` references with `lookup("a.b")`; a whole-string reference keeps type."""
     if isinstance(obj, str):
-        whole = _REF.fullmatch(obj.strip())
+        whole = REF.fullmatch(obj.strip())
         if whole:
             return lookup(whole.group(1).strip(), where)
-        return _REF.sub(lambda m: str(lookup(m.group(1).strip(), where)), obj)
+        return REF.sub(lambda m: str(lookup(m.group(1).strip(), where)), obj)
     if isinstance(obj, dict):
         return {k: substitute(v, lookup, f"{where}.{k}") for k, v in obj.items()}
     if isinstance(obj, list):
@@ -181,7 +167,7 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
     template = data.get("config") or {}  # before substitution: which keys read a variable
     data = substitute(data, var_lookup, "")
     vars_ = data.get("vars") or {}  # a variable reading another holds its value
-    _no_stage_refs(data.get("config"), where)
+    no_stage_refs(data.get("config"), where)
     stages_raw = data.get("stages")
     if not isinstance(stages_raw, dict) or not stages_raw:
         raise ConfigError(f"{where}: 'stages' must be a non-empty mapping of stage name -> spec")
@@ -231,13 +217,9 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
             variants=expand_variants(str(sname), body.get("grid"), body.get("variants"), at),
         )
         check_reads(spec, at, explicit_kind="kind" in body)
-        known = [s.name for s in stages]
-        for ref in spec.references():
-            if ref not in known:
-                raise ConfigError(
-                    f"{at}: references stage '{ref}', which is not defined above it",
-                    f"stages defined before {sname}: {', '.join(known) or 'none'}",
-                )
+        above = [s.name for s in stages]
+        below = [str(n) for n in stages_raw][len(above) :]
+        check_stage_refs(stage_located(spec, f"stages.{sname}"), above, below, where)
         stages.append(spec)
     config = data.get("config") or {}
     if not isinstance(config, dict):
@@ -253,20 +235,6 @@ def parse_pipeline(data: dict[str, Any], source: Path | None = None) -> Pipeline
         raw=data,
         config_template=template if isinstance(template, dict) else {},
     )
-
-
-def _no_stage_refs(config: Any, where: str) -> None:
-    """The shared `config:` goes to every stage, the first ones included: a stage's output is
-    no value there (it would reach the stages above that stage)."""
-    for key, value in (config or {}).items() if isinstance(config, dict) else ():
-        for text in _strings(value):
-            for ref in _REF.findall(text):
-                if ref.strip().startswith("stages."):
-                    raise ConfigError(
-                        f"{where}: config.{key}: ${{{ref.strip()}}} reads a stage's output, "
-                        "which the shared config cannot",
-                        "set it in the `config:` of the stages that read it",
-                    )
 
 
 def load_pipeline(path: Path, overrides: Iterable[str] = ()) -> PipelineSpec:
