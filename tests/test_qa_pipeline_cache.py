@@ -1,5 +1,6 @@
 """Pipeline reruns as a user meets them: a dataset file read by name changed under a cached
-fine-tuning stage, Ctrl-C in a stage, a corpus that is not UTF-8, a dry run beside a run.
+fine-tuning stage, an extra test set asked of it, Ctrl-C in a stage, a corpus that is not UTF-8,
+a dry run beside a run.
 
 Small registered stages stand in for the real ones (no training); the real fine-tuning
 stage's data hook and slicing adapter are used as they are."""
@@ -125,3 +126,48 @@ def test_a_dry_run_beside_a_running_pipeline_says_who_holds_the_work_dir(qa: Pat
     lines.clear()
     run_pipeline(load_pipeline(qa), dry_run=True, echo=lines.append)  # free: no note
     assert not any("in use by" in ln for ln in lines)
+
+
+def _scores_once(ctx: StageContext) -> dict[str, float]:
+    """Trains when its output holds no classifier yet; else only scores the asked sets."""
+    trained = ctx.output / "finetune" / "classifier.txt"
+    sets = ctx.config.finetune.eval_also
+    CALLS.append(f"score {','.join(sets)}" if trained.exists() else "train")
+    trained.parent.mkdir(exist_ok=True)
+    trained.write_text("weights", encoding="utf-8")
+    return {"test_macro_f1": 0.5, **{f"{name}_macro_f1": 0.4 for name in sets}}
+
+
+register_stage(
+    "qa_ft_sets",
+    _scores_once,
+    ("finetune",),
+    data=stage_def("finetune").data,
+    rescored=stage_def("finetune").rescored,
+)
+
+
+def test_eval_also_added_rescores_the_cached_finetune_stage_and_removed_keeps_it(
+    qa: Path,
+) -> None:
+    """`finetune.eval_also` was in the stage's key: asking for advts retrained every seed
+    (and dropping it again did too), though a seed is scored on it from its saved
+    classifier. Now adding it reruns the stage on its output, to score advts only."""
+    plain = qa.read_text(encoding="utf-8").replace("kind: qa_ft", "kind: qa_ft_sets")
+    qa.write_text(plain, encoding="utf-8")
+    run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    assert CALLS == ["text", "train"]
+    with_advts = plain + "    config: {finetune: {eval_also: [advts]}}\n"
+    qa.write_text(with_advts, encoding="utf-8")
+    line = _plan(qa)["finetune"]
+    assert line.split()[0] == "run" and "rescore only: finetune.eval_also=advts" in line
+    CALLS.clear()
+    result = run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    assert CALLS == ["score advts"]
+    assert result.results["finetune"]["advts_macro_f1"] == 0.4
+    assert _plan(qa)["finetune"].split()[0] == "skip"
+    qa.write_text(plain, encoding="utf-8")  # dropped: the output holds more, still up to date
+    assert _plan(qa)["finetune"].split()[0] == "skip"
+    CALLS.clear()
+    result = run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    assert CALLS == [] and result.results["finetune"]["advts_macro_f1"] == 0.4

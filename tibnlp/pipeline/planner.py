@@ -23,6 +23,7 @@ from tibnlp.pipeline.cache import (
     publication,
     slot_for,
 )
+from tibnlp.pipeline.freshness import asked_sets, changed_data, unscored
 from tibnlp.pipeline.grid import Node, expand
 from tibnlp.pipeline.keys import get_dotted, has_dotted
 from tibnlp.pipeline.registry import stage_def
@@ -47,6 +48,8 @@ class Step:
     inputs: Any  # inputs as hashed (data by content hash, stages by key)
     manifest: dict[str, Any] | None = None
     data: dict[str, str] = field(default_factory=dict)  # files read by name (StageDef.data)
+    scored: dict[str, list[str]] = field(default_factory=dict)  # extra sets asked (`freshness`)
+    rescore: bool = False  # runs on its published output, to score extra sets only
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
@@ -319,7 +322,8 @@ class Planner:
                 raise ConfigError(f"{where}: {exc.message}", exc.hint) from exc
             config = self.config_dict(node, real=False)
             inputs = self.inputs(node, real=False)
-            sections = output_settings(config, sdef.sections, _filled(sdef.fills, inputs))
+            pinned = [*_filled(sdef.fills, inputs), *sdef.rescored]
+            sections = output_settings(config, sdef.sections, pinned)
             params = self.params(node, real=False)
             reads = sdef.accepts
             if reads is not None and reads.check is not None:
@@ -335,13 +339,16 @@ class Planner:
             slot = slot_for(self.workdir, node.stage.name, node.variant, key)
             manifest = slot.manifest(key)
             action: Literal["run", "skip"]
+            scored, more = asked_sets(config, sdef.rescored), []
             upstream_runs = [u.name for u in node.reads() if id(u) in stale]
             if node.stage.name in forced or node.name in forced:
                 action, reason = "run", "forced (--force)"
             elif upstream_runs and manifest is not None:  # same key, replaced input
                 action, reason = "run", f"{', '.join(upstream_runs)} runs first (new output)"
-            elif manifest is not None and (changed := _changed_data(manifest, data)):
+            elif manifest is not None and (changed := changed_data(manifest, data)):
                 action, reason = "run", f"data changed since it ran: {changed}"
+            elif manifest is not None and (more := unscored(manifest, scored)):
+                action, reason = "run", f"rescore only: {', '.join(more)} newly asked"
             elif manifest is not None and (
                 moved := self.republished(manifest.get("upstream"), node, manifest.get("finished"))
             ):
@@ -356,7 +363,8 @@ class Planner:
                 not upstream_runs
                 and not slot.partial.exists()
                 and (found := cached_elsewhere(slot, key)) is not None
-                and not _changed_data(found[1], data)
+                and not changed_data(found[1], data)
+                and not unscored(found[1], scored)
                 and not self.republished(found[1].get("upstream"), node, found[1].get("finished"))
             ):
                 slot, manifest = found
@@ -376,17 +384,7 @@ class Planner:
                 reason = explain_change(slot.previous(), described, inputs)
             if action == "run":
                 stale.add(id(node))
-            steps.append(Step(node, key, slot, action, reason, described, inputs, manifest, data))
+            step = Step(node, key, slot, action, reason, described, inputs, manifest, data, scored)
+            steps.append(step)
+            step.rescore = bool(more) and action == "run"
         return steps
-
-
-def _changed_data(manifest: dict[str, Any], data: dict[str, str]) -> str:
-    """The files read by name whose content differs from when the cached output was made
-    (none: ""). A manifest from before they were recorded, or a file absent now, is not
-    compared: only a known difference reruns."""
-    before = manifest.get("data")
-    if not isinstance(before, dict):
-        return ""
-    changed = sorted(name for name, digest in data.items() if before.get(name, digest) != digest)
-    more = f" (+{len(changed) - 3} more)" if len(changed) > 3 else ""
-    return ", ".join(changed[:3]) + more

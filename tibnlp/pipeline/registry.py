@@ -35,6 +35,9 @@ class StageDef:
     # the data-directory files the stage reads by name from its resolved config (not as
     # inputs), by content hash: a cached output made from other content reruns
     data: Callable[[dict[str, Any]], dict[str, str]] | None = None
+    # config keys listing extra sets the stage scores from its published output (not in its
+    # key: one newly asked reruns the stage on a copy of it, `pipeline.freshness`)
+    rescored: tuple[str, ...] = ()
 
     def load(self) -> Callable[..., Any]:
         return self.function
@@ -55,6 +58,7 @@ _REGISTRY: dict[str, StageDef] = {
         ("model", "finetune", "engine"),
         stages.FINETUNE_FILLS,
         data=stages.finetune_data,
+        rescored=("finetune.eval_also",),
     ),
     "curve": StageDef(stages.curve, ()),
 }
@@ -67,9 +71,12 @@ def register_stage(
     fills: tuple[tuple[str, str], ...] = (),
     accepts: Accepts | None = None,
     data: Callable[[dict[str, Any]], dict[str, str]] | None = None,
+    rescored: tuple[str, ...] = (),
 ) -> None:
     """Add or replace a stage kind (plugins, tests)."""
-    _REGISTRY[kind] = StageDef(function, tuple(sections), tuple(fills), accepts, data)
+    _REGISTRY[kind] = StageDef(
+        function, tuple(sections), tuple(fills), accepts, data, tuple(rescored)
+    )
 
 
 def stage_def(kind: str) -> StageDef:

@@ -18,6 +18,7 @@ from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.folder_lock import hold_folder, holder_of
 from tibnlp.fsutil import atomic_write_text, blocking_file
 from tibnlp.pipeline.context import StageContext
+from tibnlp.pipeline.freshness import reuse_output, scored_now
 from tibnlp.pipeline.launch import launch_stage
 from tibnlp.pipeline.planner import Planner, Step
 from tibnlp.pipeline.registry import stage_def
@@ -302,6 +303,8 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
     cfg.tracking.parent_run_id = parent.run_id or ""
     cfg.tracking.run_id = child.run_id or ""
     cfg.tracking.tags = {**cfg.tracking.tags, **tags}
+    if step.rescore and not resume:  # extra sets only: every seed is reported as it was
+        reuse_output(slot)
     slot.partial.mkdir(parents=True, exist_ok=True)
     upstream = planner.publications(node)
     atomic_write_text(slot.run_file, json.dumps({"run_id": child.run_id, "upstream": upstream}))
@@ -357,6 +360,7 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
                 "config": step.config,
                 "inputs": step.inputs,
                 "data": step.data,
+                "scored": scored_now(step.manifest, step.scored, step.rescore),
                 "run_id": child.run_id,
                 "upstream": upstream,
             }
