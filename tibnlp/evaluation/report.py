@@ -9,7 +9,6 @@ pretrained model on the same split and metrics.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -27,16 +26,18 @@ from tibnlp.evaluation.metrics import not_learning
 from tibnlp.evaluation.result_loader import RESULTS_JSON, SOURCE
 from tibnlp.evaluation.significance import compare_rows, row_predictions
 from tibnlp.fsutil import atomic_write_text
+from tibnlp.standard_json import dumps
 
 RESULTS_MD = "results.md"
 STAGE_RUN = "stage_run"  # a row's pipeline stage run (`finetune[lr=0.002]`), set by the runner
-_NUMBER_LIST = re.compile(r"\[[-+0-9.eE,\s]*\]")  # a JSON list of numbers only
+_NUMBER_LIST = re.compile(r"\[[-+0-9.eEnul,\s]*\]")  # a JSON list of numbers (or null) only
 
 
 def result_json(data: Any, indent: int = 2) -> str:
-    """JSON with every list of numbers on one line: the per-item predictions and confusion
-    rows stay readable beside the scores instead of one number a line."""
-    text = json.dumps(data, indent=indent, ensure_ascii=False)
+    """Standard JSON (a NaN score as null: `standard_json`) with every list of numbers on one
+    line: the per-item predictions and confusion rows stay readable beside the scores instead
+    of one number a line. results.json and seed_result.json are written by it alone."""
+    text = dumps(data, indent=indent, ensure_ascii=False)
     return _NUMBER_LIST.sub(
         lambda m: re.sub(r"\s+", " ", m.group(0)).replace("[ ", "[").replace(" ]", "]"), text
     )

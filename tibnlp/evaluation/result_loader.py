@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tibnlp.errors import DataError
+from tibnlp.standard_json import nan_for_null, nan_for_nulls
 from tibnlp.text.input_files import source_names
 
 RESULTS_JSON = "results.json"
@@ -78,6 +79,7 @@ def _checked(data: dict[str, Any], path: Path) -> dict[str, Any]:
         if not isinstance(metrics, dict):
             raise DataError(f"{path}: aggregate.{part} is not an object", hint)
         for name, value in metrics.items():
+            value = metrics[name] = _mean_std_read(value)
             pair = [value.get("mean"), value.get("std")] if isinstance(value, dict) else value
             if not (
                 isinstance(pair, list)
@@ -89,6 +91,13 @@ def _checked(data: dict[str, Any], path: Path) -> dict[str, Any]:
                 )
     _check_items(data, path, hint)
     return data
+
+
+def _mean_std_read(value: Any) -> Any:
+    """An aggregate's mean and std with a null (a score not known, NaN when written) as NaN."""
+    if isinstance(value, dict) and {"mean", "std"} <= value.keys():
+        return {**value, "mean": nan_for_null(value["mean"]), "std": nan_for_null(value["std"])}
+    return [nan_for_null(x) for x in value] if isinstance(value, list) else value
 
 
 def _number(x: Any) -> bool:
@@ -148,6 +157,7 @@ def _check_items(data: dict[str, Any], path: Path, hint: str) -> None:
             if not isinstance(seed.get(key, {}), dict):
                 raise DataError(f"{path}: {name}.{key} is not an object of parts", hint)
         for part, metrics in seed.get("metrics", {}).items():
+            metrics = seed["metrics"][part] = nan_for_nulls(metrics)
             if not (isinstance(metrics, dict) and all(map(_number, metrics.values()))):
                 raise DataError(f"{path}: {name}.metrics.{part} is not an object of numbers", hint)
         for part, value in seed.get("predictions", {}).items():

@@ -21,6 +21,7 @@ from typing import Any
 
 from tibnlp.config.core import flatten
 from tibnlp.fsutil import atomic_write_text
+from tibnlp.standard_json import dumps
 from tibnlp.tracking.conventions import config_hash
 
 MANIFEST = ".tibnlp-stage.json"
@@ -119,7 +120,7 @@ class Slot:
             "published": uuid.uuid4().hex,
         }
         atomic_write_text(
-            self.partial / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False, default=str)
+            self.partial / MANIFEST, dumps(manifest, indent=1, ensure_ascii=False, default=str)
         )
         # a forced rerun: move the old output aside (one rename) before deleting it, so an
         # interruption never leaves a half-deleted folder under its manifest

@@ -23,6 +23,7 @@ from tibnlp.pipeline.launch import launch_stage
 from tibnlp.pipeline.planner import Planner, Step
 from tibnlp.pipeline.registry import stage_def
 from tibnlp.pipeline.spec import PipelineSpec
+from tibnlp.standard_json import dumps
 from tibnlp.tracking import Tracker, provenance_tags
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_STAGE, TAG_VARIANT, config_hash
 from tibnlp.tracking.orphans import close_run, end_orphans, open_run
@@ -346,7 +347,7 @@ def _run_step(planner: Planner, step: Step, parent: Tracker, experiment: str) ->
             res = value
             child.log_metrics(_numbers(value))
             (slot.partial / "results.json").write_text(
-                json.dumps(value, indent=1, ensure_ascii=False, default=str), encoding="utf-8"
+                dumps(value, indent=1, ensure_ascii=False, default=str), encoding="utf-8"
             )
             child.log_artifact(slot.partial / "results.json")
         manifest = slot.publish(

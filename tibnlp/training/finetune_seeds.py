@@ -36,6 +36,7 @@ from tibnlp.evaluation.report import RESULTS_MD, result_json
 from tibnlp.evaluation.result_loader import RESULTS_JSON
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.classifier_io import load_classifier
+from tibnlp.standard_json import nan_for_nulls
 from tibnlp.training.finetune_scores import EXTRA_PARTS, encoded_split, score_extra, score_seed
 from tibnlp.training.finetune_setup import Setup, ids_sha256
 
@@ -366,7 +367,7 @@ def load_seed(
     recorded = data.get("data_sha256", "")  # ("": a record before it, not known)
     if recorded and data_sha256 and recorded != data_sha256:
         return None  # as many rows, other texts or labels
-    metrics = {p: Metrics(**m) for p, m in data["metrics"].items()}
+    metrics = {p: _metrics_read(m) for p, m in data["metrics"].items()}
     return SeedResult(
         data["seed"],
         data["best_epoch"],
@@ -378,3 +379,9 @@ def load_seed(
         dataset_folder=data.get("dataset_folder"),
         eval_sha256=dict(data.get("eval_sha256") or {}),
     )
+
+
+def _metrics_read(saved: dict[str, Any]) -> Metrics:
+    """A part's metrics as `save_seed` wrote them, a score not known (null: NaN) as NaN."""
+    per_class = {k: nan_for_nulls(v) for k, v in saved.get("per_class", {}).items()}
+    return Metrics(**{**saved, "summary": nan_for_nulls(saved["summary"]), "per_class": per_class})

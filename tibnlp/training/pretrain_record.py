@@ -11,7 +11,6 @@ say) reaches the model metadata and the run's params together, here.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import sys
@@ -25,6 +24,7 @@ from tibnlp.config.train import PretrainConfig
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.io import save_pretrained
 from tibnlp.models.summary import electra_flops_per_token, training_flops_per_token
+from tibnlp.standard_json import dumps
 from tibnlp.text.vocab import Vocabulary, copy_vocabulary
 from tibnlp.tracking import Tracker, provenance_tags, tracker_from_config
 from tibnlp.training.engine import hardware_name
@@ -212,6 +212,7 @@ class RunRecord:
         tracker.set_tags({"eval_only": "true", "init_from": p.init_from})
         tracker.end()
         report = {"model": p.init_from, "corpus": p.corpus, "rows": rows, **scores}
-        atomic_write_text(self.output / "eval.json", json.dumps(report, indent=2) + "\n")
-        print(json.dumps(report, indent=2))
+        text = dumps(report, indent=2)  # a diverged loss (NaN) as null: standard JSON
+        atomic_write_text(self.output / "eval.json", text + "\n")
+        print(text)
         return self.output / "eval.json"
