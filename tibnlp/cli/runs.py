@@ -67,7 +67,12 @@ def compare(
         typer.Option(help="Rows in run order (a pipeline's variant order) or sorted by value."),
     ] = "start",
     percent: Annotated[
-        bool, typer.Option("--percent", help="Show values x100 (F1 as papers print it).")
+        bool,
+        typer.Option(
+            "--percent",
+            help="Show rates x100 (F1 as papers print it); counts (cut_*, *_flip_excluded) "
+            "stay counts.",
+        ),
     ] = False,
     tracking_uri: UriOption = "",
 ) -> None:

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from tibnlp.errors import DataError
 from tibnlp.evaluation.anchors import TNCC_TITLE_MACRO_F1
+from tibnlp.evaluation.counts import count_text, is_count
 from tibnlp.evaluation.markdown import markdown_rows
 from tibnlp.evaluation.metrics import not_learning
 from tibnlp.evaluation.result_loader import RESULTS_JSON, SOURCE
@@ -51,6 +52,10 @@ COLUMNS = (
     # % of test predictions changed by appending a shad / tsheg (evaluation.robustness)
     ("test", "shad_flip_rate", "shad flips"),
     ("test", "tsheg_flip_rate", "tsheg flips"),
+    # texts whose suffix is past the read length, left out of the rates: a count, shown
+    # where some row left one out (`_columns`)
+    ("test", "shad_flip_excluded", "shad flips: texts left out"),
+    ("test", "tsheg_flip_excluded", "tsheg flips: texts left out"),
     ("test", "accuracy", "test acc"),
     ("test", "macro_precision", "test macro-P"),
     ("test", "macro_recall", "test macro-R"),
@@ -108,6 +113,8 @@ def _cell(agg: dict[str, dict[str, Any]], part: str, key: str, seeds: int = 2) -
     mean, std = (value["mean"], value["std"]) if isinstance(value, dict) else value
     if math.isnan(mean):
         return "-"
+    if is_count(key):  # not a fraction: not in %
+        return count_text(mean, std)
     if seeds == 1:  # one seed has no spread: "± 0.00" would claim one
         return f"{100 * mean:.2f}"
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
@@ -134,7 +141,13 @@ def system_cell(row: dict[str, Any]) -> str:
 
 
 def _columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    return [c for c in COLUMNS if any(c[0] in r["aggregate"] for r in rows)]
+    """The columns some row has a score for; a count only where some row's is not 0."""
+    return [
+        (part, key, head)
+        for part, key, head in COLUMNS
+        if any(part in r["aggregate"] for r in rows)
+        and (not is_count(key) or any(_mean(r, part, key) > 0 for r in rows))
+    ]
 
 
 def _recipe(row: dict[str, Any]) -> str:

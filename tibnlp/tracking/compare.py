@@ -24,6 +24,7 @@ from mlflow.store.entities.paged_list import PagedList
 from mlflow.tracking import MlflowClient
 
 from tibnlp.errors import ConfigError, TibnlpError
+from tibnlp.evaluation.counts import count_text, is_count
 from tibnlp.evaluation.markdown import markdown_rows
 from tibnlp.evaluation.spread import mean_std
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_SEED_RECORD, TAG_WARNING, WARNING_MAJORITY
@@ -67,6 +68,7 @@ DEFAULT_METRICS = ("test_accuracy", "test_*f1")
 @dataclass
 class Cell:
     values: list[float] = field(default_factory=list)
+    count: bool = False  # a count of texts (`evaluation.counts`): never x100, once if all agree
 
     @property
     def mean(self) -> float:
@@ -79,6 +81,8 @@ class Cell:
     def text(self, digits: int = 4, scale: float = 1.0) -> str:
         if not self.values:
             return ""
+        if self.count:
+            return count_text(self.mean, self.std)
         if len(self.values) == 1:
             return f"{scale * self.mean:.{digits}f}"
         return f"{scale * self.mean:.{digits}f} ± {scale * self.std:.{digits}f}"
@@ -106,7 +110,8 @@ class Comparison:
         return [k.removeprefix("tag:") for k in self.group_keys] + ["runs", *self.metrics]
 
     def table(self, digits: int = 4, scale: float = 1.0) -> list[list[str]]:
-        """Cells as text; `scale=100` shows fractions as percentages, as papers print F1."""
+        """Cells as text; `scale=100` shows fractions as percentages, as papers print F1
+        (not counts: `evaluation.counts`)."""
         return [
             [*g, self.runs(i), *(c.text(digits, scale) for c in cells)]
             for i, (g, _, cells) in enumerate(self.rows)
@@ -117,9 +122,9 @@ class Comparison:
 
     def csv(self, scale: float = 1.0) -> str:
         """Machine-readable: mean and std in separate columns, full precision (times `scale`:
-        `--percent` says x100 in every format); the runs as numbers (fewest and most behind
-        one cell) and the warning in a column of its own, so a script reads integers where the
-        table shows "1–3 (1 at majority class ...)"."""
+        `--percent` says x100 in every format; counts stay counts); the runs as numbers (fewest
+        and most behind one cell) and the warning in a column of its own, so a script reads
+        integers where the table shows "1–3 (1 at majority class ...)"."""
         out = io.StringIO()
         writer = csv.writer(out)
         head = [k.removeprefix("tag:") for k in self.group_keys]
@@ -131,8 +136,9 @@ class Comparison:
             fewest, most = run_counts(cells)
             row = [*g, str(fewest), str(most), self.warning(i)]
             for c in cells:
+                times = 1.0 if c.count else scale  # a count stays a count
                 if c.values:
-                    row += [repr(scale * c.mean), repr(scale * c.std)]
+                    row += [repr(times * c.mean), repr(times * c.std)]
                 else:
                     row += ["", ""]
             writer.writerow(row)
@@ -320,7 +326,7 @@ def compare_runs(
     for r in sorted(runs, key=lambda r: r.info.start_time or 0):
         gkey = values[r.info.run_id]
         pivot = (_value(r, columns_by) or "") if columns_by else ""
-        cells = groups.setdefault(gkey, {c: Cell() for c in columns})
+        cells = groups.setdefault(gkey, {c: Cell(count=is_count(c[0])) for c in columns})
         started.setdefault(gkey, len(started))
         warning = r.data.tags.get(TAG_WARNING)
         if warning:
