@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.ft_fixtures import make_data_dir, make_vocab, tiny_textcnn
-from tibnlp.config import load_config
+from tibnlp.config import Config, load_config
 from tibnlp.evaluation.report import markdown_table
 from tibnlp.evaluation.result_loader import load_results
 from tibnlp.pipeline import cache
@@ -34,15 +34,18 @@ def strict_json(path: Path) -> Any:
     return json.loads(path.read_text("utf-8"), parse_constant=refuse)
 
 
+def _cut_config(tmp: Path, mp: pytest.MonkeyPatch) -> Config:
+    """A tiny TextCNN reading 4 pieces: no test title is read with its shad (rate: NaN); the
+    data directory (TIBNLP_DATA, set by `mp`) and vocabulary under `tmp`."""
+    mp.setenv("TIBNLP_DATA", str(make_data_dir(tmp / "data", (30, 12, 12))))
+    flags = ["finetune.max_len=4", "finetune.text_form=tsheg", "finetune.batch_size=8"]
+    return load_config(None, tiny_textcnn(make_vocab(tmp / "vocab"), tmp / "runs", *flags))
+
+
 @pytest.fixture(scope="module")
 def every_suffix_cut(tmp_path_factory) -> FinetuneResult:
-    """A tiny TextCNN reading 4 pieces: no test title is read with its shad (rate: NaN)."""
-    tmp = tmp_path_factory.mktemp("cut")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TIBNLP_DATA", str(make_data_dir(tmp / "data", (30, 12, 12))))
-        flags = ["finetune.max_len=4", "finetune.text_form=tsheg", "finetune.batch_size=8"]
-        overrides = tiny_textcnn(make_vocab(tmp / "vocab"), tmp / "runs", *flags)
-        return run_finetune(load_config(None, overrides), "tncc")
+        return run_finetune(_cut_config(tmp_path_factory.mktemp("cut"), mp), "tncc")
 
 
 def test_a_flip_rate_of_no_text_read_is_null_in_results_json(every_suffix_cut) -> None:
@@ -92,3 +95,30 @@ def test_a_pipeline_stage_result_holding_nan_is_standard_json(tmp_path: Path) ->
     result = strict_json(final / "results.json")
     assert result == {"test_shad_flip_rate": None, "loss": None, "test_macro_f1": 0.5}
     assert strict_json(final / cache.MANIFEST)["result"] == result
+
+
+def test_a_record_from_before_cut_texts_were_left_out_is_rescored(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A seed record without `*_flip_excluded` holds a flip rate that counted the cut texts as
+    not flipped: a rerun scores its rates again from the saved classifier and rewrites the
+    record, rather than averaging the old measure with new seeds' (or training it again)."""
+    cfg = _cut_config(tmp_path, monkeypatch)
+    seed = run_finetune(cfg, "tncc").seeds[0]
+    path, weights = seed.directory / seeds_mod.SEED_FILE, seed.directory / "model.safetensors"
+    stamp, new = weights.stat().st_mtime_ns, path.read_text("utf-8")
+    old = json.loads(new)
+    for name in ("shad", "tsheg"):  # as versions before the exclusion wrote it
+        del old["metrics"]["test"]["summary"][f"{name}_flip_excluded"]
+        old["metrics"]["test"]["summary"][f"{name}_flip_rate"] = 0.0
+    path.write_text(json.dumps(old), "utf-8")
+    capsys.readouterr()
+    again = run_finetune(cfg, "tncc")
+    assert weights.stat().st_mtime_ns == stamp  # scored again, not trained
+    assert math.isnan(again.seeds[0].metrics["test"]["shad_flip_rate"])
+    assert math.isnan(again.aggregate["test"]["shad_flip_rate"][0])  # not the old 0.0
+    assert again.seeds[0].metrics["test"]["shad_flip_excluded"] == 12
+    record = strict_json(path)
+    assert record["metrics"]["test"]["summary"]["tsheg_flip_excluded"] == 12
+    assert record["metrics"]["test"]["summary"]["shad_flip_rate"] is None
+    assert "flip rates scored again" in capsys.readouterr().err

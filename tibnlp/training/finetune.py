@@ -54,15 +54,13 @@ from tibnlp.tracking.conventions import (
 from tibnlp.training.aux_mlm import MlmHead, TokenMasker
 from tibnlp.training.classification import probe_recipe, set_seed, train_one_seed
 from tibnlp.training.finetune_notes import pretraining_of, run_notes, warn_if_majority
+from tibnlp.training.finetune_record import SEED_FILE, SeedResult, save_seed
 from tibnlp.training.finetune_scores import score_seed
 from tibnlp.training.finetune_seeds import (
     SEED_DIR_PREFIX,
-    SEED_FILE,
-    SeedResult,
     extra_sha256,
     require_same_dataset,
     resumed_seed,
-    save_seed,
     seed_fingerprint,
 )
 from tibnlp.training.finetune_setup import Setup, load_task_data, prepare

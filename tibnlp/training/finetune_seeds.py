@@ -4,7 +4,8 @@ instead of training it again (its scores: `finetune_scores.py`).
 The record holds the seed's metrics with their item-level predictions and a fingerprint of
 everything that determines its training (settings, classifier shape, split sizes, seed), beside
 the hashes of the pretrained weights and of the data; a rerun reuses it only when all match, and
-scores an older record without predictions again from its saved classifier. The extra test
+scores an older record without predictions, or with flip rates from before cut texts were left
+out of them, again from its saved classifier (the file: `finetune_record.py`). The extra test
 sets (`finetune.eval_also`) are no part of the training: the record hashes each it was scored
 on apart (`eval_sha256`), and one added to the command, or changed since, is scored from the
 saved classifier. It names the set's folder too: another set of the same name is refused the
@@ -20,7 +21,6 @@ import json
 import sys
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,41 +31,29 @@ from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.identity import output_settings
 from tibnlp.data.labelled import LabelledSet
 from tibnlp.errors import DataError
-from tibnlp.evaluation.metrics import Metrics
 from tibnlp.evaluation.report import RESULTS_MD, result_json
 from tibnlp.evaluation.result_loader import RESULTS_JSON
 from tibnlp.fsutil import atomic_write_text
 from tibnlp.models.classifier_io import load_classifier
-from tibnlp.standard_json import nan_for_nulls
+from tibnlp.training.finetune_record import SEED_FILE, SeedResult, load_seed, save_seed
 from tibnlp.training.finetune_scores import EXTRA_PARTS, encoded_split, score_extra, score_seed
 from tibnlp.training.finetune_setup import Setup, ids_sha256
 
-SEED_FILE = "seed_result.json"
 SEED_DIR_PREFIX = "seed-"  # a seed's folder in the run's output: seed-1, seed-2...
 # why a record kept without item-level predictions is not reported (`rescore` gave None)
 RESCORE_FAILED = (
     "was kept without item-level predictions, and its classifier is missing or no longer "
     "gives the recorded scores"
 )
+# why a record with flip rates from before cut texts were left out is not reported
+OLD_FLIPS_FAILED = (
+    "holds flip rates that counted texts cut at the read length as not flipped, and its "
+    "classifier is missing or no longer gives the recorded scores"
+)
+# what a reported seed whose old flip rates were scored again says (`say_resume`)
+FLIPS_RESCORED = "flip rates scored again over the texts read with the suffix"
 # why a finished seed lacking an extra set's scores is not reported (`add_extra_scores`: None)
 EXTRA_FAILED = "has no scores on the --eval-also set, and its classifier is missing or damaged"
-
-
-@dataclass
-class SeedResult:
-    seed: int
-    best_epoch: int
-    epochs_run: int
-    metrics: dict[str, Metrics]  # validation, test, test_unseen, advts_original, advts
-    directory: Path
-    run_id: str | None = None
-    record_id: str = ""  # drawn when the seed is trained; kept in its record (TAG_SEED_RECORD)
-    data_sha256: str = ""  # `data_sha256` of what it was trained on ("": a record before it)
-    # the set it was trained on (`LabelledSet.folder`, "" for a shipped set); None: a record
-    # from before it was kept (`require_same_dataset` reads it)
-    dataset_folder: str | None = None
-    # the extra test sets it was scored on (`extra_sha256`); {}: none, or a record before it
-    eval_sha256: dict[str, str] = field(default_factory=dict)
 
 
 def resumed_seed(
@@ -85,9 +73,11 @@ def resumed_seed(
     upgrade_record(directory, setup, cfg, seed, advts, fingerprint, evals)
     done = load_seed(directory, fingerprint, weights, setup.data_sha256)
     why, scored = "", extras_to_score(done, evals) if done is not None else []
-    if done is not None and lacks_predictions(done):
+    old_flips = done is not None and lacks_flip_excluded(done)
+    if done is not None and (lacks_predictions(done) or old_flips):
         done = rescore(done, setup, cfg.finetune, unseen, advts, evals, fingerprint, weights)
-        why = "" if done is not None else RESCORE_FAILED
+        why = "" if done is not None else OLD_FLIPS_FAILED if old_flips else RESCORE_FAILED
+        scored = [FLIPS_RESCORED] if old_flips else []
     elif done is not None and scored:
         done = add_extra_scores(done, setup, cfg.finetune, advts, evals, fingerprint, weights)
         why = "" if done is not None else EXTRA_FAILED
@@ -113,11 +103,14 @@ def say_resume(
     """A rerun says which seeds it reports from their records and which it trains again
     (`why`: the reason, when it is not that the record is of other settings): without it a
     resumed command and a fresh one print the same, and an overwrite is silent. `scored`:
-    the extra sets a reported seed was scored on now, from its saved classifier."""
+    the extra sets a reported seed was scored on now, from its saved classifier (or
+    `FLIPS_RESCORED`)."""
     record = directory / SEED_FILE
     if reused:
         message = f"seed {seed}: finished earlier ({record}): reported, not retrained"
-        if scored:
+        if FLIPS_RESCORED in scored:
+            message += f"; {FLIPS_RESCORED} from its saved classifier"
+        elif scored:
             message += f"; scored on {', '.join(scored)} from its saved classifier"
     elif record.is_file():
         message = (
@@ -300,6 +293,18 @@ def lacks_predictions(done: SeedResult) -> bool:
     return any(m.count and not m.predictions for m in done.metrics.values())
 
 
+def lacks_flip_excluded(done: SeedResult) -> bool:
+    """A seed record written before a flip rate left out the texts whose suffix is cut at the
+    read length (`*_flip_excluded`): its rate counted them as not flipped, and averaged with
+    today's rates it would make a mean of two measures."""
+    return any(
+        key.removesuffix("_rate") + "_excluded" not in m.summary
+        for m in done.metrics.values()
+        for key in m.summary
+        if key.endswith("_flip_rate")
+    )
+
+
 def rescore(
     done: SeedResult,
     setup: Setup,
@@ -310,8 +315,9 @@ def rescore(
     fingerprint: str,
     weights: str = "",
 ) -> SeedResult | None:
-    """An older finished seed with its predictions added, scored again from its saved
-    classifier (inference is deterministic), so `finetune compare` can pair it; None (train
+    """An older finished seed with its predictions added (and its flip rates as today's
+    leave out cut texts), scored again from its saved classifier (inference is
+    deterministic), so `finetune compare` can pair it; None (train
     the seed again) when the classifier is missing or does not give the recorded scores.
     (An extra set's parts not asked for now, or scored on another version of it, are not
     compared, and only those asked for are kept.)"""
@@ -331,57 +337,3 @@ def rescore(
     rescored = dataclasses.replace(done, metrics=metrics, eval_sha256=dict(evals))
     save_seed(rescored, fingerprint, weights)
     return rescored
-
-
-def save_seed(result: SeedResult, fingerprint: str, weights: str = "") -> None:
-    """The seed's record (`load_seed` reads it back on a rerun), written atomically."""
-    saved = {
-        "fingerprint": fingerprint,
-        "pretrained_sha256": weights,
-        "record_id": result.record_id,
-        "data_sha256": result.data_sha256,
-        **({} if result.dataset_folder is None else {"dataset_folder": result.dataset_folder}),
-        "eval_sha256": result.eval_sha256,
-        "seed": result.seed,
-        "best_epoch": result.best_epoch,
-        "epochs_run": result.epochs_run,
-        "metrics": {p: dataclasses.asdict(m) for p, m in result.metrics.items()},
-    }
-    atomic_write_text(result.directory / SEED_FILE, result_json(saved, indent=1))
-
-
-def load_seed(
-    directory: Path, fingerprint: str, weights: str = "", data_sha256: str = ""
-) -> SeedResult | None:
-    path = directory / SEED_FILE
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return None  # a damaged record: train again
-    if data.get("fingerprint") != fingerprint:
-        return None
-    if data.get("pretrained_sha256", weights) != weights:  # (records before it: not known)
-        return None  # same settings and folder name, other weights
-    recorded = data.get("data_sha256", "")  # ("": a record before it, not known)
-    if recorded and data_sha256 and recorded != data_sha256:
-        return None  # as many rows, other texts or labels
-    metrics = {p: _metrics_read(m) for p, m in data["metrics"].items()}
-    return SeedResult(
-        data["seed"],
-        data["best_epoch"],
-        data["epochs_run"],
-        metrics,
-        directory,
-        record_id=data.get("record_id", ""),
-        data_sha256=recorded,
-        dataset_folder=data.get("dataset_folder"),
-        eval_sha256=dict(data.get("eval_sha256") or {}),
-    )
-
-
-def _metrics_read(saved: dict[str, Any]) -> Metrics:
-    """A part's metrics as `save_seed` wrote them, a score not known (null: NaN) as NaN."""
-    per_class = {k: nan_for_nulls(v) for k, v in saved.get("per_class", {}).items()}
-    return Metrics(**{**saved, "summary": nan_for_nulls(saved["summary"]), "per_class": per_class})
