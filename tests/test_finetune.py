@@ -218,6 +218,24 @@ def test_a_standalone_rerun_is_counted_once_by_runs_compare(env) -> None:
     assert cell.mean == pytest.approx(np.mean(expected))
 
 
+def test_a_plain_rerun_keeps_the_advts_scores_in_runs_compare(env) -> None:
+    """A rerun without --eval-also advts reports the seed's own parts (its result has no AdvTS
+    columns) in a new run, while the seed's record still holds the AdvTS scores: `runs
+    compare` keeps the latest run of the record, and showed no AdvTS score any more."""
+    from tibnlp.tracking.compare import compare_runs
+
+    uri = f"sqlite:///{env.tmp / 'mlflow.db'}"
+    tracking = [f"tracking.uri={uri}", "tracking.enabled=true", "finetune.epochs=1"]
+    first = run_finetune(_cfg(env, "finetune.eval_also=[advts]", *tracking), "tncc")
+    again = run_finetune(_cfg(env, *tracking), "tncc")  # reported from the record
+    assert "advts" not in again.seeds[0].metrics
+    result = compare_runs("tibnlp", ["test_macro_f1", "advts_accuracy"], uri=uri)
+    ((_, n, (advts, test)),) = result.rows
+    assert n == 1, result.markdown()
+    assert advts.values == [pytest.approx(first.seeds[0].metrics["advts"]["accuracy"])]
+    assert test.values == [pytest.approx(again.seeds[0].metrics["test"]["macro_f1"])]
+
+
 def test_config_errors() -> None:
     with pytest.raises(ConfigError, match=r"finetune.head"):
         load_config(None, ["finetune.encoder=none", "finetune.vocab=v", "finetune.head=linear"])

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mlflow.entities import Run
+from mlflow.entities import Metric, Param, Run, RunData, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.store.entities.paged_list import PagedList
 from mlflow.tracking import MlflowClient
@@ -248,7 +248,8 @@ def leaf_runs(runs: Sequence[Run], matching: Callable[[Run], Any]) -> list[Run]:
     # a resumed fine-tuning re-reports its finished seeds in new runs (tag `resumed`): under
     # the same stage run in a pipeline (one seed of one stage is one run, the latest), under a
     # new parent run when `tibnlp finetune` is run again (one seed record is one run, the
-    # latest; records trained before the tag are told apart by their parent only)
+    # latest, with the scores only earlier runs logged; records trained before the tag are
+    # told apart by their parent only)
     leaves = _latest(leaves, lambda r: _pair(r, "mlflow.parentRunId", "seed"))
     return _latest(leaves, lambda r: _pair(r, TAG_SEED_RECORD))
 
@@ -259,12 +260,32 @@ def _pair(run: Run, *tags: str) -> tuple[str, ...] | None:
 
 
 def _latest(runs: list[Run], key: Callable[[Run], Any]) -> list[Run]:
-    """`runs` less those a later run with the same `key` replaces (a None key: none does)."""
-    latest: dict[Any, Run] = {}
+    """`runs` less those a later run with the same `key` replaces (a None key: none does).
+
+    The run kept holds, beside its own metrics, those of the runs it replaces that it did not
+    log: a rerun without `--eval-also advts` reports the seed's own parts only, while its
+    record still holds the AdvTS scores an earlier run logged (and each run's metrics stay
+    those of its parent's result). A metric both logged is the later run's (a record scored
+    again)."""
+    groups: dict[Any, list[Run]] = {}
     for r in sorted(runs, key=lambda r: r.info.start_time or 0):
-        latest[key(r) or r.info.run_id] = r
-    kept_ids = {r.info.run_id for r in latest.values()}
-    return [r for r in runs if r.info.run_id in kept_ids]
+        groups.setdefault(key(r) or r.info.run_id, []).append(r)
+    kept = {g[-1].info.run_id: _merged(g) if len(g) > 1 else g[-1] for g in groups.values()}
+    return [kept[r.info.run_id] for r in runs if r.info.run_id in kept]
+
+
+def _merged(runs: Sequence[Run]) -> Run:
+    """The last of `runs` with the metrics of them all, a later run's value first."""
+    metrics: dict[str, float] = {}
+    for r in runs:
+        metrics.update(r.data.metrics)
+    last = runs[-1]
+    data = RunData(
+        metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
+        params=[Param(k, v) for k, v in last.data.params.items()],
+        tags=[RunTag(k, v) for k, v in last.data.tags.items()],
+    )
+    return Run(last.info, data)
 
 
 def compare_runs(
