@@ -21,9 +21,9 @@ from mlflow.exceptions import MlflowException
 from tibnlp.errors import ConfigError, TibnlpError
 from tibnlp.evaluation.curve import Curve, CurveRun, Kind, aggregate_curve, draw_curve
 from tibnlp.fsutil import check_file_path
-from tibnlp.tracking.compare import experiment_runs, leaf_runs, split_finished
 from tibnlp.tracking.conventions import PRETRAIN, TAG_WARNING
 from tibnlp.tracking.reading import metric_value, read_client
+from tibnlp.tracking.run_selection import experiment_runs, leaf_runs, split_finished
 from tibnlp.tracking.store import default_tracking_uri
 from tibnlp.tracking.tracker import Tracker
 
