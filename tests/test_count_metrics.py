@@ -84,3 +84,27 @@ def test_one_rule_names_the_counts() -> None:
     for name in ("test_shad_flip_rate", "test_macro_f1_mean", "advts_accuracy", "loss"):
         assert not is_count(name), name
     assert count_text(12.0, 0.0) == "12" and count_text(2.5, 0.7071) == "2.5 ± 0.7"
+
+
+def test_percent_scales_fractions_only(tmp_path: Path) -> None:
+    """A loss or a number of tokens x100 reads as what it is not: `--percent` is for F1,
+    precision, recall, accuracy and flip rates."""
+    from tibnlp.evaluation.counts import is_fraction
+
+    uri = sqlite_store(tmp_path)
+    with Tracker("counts", "p", uri=uri, buffer_dir=tmp_path / "buf") as parent:
+        for seed, (f1, loss) in enumerate(((0.5, 2.0), (0.7, 3.0)), start=1):
+            run = parent.child(f"seed {seed}")
+            run.log_metrics({"test_macro_f1": f1, "test_loss": loss, "export_tokens": 1e6})
+            run.end()
+    head, row = _compare(uri, "markdown")
+    cells = dict(zip(head, row, strict=True))
+    assert cells["test_macro_f1"] == "60.00 ± 14.14" and cells["test_loss"] == "2.50 ± 0.71"
+    head, row = _compare(uri, "csv", "*")
+    values = dict(zip(head, row, strict=True))
+    assert float(values["export_tokens mean"]) == 1e6 and float(values["test_loss std"]) > 0.7
+    for name in ("test_macro_f1_mean", "validation_weighted_recall", "mlm_accuracy",
+                 "test_shad_flip_rate_std", "advts_macro_precision"):  # fmt: skip
+        assert is_fraction(name), name
+    for name in ("test_loss", "export_tokens", "cut_test_texts", "lr", "test_shad_flip_excluded"):
+        assert not is_fraction(name), name

@@ -22,7 +22,7 @@ from typing import Literal
 from mlflow.entities import Run
 
 from tibnlp.errors import ConfigError, TibnlpError
-from tibnlp.evaluation.counts import count_text, is_count
+from tibnlp.evaluation.counts import count_text, is_count, is_fraction
 from tibnlp.evaluation.markdown import markdown_rows
 from tibnlp.evaluation.spread import mean_std
 from tibnlp.tracking.conventions import TAG_MODEL, TAG_WARNING, WARNING_MAJORITY
@@ -68,6 +68,7 @@ DEFAULT_METRICS = ("test_accuracy", "test_*f1")
 class Cell:
     values: list[float] = field(default_factory=list)
     count: bool = False  # a count of texts (`evaluation.counts`): never x100, once if all agree
+    fraction: bool = False  # F1, accuracy, a flip rate...: the only metrics `--percent` scales
 
     @property
     def mean(self) -> float:
@@ -82,6 +83,7 @@ class Cell:
             return ""
         if self.count:
             return count_text(self.mean, self.std)
+        scale = scale if self.fraction else 1.0
         if len(self.values) == 1:
             return f"{scale * self.mean:.{digits}f}"
         return f"{scale * self.mean:.{digits}f} ± {scale * self.std:.{digits}f}"
@@ -110,7 +112,7 @@ class Comparison:
 
     def table(self, digits: int = 4, scale: float = 1.0) -> list[list[str]]:
         """Cells as text; `scale=100` shows fractions as percentages, as papers print F1
-        (not counts: `evaluation.counts`)."""
+        (nothing else: `evaluation.counts`)."""
         return [
             [*g, self.runs(i), *(c.text(digits, scale) for c in cells)]
             for i, (g, _, cells) in enumerate(self.rows)
@@ -121,7 +123,7 @@ class Comparison:
 
     def csv(self, scale: float = 1.0) -> str:
         """Machine-readable: mean and std in separate columns, full precision (times `scale`:
-        `--percent` says x100 in every format; counts stay counts); the runs as numbers (fewest
+        `--percent` says x100 in every format, for fractions only); the runs as numbers (fewest
         and most behind one cell) and the warning in a column of its own, so a script reads
         integers where the table shows "1–3 (1 at majority class ...)"."""
         out = io.StringIO()
@@ -135,7 +137,7 @@ class Comparison:
             fewest, most = run_counts(cells)
             row = [*g, str(fewest), str(most), self.warning(i)]
             for c in cells:
-                times = 1.0 if c.count else scale  # a count stays a count
+                times = scale if c.fraction else 1.0  # a count or a loss stays as it is
                 if c.values:
                     row += [repr(times * c.mean), repr(times * c.std)]
                 else:
@@ -240,7 +242,9 @@ def compare_runs(
     for r in sorted(runs, key=lambda r: r.info.start_time or 0):
         gkey = values[r.info.run_id]
         pivot = (_value(r, columns_by) or "") if columns_by else ""
-        cells = groups.setdefault(gkey, {c: Cell(count=is_count(c[0])) for c in columns})
+        cells = groups.setdefault(
+            gkey, {c: Cell(count=is_count(c[0]), fraction=is_fraction(c[0])) for c in columns}
+        )
         started.setdefault(gkey, len(started))
         warning = r.data.tags.get(TAG_WARNING)
         if warning:
