@@ -312,10 +312,10 @@ def test_bench_scaling_runs_both_layouts(tmp_path, monkeypatch) -> None:
 
 
 def one_segmenter(script: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every `WordSegmenter` the test makes, in the script, in corpus_words and in the workers
+    """Every `WordSegmenter` the test makes, in the script, in word_shards and in the workers
     it forks, is one real botok segmenter loaded once: each load of its trie takes seconds, and
     a corpus's words and the script's two measurements would load it six times."""
-    from tibnlp.text import corpus_words, words
+    from tibnlp.text import word_shards, words
 
     made: list[Any] = []
 
@@ -324,7 +324,7 @@ def one_segmenter(script: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> No
             made.append(words.WordSegmenter(*args, **kwargs))
         return made[0]
 
-    monkeypatch.setattr(corpus_words, "WordSegmenter", shared)
+    monkeypatch.setattr(word_shards, "WordSegmenter", shared)
     monkeypatch.setitem(script["main"].__globals__, "WordSegmenter", shared)
 
 

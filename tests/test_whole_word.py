@@ -32,7 +32,7 @@ from tibnlp.data.masking import IGNORE_INDEX, MlmCollator
 from tibnlp.data.pretraining import build_pretraining_dataset, load_pretraining_dataset
 from tibnlp.data.words import WORD, piece_levels
 from tibnlp.errors import ConfigError, DataError
-from tibnlp.text import corpus_words
+from tibnlp.text import corpus_words, word_shards
 from tibnlp.text.corpus_words import load_words, segment_corpus
 from tibnlp.text.prepare import load_prepared, prepare_corpus
 from tibnlp.text.vocab import Vocabulary
@@ -266,7 +266,7 @@ def test_segmentation_resumes_after_an_interruption(
     setup: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     corpus = shutil.copytree(setup["corpus"], setup["root"] / "resumed", ignore=_no_words)
-    monkeypatch.setattr(corpus_words, "SHARD_CHARS", 600)  # several shards
+    monkeypatch.setattr(word_shards, "SHARD_CHARS", 600)  # several shards
 
     class Interrupted(Exception):
         pass
@@ -300,7 +300,7 @@ def test_the_same_corpus_gives_the_same_words_bytes(
     from tibnlp.tracking.conventions import path_hash
 
     pack = _need_botok()
-    monkeypatch.setattr(corpus_words, "SHARD_CHARS", 600)  # several shards, for 2 processes
+    monkeypatch.setattr(word_shards, "SHARD_CHARS", 600)  # several shards, for 2 processes
     one = write_corpus(tmp_path / "one", n_docs=8, heldout=2)
     two = shutil.copytree(one, tmp_path / "two")
     moved = shutil.copytree(pack, tmp_path / "moved" / "general")  # the same pack elsewhere
@@ -402,7 +402,7 @@ def test_an_interrupted_words_command_says_how_to_go_on(
     from tibnlp.cli import corpus as corpus_cli
 
     pack = _need_botok()
-    monkeypatch.setattr(corpus_words, "SHARD_CHARS", 600)  # several shards
+    monkeypatch.setattr(word_shards, "SHARD_CHARS", 600)  # several shards
     corpus = write_corpus(tmp_path / "corpus", n_docs=6, heldout=1)
     segment = corpus_cli.segment_corpus
 
@@ -448,10 +448,10 @@ def test_a_words_command_interrupted_before_any_shard_names_no_shards(
 SLOW_WORDS = """
 import sys, time
 from pathlib import Path
-from tibnlp.text import corpus_words
+from tibnlp.text import word_shards
 
-corpus_words.SHARD_CHARS = 600
-real = corpus_words._segment_shard
+word_shards.SHARD_CHARS = 600
+real = word_shards._segment_shard
 mark = Path(sys.argv[1]) / "worker-interrupted"
 
 def slow(job):
@@ -465,7 +465,7 @@ def slow(job):
             raise
     return real(job)
 
-corpus_words._segment_shard = slow
+word_shards._segment_shard = slow
 from tibnlp.cli.main import main
 sys.argv = ["tibnlp", "corpus", "words", sys.argv[1], "--num-proc", "1", "--pack", sys.argv[2]]
 main()
@@ -524,12 +524,12 @@ def test_a_stopped_words_command_leaves_no_worker_and_no_traceback(
 # `tibnlp corpus words` on two processes whose workers take their time to start
 # (`processes.slow_start`: before the pool's initializer)
 STARTING_WORDS = (
-    slow_start("tibnlp.text.corpus_words", "_init_worker", "sys.argv[3]")
+    slow_start("tibnlp.text.word_shards", "_init_worker", "sys.argv[3]")
     + """
-from tibnlp.text import corpus_words
+from tibnlp.text import word_shards
 from tibnlp.cli.main import main
 
-corpus_words.SHARD_CHARS = 600
+word_shards.SHARD_CHARS = 600
 sys.argv = ["tibnlp", "corpus", "words", sys.argv[1], "--num-proc", "2", "--pack", sys.argv[2]]
 main()
 """

@@ -21,47 +21,38 @@ a re-preparation with words must find its caches again (as `tibnlp.text.prepare`
 Words found before the run file existed held the run facts in meta.json under the same key:
 kept, they are moved to the run file once (`_migrate`), so such a folder hashes as a new one.
 
-Work is cut into shards of contiguous documents (~`SHARD_CHARS` characters each), segmented by
-`num_proc` processes; each finished shard is written at once under CORPUS/.words.partial/, so
-an interrupted run resumes from the shards it has (shards of another key are discarded). A
-progress line (shards, characters/s, syllables/s, ETA) goes to stderr as shards finish;
-`words/` is published whole at the end. Pretraining reads it with `load_words`, which needs
-neither botok nor the pack.
+Work is cut into shards of contiguous documents (`tibnlp.text.word_shards`: ~`SHARD_CHARS`
+characters each), segmented by `num_proc` processes; each finished shard is written at once
+under CORPUS/.words.partial/, so an interrupted run resumes from the shards it has (shards of
+another key are discarded). A progress line (shards, characters/s, syllables/s, ETA) goes to
+stderr as shards finish; `words/` is published whole at the end. Pretraining reads it with
+`load_words`, which needs neither botok nor the pack.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
-import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tibnlp.errors import DataError
 from tibnlp.fsutil import atomic_write_text, staged_dir
-from tibnlp.stopping import ctrl_c_held, die_with_parent
-from tibnlp.text.normalize import normalize
-from tibnlp.text.syllables import count_syllables
-from tibnlp.text.words import (
-    SPLIT_AFFIXES,
-    WordSegmenter,
-    botok_version,
-    cache_root,
-    pack_digest,
-    require_pack,
+from tibnlp.text.word_shards import (
+    Progress,
+    assemble,
+    plan_shards,
+    segment_shards,
+    shard_figures,
+    shard_file,
 )
+from tibnlp.text.words import SPLIT_AFFIXES, botok_version, cache_root, pack_digest, require_pack
 
 FORMAT_VERSION = 1
-SHARD_CHARS = 400_000
 META_FILE = "meta.json"
 RUN_FILE = ".words-run.json"  # in words/: how and from where it was made (module docstring)
 WORDS_DIR = "words"
@@ -78,8 +69,6 @@ META_FIELDS = (
     "syllables",
     "words",
 )
-
-Progress = Callable[[str], None]
 
 
 def stderr_progress(line: str) -> None:
@@ -107,106 +96,6 @@ def words_key(corpus_id: str, pack_sha: str) -> str:
         "botok": botok_version(),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-
-
-def _plan(split: str, ds: Any) -> list[tuple[str, int, int, int]]:
-    """(split, first doc, end doc, characters) of each shard, documents in order."""
-    shards: list[tuple[str, int, int, int]] = []
-    start = size = 0
-    row = 0
-    for batch in ds.select_columns(["sentences"]).iter(batch_size=256):
-        for sentences in batch["sentences"]:
-            size += sum(len(s) for s in sentences)
-            row += 1
-            if size >= SHARD_CHARS:
-                shards.append((split, start, row, size))
-                start, size = row, 0
-    if row > start:
-        shards.append((split, start, row, size))
-    return shards
-
-
-# One segmenter and one corpus per worker process, made by the pool's initializer.
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(
-    corpus_dir: str, pack: str, cache: str, arm: Callable[[], None] | None = None
-) -> None:
-    from tibnlp.text.prepared import load_prepared
-
-    # A Ctrl-C reaches the whole process group: the parent's ends the pool (keeping the
-    # finished shards) and says so; each worker's own was a traceback burying that line
-    # (one reaching it before this line is held: `ctrl_c_held`).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if arm is not None:  # and a parent gone without ending the pool (SIGKILL) ends them too
-        arm()
-    _WORKER["corpus"] = load_prepared(Path(corpus_dir))
-    _WORKER["segmenter"] = WordSegmenter(Path(pack), Path(cache))
-
-
-def _shard_file(partial: Path, split: str, first: int) -> Path:
-    return partial / f"{split}-{first:08d}.npz"
-
-
-def _segment_shard(job: tuple[str, int, int, str]) -> dict[str, float]:
-    """Segment documents [first, end) of a split into one .npz (written atomically)."""
-    split, first, end, out = job
-    seg: WordSegmenter = _WORKER["segmenter"]
-    began, cpu = time.perf_counter(), time.process_time()
-    doc_sentences, sentence_words, starts = [], [], []
-    chars = syllables = words = 0
-    for sentences in _WORKER["corpus"][split].select(range(first, end))["sentences"]:
-        doc_sentences.append(len(sentences))
-        for sentence in sentences:
-            text = normalize(sentence)
-            offsets, n_words = seg.segment(text)
-            sentence_words.append(len(offsets))
-            starts.extend(offsets)
-            chars += len(text)
-            syllables += count_syllables(text)
-            words += n_words
-    figures = {
-        "characters": chars,
-        "syllables": syllables,
-        "words": words,
-        "seconds": time.perf_counter() - began,
-        "cpu_seconds": time.process_time() - cpu,  # the cost on a shared machine
-    }
-    tmp = Path(f"{out}.tmp.npz")
-    np.savez(
-        tmp,
-        doc_sentences=np.asarray(doc_sentences, dtype=np.int64),
-        sentence_words=np.asarray(sentence_words, dtype=np.int64),
-        starts=np.asarray(starts, dtype=np.int32),
-        figures=json.dumps(figures),
-    )
-    os.replace(tmp, out)
-    return figures
-
-
-def _assemble(files: list[Path]) -> Any:
-    """One split's shards, in document order, as a Dataset with column `word_starts`. Its
-    fingerprint (state.json) is `datasets`' hash of this in-memory table: of the content, as
-    words/ must be (module docstring), unlike a Dataset read from a file (`content_fingerprint`)."""
-    import datasets
-    import pyarrow as pa
-
-    parts = [np.load(f) for f in files]
-    docs = np.concatenate([p["doc_sentences"] for p in parts]) if parts else np.zeros(0, int)
-    sents = np.concatenate([p["sentence_words"] for p in parts]) if parts else np.zeros(0, int)
-    flat = np.concatenate([p["starts"] for p in parts]) if parts else np.zeros(0, np.int32)
-    inner = pa.ListArray.from_arrays(
-        pa.array(np.concatenate([[0], np.cumsum(sents)]), pa.int32()), pa.array(flat, pa.int32())
-    )
-    outer = pa.ListArray.from_arrays(
-        pa.array(np.concatenate([[0], np.cumsum(docs)]), pa.int32()), inner
-    )
-    table = pa.table({"word_starts": outer})
-    features = datasets.Features(
-        {"word_starts": datasets.Sequence(datasets.Sequence(datasets.Value("int32")))}
-    )
-    return datasets.Dataset(table).cast(features)
 
 
 def _read_meta(corpus_dir: Path) -> dict[str, Any] | None:
@@ -252,7 +141,7 @@ def segment_corpus(
 
 def finished_shards(corpus_dir: Path) -> int:
     """Shards an interrupted run left for the next to resume from (not one cut short while
-    being written: `_segment_shard`'s temporary)."""
+    being written: `tibnlp.text.word_shards`' temporary)."""
     files = (Path(corpus_dir) / PARTIAL_DIR).glob("*.npz")
     return sum(not f.name.endswith(".tmp.npz") for f in files)
 
@@ -359,51 +248,34 @@ def _build(
     for split in SPLITS:
         if split not in corpus:
             raise DataError(f"{corpus_dir}: the prepared corpus has no {split!r} split")
-    shards = [s for split in SPLITS for s in _plan(split, corpus[split])]
+    shards = [s for split in SPLITS for s in plan_shards(split, corpus[split])]
     jobs = [
-        (split, first, end, str(_shard_file(partial, split, first)))
+        (split, first, end, str(shard_file(partial, split, first)))
         for split, first, end, _ in shards
-        if not _shard_file(partial, split, first).is_file()
+        if not shard_file(partial, split, first).is_file()
     ]
     total = sum(s[3] for s in shards)
-    todo = sum(s[3] for s in shards if not _shard_file(partial, s[0], s[1]).is_file())
+    todo = sum(s[3] for s in shards if not shard_file(partial, s[0], s[1]).is_file())
     procs = max(1, min(num_proc, len(jobs)))
     progress(
         f"botok words: {len(shards)} shards, {total:,} characters; {len(jobs)} to segment "
         f"on {procs} process(es) (pack {pack})"
     )
     began = time.perf_counter()
-    done_chars = done_syl = 0
     if jobs:
-        WordSegmenter(pack, cache)  # build the trie once, before the workers load it
-        ctx = multiprocessing.get_context("fork")
-        args = (str(corpus_dir), str(pack), str(cache), die_with_parent())
-        with contextlib.ExitStack() as stack:
-            with ctrl_c_held():  # (a Ctrl-C meanwhile: delivered once the pool can be ended)
-                pool = stack.enter_context(ctx.Pool(procs, initializer=_init_worker, initargs=args))
-            for n, fig in enumerate(pool.imap_unordered(_segment_shard, jobs), 1):
-                done_chars += int(fig["characters"])
-                done_syl += int(fig["syllables"])
-                spent = time.perf_counter() - began
-                rate = done_chars / spent
-                eta = (todo - done_chars) / rate if rate else 0.0
-                progress(
-                    f"botok words: shard {n}/{len(jobs)}, {done_chars:,}/{todo:,} characters, "
-                    f"{rate:,.0f} chars/s, {done_syl / spent:,.0f} syllables/s, "
-                    f"ETA {max(eta, 0.0) / 60:.1f} min"
-                )
+        segment_shards(corpus_dir, jobs, procs, pack, cache, todo, progress)
     figures = {"characters": 0, "syllables": 0, "words": 0}
     seconds = {"shard_seconds": 0.0, "cpu_seconds": 0.0}
     with staged_dir(corpus_dir / WORDS_DIR, replace=True) as tmp:
         for split in SPLITS:
-            files = [_shard_file(partial, split, first) for s, first, _, _ in shards if s == split]
+            files = [shard_file(partial, split, first) for s, first, _, _ in shards if s == split]
             for f in files:
-                fig = json.loads(str(np.load(f)["figures"]))
+                fig = shard_figures(f)
                 for k in figures:
                     figures[k] += int(fig[k])
                 seconds["shard_seconds"] += float(fig["seconds"])
                 seconds["cpu_seconds"] += float(fig["cpu_seconds"])
-            save_splits(_assemble(files), tmp / split)
+            save_splits(assemble(files), tmp / split)
         meta = {**identity, "botok": botok_version(), "split_affixes": SPLIT_AFFIXES, **figures}
         run = {  # how and from where this copy was made
             "pack": str(pack),
