@@ -24,10 +24,9 @@ from typing import Literal
 
 from tibnlp.config.core import check, from_dict
 from tibnlp.config.yaml_loader import read_yaml
+from tibnlp.data.class_names import BadLabel, class_name
 from tibnlp.data.labelled import (
-    BadLabel,
     LabelledSet,
-    class_name,
     joins_spaced_syllables,
     read_checked_splits,
     record_labels,

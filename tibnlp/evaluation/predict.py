@@ -20,8 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from tibnlp.data.class_names import BadLabel, class_name
 from tibnlp.data.collate import encode_counting_cuts, pad_batch
-from tibnlp.data.labelled import BadLabel, class_name, missing_field, model_text
+from tibnlp.data.labelled import missing_field, model_text
 from tibnlp.errors import ConfigError, DataError
 from tibnlp.fsutil import atomic_write_text, check_file_path, text_lines
 from tibnlp.models.attention.dynamic import per_text_routing
