@@ -142,7 +142,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args.zero, args.steps)))
         return
-    from tibnlp.config.core import atomic_write_text
+    from tibnlp.fsutil import atomic_write_text
     from tibnlp.training.engine import hardware_name
 
     variants = {k: v for k, v in VARIANTS.items() if args.zero == 0 or v not in ZERO0_ONLY}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tibnlp.config.core import atomic_write_text
+from tibnlp.fsutil import atomic_write_text
 
 RESULTS = Path("benchmarks/results/gpu.md")
 # every part `run` writes a section for (tests/test_gpu_harness.py holds them together)
