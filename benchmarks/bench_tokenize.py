@@ -21,9 +21,9 @@ from pathlib import Path
 
 from tibnlp.errors import run_script
 from tibnlp.fsutil import atomic_write_text
+from tibnlp.text.prepared import load_prepared
 from tibnlp.text.syllables import count_syllables
 from tibnlp.text.vocab import Vocabulary, normalize
-from tibnlp.text.vocab_build import load_corpus
 
 
 def main() -> None:
@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     vocab = Vocabulary.load(args.vocab)
-    sentences = [s for doc in load_corpus(args.corpus)["train"]["sentences"] for s in doc]
+    sentences = [s for doc in load_prepared(args.corpus)["train"]["sentences"] for s in doc]
     if args.limit:
         sentences = sentences[: args.limit]
     n_syll = sum(count_syllables(s) for s in sentences)

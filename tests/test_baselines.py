@@ -51,7 +51,7 @@ def _cfg(env, *extra: str):
 def test_random_init_takes_the_models_shape_and_vocabulary_not_its_weights(env) -> None:
     # the config's own model section is the default shape: it must not be what is built
     cfg = _cfg(env, "finetune.init=random", "model.hidden_size=48", "model.num_layers=3")
-    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    setup = ft_mod.prepare(cfg, ft_mod.load_classification("tncc", "title"))
     assert setup.pretrained is None and setup.meta.source_model == ""
     assert (setup.meta.model.hidden_size, setup.meta.model.num_layers) == (16, 1)
     assert setup.vocab_dir == env.model
@@ -68,7 +68,7 @@ def test_random_init_takes_the_models_shape_and_vocabulary_not_its_weights(env) 
 
 def test_textcnn_uses_the_model_directorys_vocabulary(env) -> None:
     cfg = _cfg(env, "finetune.encoder=none", "finetune.init=random")
-    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    setup = ft_mod.prepare(cfg, ft_mod.load_classification("tncc", "title"))
     assert setup.meta.encoder == "embedding" and setup.pretrained is None
     assert setup.meta.vocab_sha256 == Vocabulary.load(env.vocab).sha256
     assert setup.meta.vocab_size == setup.vocab.size
@@ -81,7 +81,7 @@ def test_textcnn_starts_from_a_pretrained_models_piece_embeddings(env) -> None:
     """The static-vector baseline: the model's word embedding, rescaled to the from-scratch
     table's std 1 (the TextCNN has no LayerNorm to make the scale irrelevant)."""
     cfg = _cfg(env, "finetune.encoder=none")
-    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    setup = ft_mod.prepare(cfg, ft_mod.load_classification("tncc", "title"))
     word = load_file(str(env.model / "model.safetensors"))["embeddings.word.weight"]
     assert setup.meta.encoder == "embedding" and setup.pretrained is not None
     assert (setup.meta.vocab_size, setup.meta.embedding_size) == tuple(word.shape)
@@ -192,17 +192,17 @@ def test_summary_table_counts_the_pretraining_behind_textcnn_on_pretrained_embed
 def test_a_max_len_past_the_encoders_positions_is_said(env, capsys, monkeypatch) -> None:
     """finetune.max_len above the encoder's max_len was lowered to it without a word."""
     setup = ft_mod.prepare(
-        _cfg(env, "finetune.max_len=200"), ft_mod.load_task_data("tncc", "title")
+        _cfg(env, "finetune.max_len=200"), ft_mod.load_classification("tncc", "title")
     )
     assert setup.meta.max_len == 64
     assert "finetune.max_len 200 is past the 64 positions" in capsys.readouterr().err
-    ft_mod.prepare(_cfg(env, "finetune.max_len=48"), ft_mod.load_task_data("tncc", "title"))
+    ft_mod.prepare(_cfg(env, "finetune.max_len=48"), ft_mod.load_classification("tncc", "title"))
     assert "past the" not in capsys.readouterr().err
     # memory reading: refused at once (no room for its memory), not first said to read 64
     memory = _cfg(env, "finetune.max_len=200", "finetune.long_document=memory")
     with pytest.raises(ConfigError, match="memory"):
-        ft_mod.prepare(memory, ft_mod.load_task_data("tncc", "title"))
+        ft_mod.prepare(memory, ft_mod.load_classification("tncc", "title"))
     assert "past the" not in capsys.readouterr().err
     monkeypatch.setenv("RANK", "1")  # data parallel: said once, by the main process
-    ft_mod.prepare(_cfg(env, "finetune.max_len=200"), ft_mod.load_task_data("tncc", "title"))
+    ft_mod.prepare(_cfg(env, "finetune.max_len=200"), ft_mod.load_classification("tncc", "title"))
     assert "past the" not in capsys.readouterr().err

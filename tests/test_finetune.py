@@ -79,7 +79,7 @@ def test_scratch_textcnn_trains_and_aggregates_seeds(env) -> None:
 
 
 def test_encoder_dropout_overrides_the_models_own(env) -> None:
-    data = ft_mod.load_task_data("tncc", "title")
+    data = ft_mod.load_classification("tncc", "title")
     model = make_model_dir(env.tmp, env.vocab)
     albert = ("finetune.encoder=albert", f"finetune.model={model}", "finetune.vocab=")
     kept = ft_mod.prepare(_cfg(env, *albert), data).meta.model
@@ -118,7 +118,7 @@ def test_best_epoch_is_restored(env, monkeypatch) -> None:
         def log_metrics(self, metrics, step=None):
             logged.append(dict(metrics))
 
-    data = ft_mod.load_task_data("tncc", "title")
+    data = ft_mod.load_classification("tncc", "title")
     cfg = _cfg(env, "finetune.epochs=4", "finetune.patience=4")
     setup = ft_mod.prepare(cfg, data)
     from tibnlp.models.classifier_io import build_classifier
@@ -172,7 +172,7 @@ def test_half_precision_training_is_scored_as_predict_loads_it(env, monkeypatch)
     result = run_finetune(_cfg(env, "finetune.epochs=1"), "tncc")
     assert dtypes and set(dtypes) == {torch.float32}
     seed = result.seeds[0]
-    data = ft_mod.load_task_data("tncc", "title")
+    data = ft_mod.load_classification("tncc", "title")
     predicted = Predictor(seed.directory).predict(data.texts("validation"))
     labels = [data.labels.index(p["prediction"]) for p in predicted]
     assert seed.metrics["validation"].predictions == labels  # scored again, as predict does
@@ -252,7 +252,7 @@ def test_batch_the_processes_cannot_split_is_refused_before_tokenising(monkeypat
     def past_the_check(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the run went on past the batch-size check")
 
-    monkeypatch.setattr(ft_mod, "load_task_data", past_the_check)
+    monkeypatch.setattr(ft_mod, "load_classification", past_the_check)
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "3")
@@ -522,7 +522,7 @@ def test_rerun_rescores_a_seed_recorded_without_predictions(env) -> None:
 
 def test_seed_fingerprint_holds_precision_not_speed_knobs(env) -> None:
     """A finished seed is reused only when the engine would train it the same way."""
-    setup = ft_mod.prepare(_cfg(env), ft_mod.load_task_data("tncc", "title"))
+    setup = ft_mod.prepare(_cfg(env), ft_mod.load_classification("tncc", "title"))
 
     def fingerprint(*extra: str) -> str:
         return seeds_mod.seed_fingerprint(setup, _cfg(env, *extra), 1, False)
@@ -537,7 +537,7 @@ def test_seed_fingerprint_holds_precision_not_speed_knobs(env) -> None:
 def test_seed_fingerprint_reads_pooling_as_resolved(env) -> None:
     """pooling's default became auto; on an encoder where auto reads as cls, a linear head's
     seeds fine-tuned under the old default keep their key, and cls_max still differs."""
-    data = ft_mod.load_task_data("tncc", "title")
+    data = ft_mod.load_classification("tncc", "title")
 
     def fingerprint(*extra: str) -> str:
         cfg = _cfg(env, "finetune.encoder=albert", "finetune.head=linear", *extra)
@@ -597,7 +597,7 @@ def test_class_balance_weighs_the_loss_by_inverse_class_frequency(env, built) ->
     assert result.system == "textcnn-pieces(scratch)+balance1"
     loss_module = built[-1][0]
     assert isinstance(loss_module, ClassifierLoss) and loss_module.class_weights is not None
-    data = ft_mod.load_task_data("tncc", "title")
+    data = ft_mod.load_classification("tncc", "title")
     counts = np.bincount(data.targets("train"), minlength=len(data.labels))
     expected = counts.sum() / (len(data.labels) * counts)
     np.testing.assert_allclose(loss_module.class_weights.numpy(), expected, rtol=1e-6)
@@ -770,7 +770,7 @@ def test_a_seed_keeps_the_key_it_was_trained_under(env) -> None:
     from tibnlp.models.classifier_io import ClassifierMeta
 
     cfg = load_config(None, cfg_flags(env, "finetune.epochs=1"))
-    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    setup = ft_mod.prepare(cfg, ft_mod.load_classification("tncc", "title"))
     key = seeds_mod.seed_fingerprint(setup, cfg, 1)
     setup.meta.text_field, setup.meta.label_field = "sentence", "category"
     assert seeds_mod.seed_fingerprint(setup, cfg, 1) == key

@@ -164,7 +164,7 @@ def test_layer_decay_refused_for_shared_layers_and_out_of_range(env) -> None:
 def test_mlm_beside_finetuning_starts_from_the_pretrained_head(env, built) -> None:
     model_dir = _pretraining_dir(env)
     cfg = _cfg(env, f"finetune.model={model_dir}", "finetune.vocab=", "finetune.mlm_weight=0.5")
-    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    setup = ft_mod.prepare(cfg, ft_mod.load_classification("tncc", "title"))
     aux = ft_mod._aux_mlm(setup, cfg.finetune, 1)
     assert aux is not None
     saved = load_file(str(model_dir / "model.safetensors"))
@@ -185,7 +185,7 @@ def test_mlm_beside_finetuning_starts_from_the_pretrained_head(env, built) -> No
 def test_mlm_loss_is_added_with_its_weight(env) -> None:
     model_dir = _pretraining_dir(env)
     cfg = _cfg(env, f"finetune.model={model_dir}", "finetune.vocab=", "finetune.mlm_weight=0.5")
-    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    setup = ft_mod.prepare(cfg, ft_mod.load_classification("tncc", "title"))
     head, masker = ft_mod._aux_mlm(setup, cfg.finetune, 1) or (None, None)
     assert masker is not None
     classifier = ft_mod.build_classifier(setup.meta).eval()
@@ -234,7 +234,7 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
     """Seeds fine-tuned before these settings existed are reused at their defaults: the
     settings enter the hashed key only when set."""
     cfg = _cfg(env, *TINY_MODEL)
-    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    setup = ft_mod.prepare(cfg, ft_mod.load_classification("tncc", "title"))
 
     def hashed(*extra: str) -> dict:
         with mock.patch.object(seeds_mod.json, "dumps", wraps=json.dumps) as spy:
@@ -256,7 +256,7 @@ def test_new_settings_keep_earlier_seed_fingerprints(env) -> None:
 
 def test_static_size_enters_the_seed_key_only_when_there_is_a_channel(env) -> None:
     cfg = _cfg(env, *TINY_MODEL)
-    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    setup = ft_mod.prepare(cfg, ft_mod.load_classification("tncc", "title"))
     with mock.patch.object(seeds_mod.json, "dumps", wraps=json.dumps) as spy:
         seeds_mod.seed_fingerprint(setup, cfg, 1, False)
     assert "static_size" not in spy.call_args.args[0]["meta"]["head"]
@@ -303,7 +303,7 @@ def test_finetune_reads_training_batches_resegmented_but_scores_the_best(env) ->
         result = run_finetune(_cfg(env, *TINY_MODEL, *extra), "tncc")
     assert "+sw0.2" in result.system
     # one epoch of 16-text batches after a probe that reads the best segmentation
-    per_epoch = len(ft_mod.load_task_data("tncc", "title").splits["train"]) // 16
+    per_epoch = len(ft_mod.load_classification("tncc", "title").splits["train"]) // 16
     assert calls == [16] * per_epoch
     assert result.seeds[0].metrics["test"].count == 30
 
@@ -415,7 +415,7 @@ def test_finetune_hides_pieces_in_training_batches_only(env) -> None:
     with mock.patch.object(InputMasker, "__call__", spy):
         result = run_finetune(_cfg(env, *TINY_MODEL, *extra), "tncc")
     assert "+mask0.25" in result.system
-    per_epoch = len(ft_mod.load_task_data("tncc", "title").splits["train"]) // 16
+    per_epoch = len(ft_mod.load_classification("tncc", "title").splits["train"]) // 16
     assert len(seen) == per_epoch  # one epoch of the main phase, none in the probe
     mask_id = Vocabulary.load(env[1]).mask_id
     assert any((batch == mask_id).any() for batch in seen)

@@ -125,7 +125,7 @@ def test_a_seed_recorded_with_advts_in_its_key_is_reported(env) -> None:  # noqa
     cfg = _cfg(env, "finetune.epochs=1", "finetune.eval_also=[advts]")
     directory = run_finetune(cfg, "tncc").seeds[0].directory
     stamp = _stamp(directory)
-    setup = ft_mod.prepare(cfg, ft_mod.load_task_data("tncc", "title"))
+    setup = ft_mod.prepare(cfg, ft_mod.load_classification("tncc", "title"))
     advts = ft_mod._advts(setup, ["advts"])
     assert advts is not None
     path = directory / SEED_FILE

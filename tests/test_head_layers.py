@@ -127,7 +127,7 @@ def _cfg(env, *extra: str):
 def test_a_layer_beyond_the_models_depth_is_named(env) -> None:
     from tibnlp.training import finetune as ft_mod
 
-    data = ft_mod.load_task_data("tncc", "title")
+    data = ft_mod.load_classification("tncc", "title")
     with pytest.raises(ConfigError, match=r"finetune\.layers.*1 layers"):
         ft_mod.prepare(_cfg(env, "finetune.layers=[0,2]"), data)
 
@@ -135,7 +135,7 @@ def test_a_layer_beyond_the_models_depth_is_named(env) -> None:
 def test_the_last_state_named_twice_is_refused(env) -> None:
     from tibnlp.training import finetune as ft_mod
 
-    data = ft_mod.load_task_data("tncc", "title")
+    data = ft_mod.load_classification("tncc", "title")
     with pytest.raises(ConfigError, match=r"finetune\.layers.*-1 and 1 are the same state"):
         ft_mod.prepare(_cfg(env, "finetune.layers=[1,-1]"), data)
 
@@ -153,7 +153,7 @@ def test_fine_tuning_with_layers_saves_a_model_predict_rebuilds(env) -> None:
     model, meta = load_classifier(seed.directory)
     assert meta.head.layers == [0, -1]
     assert model.head.convs[0].in_channels == 2 * meta.model.hidden_size
-    data = ft_mod.load_task_data("tncc", "title")
+    data = ft_mod.load_classification("tncc", "title")
     vocab = Vocabulary.load(seed.directory)
     texts = ft_mod.texts(data, "test", meta.text_form)
     probs = predict_proba(model, encode_texts(vocab, texts, meta.max_len))

@@ -16,8 +16,8 @@ from tibnlp.data.pretraining import (
     load_pretraining_dataset,
 )
 from tibnlp.errors import DataError
+from tibnlp.text.prepared import load_prepared
 from tibnlp.text.vocab import Vocabulary
-from tibnlp.text.vocab_build import load_corpus
 
 SEQ_LEN = 48
 
@@ -73,7 +73,7 @@ def test_pairs_come_from_one_document_in_order(setup: tuple) -> None:
     a lone one-syllable chunk (a document tail that cannot be cut into A and B) is dropped."""
     corpus, vocab, out, _ = setup
     ds, _ = load_pretraining_dataset(out)
-    docs = {r["doc_id"]: r["sentences"] for r in load_corpus(corpus)["train"]}
+    docs = {r["doc_id"]: r["sentences"] for r in load_prepared(corpus)["train"]}
     streams = {d: [t for ids in vocab.encode_batch(s) for t in ids] for d, s in docs.items()}
     position: dict[int, int] = {}
     used = 0

@@ -12,11 +12,12 @@ from typer.testing import CliRunner
 from tests.ft_fixtures import make_vocab, pretrained_env, tiny_textcnn
 from tibnlp.cli.main import app
 from tibnlp.config import load_config
+from tibnlp.data.tasks import load_classification
 from tibnlp.errors import DataError
 from tibnlp.models.io import load_config_file, save_pretrained
 from tibnlp.text.vocab import Vocabulary
 from tibnlp.training.finetune import run_finetune
-from tibnlp.training.finetune_setup import load_task_data, prepare
+from tibnlp.training.finetune_setup import prepare
 
 
 def _recording(env) -> Path:
@@ -45,7 +46,7 @@ def test_finetune_refuses_a_model_folder_holding_another_runs_vocabulary(
     model = _recording(env)
     flags = [f"finetune.model={model}", "finetune.encoder=albert", f"finetune.init={init}"]
     cfg = load_config(None, [*flags, "tracking.enabled=false"])
-    data = load_task_data("tncc", "title")
+    data = load_classification("tncc", "title")
     prepare(cfg, data)  # its own vocabulary: accepted
     _swap_vocab(model, tmp_path)
     # before: fine-tuned silently, every id naming another piece than in pretraining

@@ -281,13 +281,14 @@ def test_whole_units_make_every_repeated_syllable_one_piece(corpus: Path, tmp_pa
     temporary seed file's path stays out of the model, so a rebuild gives the same bytes."""
     from collections import Counter
 
+    from tibnlp.text.prepared import load_prepared
     from tibnlp.text.spm_units import unit_breaks
-    from tibnlp.text.vocab_build import _sentences, load_corpus
+    from tibnlp.text.vocab_build import _sentences
 
     cfg = _config(vocab_size=2000, whole_units=True)  # a ceiling: the corpus supports fewer
     report = build_vocabulary(corpus, tmp_path / "v", cfg)
     v = Vocabulary.load(tmp_path / "v")
-    train = _sentences(load_corpus(corpus)["train"])
+    train = _sentences(load_prepared(corpus)["train"])
     table = unit_breaks(cfg)
     units = Counter(u for sentence in train for u in sentence.translate(table).split())
     repeated = [u for u, c in units.items() if c >= 2]  # bare syllables and syllable + shad

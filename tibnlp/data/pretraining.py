@@ -36,12 +36,6 @@ class OtherInputsError(DataError):
     it in terms of the run)."""
 
 
-def _load_corpus(path: Path) -> Any:
-    from tibnlp.text.vocab_build import load_corpus
-
-    return load_corpus(path)
-
-
 def _features(words: bool = False) -> Any:
     import datasets
 
@@ -166,7 +160,7 @@ def build_pretraining_dataset(
     """
     import datasets
 
-    from tibnlp.text.prepared import save_splits
+    from tibnlp.text.prepared import load_prepared, save_splits
 
     corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
     if seq_len < 8:
@@ -175,7 +169,7 @@ def build_pretraining_dataset(
         raise DataError(f"short_seq_prob {short_seq_prob} must be in [0, 1]")
     if masking not in MASKING:
         raise DataError(f"masking {masking!r} is not one of {', '.join(MASKING)}")
-    corpus = _load_corpus(corpus_dir)
+    corpus = load_prepared(corpus_dir)
     key = {
         "format": FORMAT_VERSION,
         "seq_len": seq_len,
@@ -291,7 +285,9 @@ def load_pretraining_dataset(path: Path) -> tuple[Any, dict[str, Any]]:
 def require_documents(corpus_dir: Path, split: str) -> None:
     """Refuse a corpus whose `split` (the one a run reads: train, or heldout for
     `--eval-only`) is empty, before the run writes anything or tokenises for minutes."""
-    if len(_load_corpus(Path(corpus_dir))[split]):
+    from tibnlp.text.prepared import load_prepared
+
+    if len(load_prepared(Path(corpus_dir))[split]):
         return
     if split == "train":
         raise DataError(

@@ -45,13 +45,6 @@ _TOO_SMALL_RE = re.compile(r"smaller than required_chars\. \d+ vs (\d+)")
 _EVERY = 10_000  # sentences between two progress calls
 
 
-def load_corpus(path: Path) -> Any:
-    """The prepared corpus's DatasetDict, or a DataError saying how to make one."""
-    from tibnlp.text.prepare import load_prepared
-
-    return load_prepared(Path(path))
-
-
 def _sentences(split: Any) -> Iterator[str]:
     for batch in split.iter(batch_size=1000):
         for sentences in batch["sentences"]:
@@ -285,7 +278,9 @@ def build_vocabulary(
             if force
             else "choose a new --output, or pass --force to replace that vocabulary",
         )
-    corpus = load_corpus(corpus_dir)
+    from tibnlp.text.prepared import load_prepared  # (datasets: imported when needed)
+
+    corpus = load_prepared(corpus_dir)  # (or a DataError saying how to make one)
     if "train" not in corpus or "heldout" not in corpus:
         raise DataError(f"{corpus_dir}: the prepared corpus lacks a train or heldout split")
     train = corpus["train"]

@@ -26,7 +26,7 @@ from tibnlp.config.finetune import FinetuneConfig, TaskName
 from tibnlp.data.collate import SampledSegmentation
 from tibnlp.data.input_mask import InputMasker
 from tibnlp.data.labelled import LabelledSet
-from tibnlp.data.tasks import canonical_dataset, load_advts
+from tibnlp.data.tasks import canonical_dataset, load_advts, load_classification
 from tibnlp.errors import DataError
 from tibnlp.evaluation.leakage import unseen_indices
 from tibnlp.evaluation.metrics import Metrics, aggregate, majority_macro_f1
@@ -63,7 +63,7 @@ from tibnlp.training.finetune_seeds import (
     resumed_seed,
     seed_fingerprint,
 )
-from tibnlp.training.finetune_setup import Setup, load_task_data, prepare
+from tibnlp.training.finetune_setup import Setup, prepare
 from tibnlp.training.finetune_splits import texts
 from tibnlp.training.held_output import held_output
 from tibnlp.training.long_documents import prepare_reader
@@ -111,7 +111,7 @@ def run_finetune(
     accumulation_steps(ft.batch_size, 0, planned_world_size(), "finetune.batch_size")
     if cfg.engine.threads:
         torch.set_num_threads(cfg.engine.threads)
-    data = load_task_data(dataset, task)
+    data = load_classification(dataset, task)  # a shipped set's name or a folder of one's own
     # the set as read here, in its one spelling, is what the seeds' fingerprint and the logged
     # config hold: a config naming another set (`finetune tncc -c FILE`) kept that one in its
     # seeds' key, and `classify --dataset tncc_document` retrained `tncc --task document`'s

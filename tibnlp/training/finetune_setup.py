@@ -23,7 +23,6 @@ from tibnlp.config.core import check
 from tibnlp.config.finetune import FinetuneConfig
 from tibnlp.config.model import ModelConfig
 from tibnlp.data.labelled import LabelledSet
-from tibnlp.data.tasks import load_classification
 from tibnlp.errors import DataError
 from tibnlp.models.classifier import head_config
 from tibnlp.models.classifier_io import ClassifierMeta
@@ -102,11 +101,6 @@ def ids_sha256(
         for part in (name.encode(), lengths, flat, np.array(labels, dtype=np.int64)):
             digest.update(part if isinstance(part, bytes) else part.tobytes())
     return digest.hexdigest()
-
-
-def load_task_data(dataset: str, task: str) -> LabelledSet:
-    """`finetune.dataset`: a shipped set's name or a folder of one's own (`load_classification`)."""
-    return load_classification(dataset, task)
 
 
 def prepare(cfg: Config, data: LabelledSet) -> Setup:
