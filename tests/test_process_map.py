@@ -1,4 +1,4 @@
-"""`map_in_processes`: rows in order, and its bar is a log (stderr), never the output."""
+"""`map_batches` over processes: rows in order, and its bar is a log (stderr), never the output."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from tibnlp.text.process_map import map_in_processes
+from tibnlp.text.process_map import map_batches
 
 
 def _double(batch: dict[str, list[int]]) -> dict[str, list[int]]:
@@ -20,7 +20,7 @@ def test_rows_in_order_and_the_bar_on_stderr(
     """The bar went to stdout (rich's default console): `tibnlp pretrain`'s tokenising wrote
     its lines there with two processes, and to stderr with one (datasets' own bar)."""
     data = datasets.Dataset.from_dict({"x": list(range(50))})
-    out = map_in_processes(
+    out = map_batches(
         data,
         _double,
         {},

@@ -35,6 +35,9 @@ from rich.progress import (
 from tibnlp.stopping import ctrl_c_held, die_with_parent
 
 POLL_S = 0.2  # how often the parent looks at its workers and updates the bar
+# `map_batches`' function, fn_kwargs, batch_size, writer_batch_size, remove_columns, features:
+# what each worker's `Dataset.map` is given
+_Settings = tuple[Callable[..., dict[str, list[Any]]], dict[str, Any], int, int, list[str], Any]
 
 
 def map_batches(
@@ -53,25 +56,13 @@ def map_batches(
     fingerprint: str | None = None,
 ) -> datasets.Dataset:
     """`data.map(function, batched=True, ...)` into `work`: over `min(procs, rows)` processes
-    (`map_in_processes`) when that is more than one, else in this process (`datasets`' own
+    (`_map_in_processes`) when that is more than one, else in this process (`datasets`' own
     bar, shown as its progress bars are set). The same rows either way; `fingerprint`, when
     given, is the result's whatever the process count."""
     procs = min(procs, len(data))
     if procs > 1:
-        return map_in_processes(
-            data,
-            function,
-            fn_kwargs,
-            procs,
-            work,
-            description,
-            progress,
-            batch_size=batch_size,
-            writer_batch_size=writer_batch_size,
-            remove_columns=remove_columns,
-            features=features,
-            fingerprint=fingerprint,
-        )
+        settings = (function, fn_kwargs, batch_size, writer_batch_size, remove_columns, features)
+        return _map_in_processes(data, procs, work, description, progress, settings, fingerprint)
     return data.map(
         function,
         batched=True,
@@ -87,29 +78,22 @@ def map_batches(
     )
 
 
-def map_in_processes(
+def _map_in_processes(
     data: datasets.Dataset,
-    function: Callable[..., dict[str, list[Any]]],
-    fn_kwargs: dict[str, Any],
     procs: int,
     work: Path,
     description: str,
     progress: bool,
-    *,
-    batch_size: int,
-    writer_batch_size: int,
-    remove_columns: list[str],
-    features: datasets.Features | None = None,
-    fingerprint: str | None = None,
+    settings: _Settings,
+    fingerprint: str | None,
 ) -> datasets.Dataset:
-    """`data.map(function, batched=True, ...)` over `procs` forked processes, each writing
+    """`map_batches` (its `settings`) over `procs` forked processes, each writing
     `work/mapped-NNNNN.arrow`; rows in `data`'s order. A bar shows rows, rate and ETA.
     `fingerprint`: the result's (`datasets` cannot hash the counting wrapper, so without it
     the result's fingerprint names the shard files, the same for any input)."""
     ctx = multiprocessing.get_context("fork")
     done = ctx.RawArray("q", procs)  # rows mapped so far, one slot per worker
     paths = [work / f"mapped-{i:05d}.arrow" for i in range(procs)]
-    settings = (function, fn_kwargs, batch_size, writer_batch_size, remove_columns, features)
     arm = die_with_parent()  # (made here: it notes this process as the parent)
     workers = [
         ctx.Process(
@@ -168,7 +152,7 @@ def _map_shard(
     count: int,
     path: Path,
     done: Any,
-    settings: tuple[Callable[..., dict[str, list[Any]]], dict[str, Any], int, int, list[str], Any],
+    settings: _Settings,
     arm: Callable[[], None] | None,
 ) -> None:
     """One worker: shard `index` of `count` (contiguous) mapped into `path`; its rows
