@@ -12,7 +12,10 @@ be a read-only shared copy. We point botok at a writable folder of the cache ins
 (botok only reads the pack; the trie is written beside the link), keyed by the pack's content
 so an edited pack gets a fresh trie, and by botok's version because botok loads any pickled
 trie it finds, unchecked, so an upgraded botok would otherwise reuse the old one; a file lock
-makes concurrent first uses build it once.
+makes concurrent first uses build it once. botok writes the pickle in place, so a build cut
+short (Ctrl-C, a killed job) would leave a truncated trie that every later run fails to load:
+tibnlp has botok build it in a private folder and renames it into place, and a damaged trie
+found there (written before this was done) is built again.
 
 Stored form of a sentence's words: the UTF-8 byte offsets at which its botok tokens start (in
 the `normalize`d sentence), independent of any vocabulary and directly comparable with the
@@ -26,6 +29,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import pickle
+import shutil
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -105,6 +111,33 @@ def botok_version() -> str:
         ) from None
 
 
+def _link_pack(base: Path, pack: Path) -> None:
+    """`base/<pack name>` linked to the pack, where botok looks for it."""
+    link = base / pack.name
+    if not link.is_dir():  # absent, or left dangling by a copy of the pack that is gone
+        # (botok would download a pack it cannot find); an atomic swap, so concurrent
+        # first uses all end with a working link
+        temp = base / f".{pack.name}.{os.getpid()}"
+        temp.unlink(missing_ok=True)
+        temp.symlink_to(pack, target_is_directory=True)
+        os.replace(temp, link)
+
+
+def _build_trie(botok: Any, base: Path, pack: Path, trie: Path) -> None:
+    """botok's trie built in a private folder beside `trie` and renamed to it: botok writes
+    it in place, and a build stopped part way must leave no truncated file behind."""
+    work = base / f".build.{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        work.mkdir()
+        _link_pack(work, pack)
+        botok.WordTokenizer(config=botok.Config(dialect_name=pack.name, base_path=work))
+        if (work / trie.name).exists():  # (else botok named it otherwise: built in place)
+            os.replace(work / trie.name, trie)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 class WordSegmenter:
     """botok's word tokenizer on the local pack; `starts(text)` gives the stored form."""
 
@@ -117,20 +150,22 @@ class WordSegmenter:
         self.digest = pack_digest(pack)
         base = (cache or cache_root()) / "botok" / f"{version}-{self.digest[:16]}"
         base.mkdir(parents=True, exist_ok=True)
-        link = base / pack.name
-        if not link.is_dir():  # absent, or left dangling by a copy of the pack that is gone
-            # (botok would download a pack it cannot find); an atomic swap, so concurrent
-            # first uses all end with a working link
-            temp = base / f".{pack.name}.{os.getpid()}"
-            temp.unlink(missing_ok=True)
-            temp.symlink_to(pack, target_is_directory=True)
-            os.replace(temp, link)
+        _link_pack(base, pack)
         # botok warns on every string with a rare stacked letter; the text is still segmented
         warnings.filterwarnings("ignore", module=r"botok(\.|$)")
         with open(base / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one process builds the trie, the rest load it
             config = botok.Config(dialect_name=pack.name, base_path=base)
-            self._tokenizer: Any = botok.WordTokenizer(config=config)
+            trie = base / f"{pack.name}_trie.pickled"  # botok's name: <dialect>_trie.pickled
+            if not trie.exists():
+                _build_trie(botok, base, pack, trie)
+            try:
+                self._tokenizer: Any = botok.WordTokenizer(config=config)
+            except (EOFError, pickle.UnpicklingError) as exc:  # a trie cut short in place
+                print(f"botok's trie {trie} is damaged ({exc}); building it again", file=sys.stderr)
+                trie.unlink()
+                _build_trie(botok, base, pack, trie)
+                self._tokenizer = botok.WordTokenizer(config=config)
 
     def starts(self, text: str) -> list[int]:
         """UTF-8 byte offsets where the botok tokens of `text` start (text as given)."""
