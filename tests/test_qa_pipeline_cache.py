@@ -171,3 +171,29 @@ def test_eval_also_added_rescores_the_cached_finetune_stage_and_removed_keeps_it
     CALLS.clear()
     result = run_pipeline(load_pipeline(qa), echo=lambda _: None)
     assert CALLS == [] and result.results["finetune"]["advts_macro_f1"] == 0.4
+
+
+def test_a_stage_cached_while_eval_also_was_in_its_key_is_found_not_trained_again(
+    qa: Path,
+) -> None:
+    """Outputs published while `finetune.eval_also` was in the stage's key (before 834d4ab)
+    are found under that key: without it, upgrading retrained every seed of each such stage
+    (quickstart's fine-tunings all ask for advts) and ran every stage after it again."""
+    register_stage("qa_ft_before", _scores_once, ("finetune",), data=stage_def("finetune").data)
+    text = qa.read_text(encoding="utf-8").replace("kind: qa_ft", "kind: qa_ft_before")
+    qa.write_text(text + "    config: {finetune: {eval_also: [advts]}}\n", encoding="utf-8")
+    run_pipeline(load_pipeline(qa), echo=lambda _: None)  # the stage as it was: sets in its key
+    assert CALLS == ["text", "train"]
+    register_stage(
+        "qa_ft_before",
+        _scores_once,
+        ("finetune",),
+        data=stage_def("finetune").data,
+        rescored=stage_def("finetune").rescored,
+    )
+    assert _plan(qa)["finetune"].split()[0] == "skip", _plan(qa)["finetune"]
+    CALLS.clear()
+    result = run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    assert CALLS == [] and result.results["finetune"]["advts_macro_f1"] == 0.4
+    qa.write_text(text, encoding="utf-8")  # without the set: its old key held none, run once
+    assert _plan(qa)["finetune"].split()[0] == "run"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from tibnlp.pipeline.cache import MANIFEST, Slot
+from tibnlp.pipeline.cache import MANIFEST, Slot, cached_elsewhere
 from tibnlp.pipeline.keys import get_dotted
 
 
@@ -45,6 +45,24 @@ def unscored(manifest: dict[str, Any], asked: dict[str, list[str]]) -> list[str]
         for name in names
         if name not in (done.get(key) or [])
     ]
+
+
+def keyed_with_sets(
+    slot: Slot, key: str, asked: dict[str, list[str]]
+) -> tuple[Slot, dict[str, Any]] | None:
+    """An output published before the extra sets left the key, under its key then (`key`, which
+    held them: so it was scored on the sets asked now), as the published output of the stage.
+    Without it, every fine-tuning stage cached before would have trained all its seeds again,
+    and each stage after it run again; its readers' keys still hold this key, so they stay
+    cached too. Asking for another set later finds no such output: that stage runs in full
+    once, as it did before."""
+    manifest = slot.manifest(key)
+    found = (slot, manifest) if manifest is not None else cached_elsewhere(slot, key)
+    if found is None:
+        return None
+    old, manifest = found  # (published again since by a run of this stage: its `scored` holds)
+    done = manifest.get("scored") if isinstance(manifest.get("scored"), dict) else {}
+    return old, {**manifest, "scored": {**asked, **done}}
 
 
 def reuse_output(slot: Slot) -> None:

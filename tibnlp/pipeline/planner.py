@@ -23,7 +23,7 @@ from tibnlp.pipeline.cache import (
     publication,
     slot_for,
 )
-from tibnlp.pipeline.freshness import asked_sets, changed_data, unscored
+from tibnlp.pipeline.freshness import asked_sets, changed_data, keyed_with_sets, unscored
 from tibnlp.pipeline.grid import Node, expand
 from tibnlp.pipeline.keys import get_dotted, has_dotted
 from tibnlp.pipeline.registry import stage_def
@@ -335,11 +335,17 @@ class Planner:
             key = node_key(node.stage.kind, sections, params, inputs)
             data = sdef.data(config) if sdef.data is not None else {}
             described = {**sections, "params": params} if params else sections
-            self.keys[id(node)] = key
             slot = slot_for(self.workdir, node.stage.name, node.variant, key)
             manifest = slot.manifest(key)
             action: Literal["run", "skip"]
             scored, more = asked_sets(config, sdef.rescored), []
+            if manifest is None and sdef.rescored and not slot.partial.exists():
+                held = output_settings(config, sdef.sections, _filled(sdef.fills, inputs))
+                old_key = node_key(node.stage.kind, held, params, inputs)
+                old_slot = slot_for(self.workdir, node.stage.name, node.variant, old_key)
+                if (found := keyed_with_sets(old_slot, old_key, scored)) is not None:
+                    key, (slot, manifest) = old_key, found
+            self.keys[id(node)] = key
             upstream_runs = [u.name for u in node.reads() if id(u) in stale]
             if node.stage.name in forced or node.name in forced:
                 action, reason = "run", "forced (--force)"
