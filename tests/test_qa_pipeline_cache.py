@@ -138,13 +138,20 @@ def _scores_once(ctx: StageContext) -> dict[str, float]:
     return {"test_macro_f1": 0.5, **{f"{name}_macro_f1": 0.4 for name in sets}}
 
 
-register_stage(
-    "qa_ft_sets",
-    _scores_once,
-    ("finetune",),
-    data=stage_def("finetune").data,
-    rescored=stage_def("finetune").rescored,
-)
+def _register_scores_once(kind: str, rescored: bool = True) -> None:
+    """`_scores_once` as a fine-tuning stage, its extra sets out of its key or (as before
+    834d4ab) in it."""
+    real = stage_def("finetune")
+    register_stage(
+        kind,
+        _scores_once,
+        ("finetune",),
+        data=real.data,
+        rescored=real.rescored if rescored else (),
+    )
+
+
+_register_scores_once("qa_ft_sets")
 
 
 def test_eval_also_added_rescores_the_cached_finetune_stage_and_removed_keeps_it(
@@ -179,18 +186,12 @@ def test_a_stage_cached_while_eval_also_was_in_its_key_is_found_not_trained_agai
     """Outputs published while `finetune.eval_also` was in the stage's key (before 834d4ab)
     are found under that key: without it, upgrading retrained every seed of each such stage
     (quickstart's fine-tunings all ask for advts) and ran every stage after it again."""
-    register_stage("qa_ft_before", _scores_once, ("finetune",), data=stage_def("finetune").data)
+    _register_scores_once("qa_ft_before", rescored=False)
     text = qa.read_text(encoding="utf-8").replace("kind: qa_ft", "kind: qa_ft_before")
     qa.write_text(text + "    config: {finetune: {eval_also: [advts]}}\n", encoding="utf-8")
     run_pipeline(load_pipeline(qa), echo=lambda _: None)  # the stage as it was: sets in its key
     assert CALLS == ["text", "train"]
-    register_stage(
-        "qa_ft_before",
-        _scores_once,
-        ("finetune",),
-        data=stage_def("finetune").data,
-        rescored=stage_def("finetune").rescored,
-    )
+    _register_scores_once("qa_ft_before")
     assert _plan(qa)["finetune"].split()[0] == "skip", _plan(qa)["finetune"]
     CALLS.clear()
     result = run_pipeline(load_pipeline(qa), echo=lambda _: None)

@@ -61,7 +61,8 @@ def keyed_with_sets(
     if found is None:
         return None
     old, manifest = found  # (published again since by a run of this stage: its `scored` holds)
-    done = manifest.get("scored") if isinstance(manifest.get("scored"), dict) else {}
+    done = manifest.get("scored")
+    done = done if isinstance(done, dict) else {}
     return old, {**manifest, "scored": {**asked, **done}}
 
 
