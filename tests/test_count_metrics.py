@@ -104,7 +104,8 @@ def test_percent_scales_fractions_only(tmp_path: Path) -> None:
     values = dict(zip(head, row, strict=True))
     assert float(values["export_tokens mean"]) == 1e6 and float(values["test_loss std"]) > 0.7
     for name in ("test_macro_f1_mean", "validation_weighted_recall", "mlm_accuracy",
-                 "test_shad_flip_rate_std", "advts_macro_precision"):  # fmt: skip
+                 "test_shad_flip_rate_std", "advts_macro_precision", "unk_share",
+                 "route_large_fraction", "memory_share_mean"):  # fmt: skip
         assert is_fraction(name), name
     for name in ("test_loss", "export_tokens", "cut_test_texts", "lr", "test_shad_flip_excluded"):
         assert not is_fraction(name), name

@@ -70,8 +70,8 @@ def compare(
         bool,
         typer.Option(
             "--percent",
-            help="Show fractions x100 (F1, precision, recall, accuracy, flip rates, as papers "
-            "print them); losses and counts stay as logged.",
+            help="Show fractions x100 (F1, precision, recall, accuracy, flip rates, shares, as "
+            "papers print them); losses and counts stay as logged.",
         ),
     ] = False,
     tracking_uri: UriOption = "",

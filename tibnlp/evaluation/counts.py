@@ -18,7 +18,7 @@ COUNT_PREFIXES = ("cut_",)
 # what the parent run of a fine-tuning adds to a seed metric's name (its aggregate over seeds)
 AGGREGATE_SUFFIXES = ("_mean", "_std")
 # the endings of the metrics that are fractions: what `--percent` shows x100
-FRACTION_ENDINGS = ("f1", "precision", "recall", "accuracy", "_flip_rate")
+FRACTION_ENDINGS = ("f1", "precision", "recall", "accuracy", "_flip_rate", "_share", "_fraction")
 
 
 def is_count(metric: str) -> bool:
