@@ -8,7 +8,9 @@ stage's data hook and slicing adapter are used as they are."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,3 +200,38 @@ def test_a_stage_cached_while_eval_also_was_in_its_key_is_found_not_trained_agai
     assert CALLS == [] and result.results["finetune"]["advts_macro_f1"] == 0.4
     qa.write_text(text, encoding="utf-8")  # without the set: its old key held none, run once
     assert _plan(qa)["finetune"].split()[0] == "run"
+
+
+def _copy_cut_short(src: str, dst: str) -> None:
+    """A copy Ctrl-C stops mid-write: half the file, then KeyboardInterrupt."""
+    data = Path(src).read_bytes()
+    Path(dst).write_bytes(data[: len(data) // 2])
+    raise KeyboardInterrupt
+
+
+def test_a_rescore_copy_cut_short_leaves_no_partial_and_the_rerun_copies_again(
+    qa: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The published output was copied straight into the partial folder and the run file
+    written after: a copy cut short left a half copy the rerun resumed, retraining the seeds
+    not copied and reading a classifier cut mid-write."""
+    plain = qa.read_text(encoding="utf-8").replace("kind: qa_ft", "kind: qa_ft_sets")
+    qa.write_text(plain + "    config: {finetune: {eval_also: [advts]}}\n", encoding="utf-8")
+    qa.with_suffix(".plain").write_text(plain, encoding="utf-8")
+    run_pipeline(load_pipeline(qa.with_suffix(".plain")), echo=lambda _: None)
+    real = shutil.copytree
+
+    def cut(src: Path, dst: Path, *args: Any, **kwargs: Any) -> Any:
+        if not args:  # the outer call; a subfolder's passes it on by position
+            kwargs["copy_function"] = _copy_cut_short
+        return real(src, dst, *args, **kwargs)
+
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(shutil, "copytree", cut)
+        run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    assert not list((qa.parent / "work").rglob("*partial*"))  # nor its temporary copy
+    line = _plan(qa)["finetune"]
+    assert "rescore only: finetune.eval_also=advts newly asked" in line and "resume" not in line
+    CALLS.clear()
+    run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    assert CALLS == ["score advts"]

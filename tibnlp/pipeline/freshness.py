@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from tibnlp.fsutil import staged_dir
 from tibnlp.pipeline.cache import MANIFEST, Slot, cached_elsewhere
 from tibnlp.pipeline.keys import get_dotted
 
@@ -68,9 +69,14 @@ def keyed_with_sets(
 
 def reuse_output(slot: Slot) -> None:
     """The published output copied to the stage's partial folder, for a run that only scores
-    new sets from it (its manifest and run file left out: a new publication, a new run)."""
+    new sets from it (its manifest and run file left out: a new publication, a new run).
+
+    Copied in a temporary folder renamed into place: a copy cut short (Ctrl-C, disk full)
+    leaves no partial, which a rerun would resume, retraining the seeds not copied yet and
+    reading a classifier cut mid-write; it copies again."""
     ignore = shutil.ignore_patterns(MANIFEST, slot.run_file.name)
-    shutil.copytree(slot.final, slot.partial, ignore=ignore, dirs_exist_ok=True)
+    with staged_dir(slot.partial) as tmp:
+        shutil.copytree(slot.final, tmp, ignore=ignore, dirs_exist_ok=True)
 
 
 def scored_now(
