@@ -135,6 +135,9 @@ def _scores_once(ctx: StageContext) -> dict[str, float]:
     trained = ctx.output / "finetune" / "classifier.txt"
     sets = ctx.config.finetune.eval_also
     CALLS.append(f"score {','.join(sets)}" if trained.exists() else "train")
+    if ctx.name in INTERRUPT:
+        INTERRUPT.discard(ctx.name)
+        raise KeyboardInterrupt
     trained.parent.mkdir(exist_ok=True)
     trained.write_text("weights", encoding="utf-8")
     return {"test_macro_f1": 0.5, **{f"{name}_macro_f1": 0.4 for name in sets}}
@@ -232,6 +235,23 @@ def test_a_rescore_copy_cut_short_leaves_no_partial_and_the_rerun_copies_again(
     assert not list((qa.parent / "work").rglob("*partial*"))  # nor its temporary copy
     line = _plan(qa)["finetune"]
     assert "rescore only: finetune.eval_also=advts newly asked" in line and "resume" not in line
+    CALLS.clear()
+    run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    assert CALLS == ["score advts"]
+
+
+def test_a_rescore_cut_short_says_the_rerun_resumes_it(qa: Path) -> None:
+    """The plan said only "rescore only: ... newly asked" though the run went on from the
+    interrupted one's partial folder (training any seed missing there)."""
+    plain = qa.read_text(encoding="utf-8").replace("kind: qa_ft", "kind: qa_ft_sets")
+    qa.write_text(plain, encoding="utf-8")
+    run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    qa.write_text(plain + "    config: {finetune: {eval_also: [advts]}}\n", encoding="utf-8")
+    INTERRUPT.add("finetune")
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(load_pipeline(qa), echo=lambda _: None)
+    line = _plan(qa)["finetune"]
+    assert "rescore only: finetune.eval_also=advts newly asked (resume the interrupted run" in line
     CALLS.clear()
     run_pipeline(load_pipeline(qa), echo=lambda _: None)
     assert CALLS == ["score advts"]

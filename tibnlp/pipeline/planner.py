@@ -297,6 +297,13 @@ class Planner:
             return not any(id(u) in self.stale for u in reads)
         return not self.republished(record, node)
 
+    def resuming(self, node: Node, slot: Slot) -> str:
+        """A run's reason's note that it resumes an interrupted one (none: ""): a rerun of a
+        published output goes on from the partial, not from the start or the output."""
+        if slot.partial.exists() and self.resumable(node, slot):
+            return f" (resume the interrupted run in {slot.partial})"
+        return ""
+
     def plan(self, force: Iterable[str] = (), until: Iterable[str] = ()) -> list[Step]:
         """The steps to take, in order; with `until`, only those its stages need."""
         forced = set(force)
@@ -355,12 +362,12 @@ class Planner:
                 action, reason = "run", f"data changed since it ran: {changed}"
             elif manifest is not None and (more := unscored(manifest, scored)):
                 action, reason = "run", f"rescore only: {', '.join(more)} newly asked"
+                reason += self.resuming(node, slot)
             elif manifest is not None and (
                 moved := self.republished(manifest.get("upstream"), node, manifest.get("finished"))
             ):
                 action, reason = "run", f"{', '.join(moved)} republished since this ran"
-                if slot.partial.exists() and self.resumable(node, slot):
-                    reason += f" (resume the interrupted run in {slot.partial})"
+                reason += self.resuming(node, slot)
             elif manifest is not None:
                 action, reason = "skip", f"cached: same config and inputs ({slot.final})"
                 self.outputs[id(node)] = slot.output_of(manifest)
