@@ -339,11 +339,11 @@ def test_a_data_input_naming_no_file_says_how_to_name_one(tmp_path: Path) -> Non
 
 
 def test_a_key_set_inside_a_value_names_the_value() -> None:
-    from tibnlp.pipeline.planner import _set_dotted
+    from tibnlp.pipeline.keys import set_dotted
 
     data = {"finetune": {"head": "cnn"}}
     with pytest.raises(ConfigError, match=r"'finetune\.head\.kind' sets inside a value") as err:
-        _set_dotted(data, "finetune.head.kind", "mlp", "p.yaml: stages.f [v]")
+        set_dotted(data, "finetune.head.kind", "mlp", "p.yaml: stages.f [v]")
     assert "'head' holds a value" in err.value.hint
     assert data == {"finetune": {"head": "cnn"}}
 

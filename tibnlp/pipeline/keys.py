@@ -1,13 +1,14 @@
 """Dotted keys in a pipeline file, as `--set` writes them: which of its mappings are keyed by
-whole dotted keys (a grid's `finetune.head`, a tag `a.b`), reading such a key back, and
+whole dotted keys (a grid's `finetune.head`, a tag `a.b`), reading and setting such a key, and
 setting one inside a stage's list of variants."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from tibnlp.config import Config
-from tibnlp.config.core import apply_overrides, key_path, whole_keys
+from tibnlp.config.core import apply_overrides, deep_merge, key_path, whole_keys
 from tibnlp.errors import ConfigError
 
 
@@ -45,6 +46,24 @@ def get_dotted(data: Any, key: str, default: Any = None) -> Any:
 
 def has_dotted(data: Any, key: str) -> bool:
     return get_dotted(data, key, _ABSENT) is not _ABSENT
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """Set `key` in `data`; a mapping given for a section sets those keys in it, as `--set`
+    does (a variant's `set: {vocab: {seed: 1}}` keeps the stage's other vocab keys)."""
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(
+                f"{where}: '{key}' sets inside a value, not a section",
+                f"'{part}' holds a value, not keys: set it as a whole, or check the key's spelling",
+            )
+    if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
+        node[parts[-1]] = deep_merge(node[parts[-1]], value)
+    else:
+        node[parts[-1]] = copy.deepcopy(value)
 
 
 def set_in_variant(stages: dict[str, Any], stage: str, text: str) -> None:

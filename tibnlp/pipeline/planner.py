@@ -25,7 +25,7 @@ from tibnlp.pipeline.cache import (
 )
 from tibnlp.pipeline.freshness import asked_sets, changed_data, keyed_with_sets, unscored
 from tibnlp.pipeline.grid import Node, expand
-from tibnlp.pipeline.keys import get_dotted, has_dotted
+from tibnlp.pipeline.keys import get_dotted, has_dotted, set_dotted
 from tibnlp.pipeline.registry import stage_def
 from tibnlp.pipeline.spec import PipelineSpec, substitute
 from tibnlp.pipeline.stage_refs import READABLE, stage_ref
@@ -50,24 +50,6 @@ class Step:
     data: dict[str, str] = field(default_factory=dict)  # files read by name (StageDef.data)
     scored: dict[str, list[str]] = field(default_factory=dict)  # extra sets asked (`freshness`)
     rescore: bool = False  # runs on its published output, to score extra sets only
-
-
-def _set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
-    """Set `key` in `data`; a mapping given for a section sets those keys in it, as `--set`
-    does (a variant's `set: {vocab: {seed: 1}}` keeps the stage's other vocab keys)."""
-    node = data
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(
-                f"{where}: '{key}' sets inside a value, not a section",
-                f"'{part}' holds a value, not keys: set it as a whole, or check the key's spelling",
-            )
-    if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
-        node[parts[-1]] = deep_merge(node[parts[-1]], value)
-    else:
-        node[parts[-1]] = copy.deepcopy(value)
 
 
 def _filled(fills: Iterable[tuple[str, str]], inputs: Any) -> list[str]:
@@ -124,7 +106,7 @@ class Planner:
         params = copy.deepcopy(node.stage.params)
         for key, value in node.overrides.items():
             if key.startswith(PARAMS):
-                _set_dotted(params, key[len(PARAMS) :], value, f"stages.{node.stage.name}")
+                set_dotted(params, key[len(PARAMS) :], value, f"stages.{node.stage.name}")
         return dict(substitute(params, self._lookup(node, real), "params"))
 
     def _data(self, value: Any, real: bool, where: str) -> Any:
@@ -196,7 +178,7 @@ class Planner:
         data = deep_merge(self.spec.config, node.stage.config)
         for key, value in node.overrides.items():
             if not key.startswith(PARAMS):
-                _set_dotted(data, key, value, where)
+                set_dotted(data, key, value, where)
         data = substitute(data, self._lookup(node, real), f"stages.{node.stage.name}.config")
         resolved = self._data(data, real, f"stages.{node.stage.name}.config")
         try:
