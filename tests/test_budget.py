@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tibnlp.config import EngineConfig, OptimizerConfig
-from tibnlp.training.budget import BudgetWatch
+from tibnlp.training.budget import LEAD_THRESHOLD, BudgetWatch, clock_share
 from tibnlp.training.engine import init_distributed
 from tibnlp.training.learning_check import LearningCheck
 from tibnlp.training.loop import LoopSettings, Progress, TrainLoop
@@ -55,10 +55,21 @@ def _settings(tmp: Path, max_steps: int = 1000, **budget: Any) -> LoopSettings:
     )
 
 
-def test_budgeted_run_ends_at_the_final_lr(tmp_path: Path) -> None:
+def _record_lrs(loop: TrainLoop) -> list[float]:
+    """The lr each training step of `loop` is about to use, appended as it runs."""
     lrs: list[float] = []
+    real_step = loop.train_step
+
+    def step(over: bool):  # type: ignore[no-untyped-def]
+        lrs.append(loop.engine.optimizer.param_groups[0]["lr"])
+        return real_step(over)
+
+    loop.train_step = step  # type: ignore[method-assign]
+    return lrs
+
+
+def test_budgeted_run_ends_at_the_final_lr(tmp_path: Path) -> None:
     now = [0.0]
-    loop: TrainLoop
 
     def clock() -> float:  # one simulated second per training step (two reads per step)
         now[0] += 0.5
@@ -67,13 +78,7 @@ def test_budgeted_run_ends_at_the_final_lr(tmp_path: Path) -> None:
     settings = _settings(tmp_path, time_budget_s=20.0, clock=clock)
     exports: list[tuple[float, Progress]] = []
     loop = _loop(tmp_path, settings, exports)
-    real_step = loop.train_step
-
-    def step(over: bool):  # type: ignore[no-untyped-def]
-        lrs.append(loop.engine.optimizer.param_groups[0]["lr"])
-        return real_step(over)
-
-    loop.train_step = step  # type: ignore[method-assign]
+    lrs = _record_lrs(loop)
     result = loop.run()
     assert result.stopped_by == "time_budget" and 19 <= result.step <= 22
     assert lrs[0] == pytest.approx(1e-2 * 0.25, rel=0.3)  # warmup: 10 % of the budget
@@ -153,7 +158,7 @@ def test_budget_watch_says_when_the_clock_takes_the_schedule() -> None:
     line = watch.note(3, 20.0, 150.0)  # 7.5 tokens/s: the clock leads by 5 points
     assert line is not None and "step 3" in line and "pretrain.time_budget" in line
     assert watch.note(4, 30.0, 200.0) is None  # once
-    assert watch.fraction(30.0, 200.0) == pytest.approx(0.3)
+    assert watch.fraction(30.0, 200.0) == pytest.approx(clock_share(0.3))
     assert watch.tags() == {
         "schedule_clock": "time",
         "schedule_time_lead": "0.1000",
@@ -192,3 +197,47 @@ def test_the_run_records_which_budget_set_its_schedule(
     assert ("schedule_time_from_step" in result.schedule) == (clock_name == "time")
     expected = "time_budget" if clock_name == "time" else "token_budget"
     assert result.stopped_by == expected
+
+
+def test_a_lead_under_the_threshold_leaves_the_token_schedule() -> None:
+    """Beside a token budget the clock counts only once it leads by LEAD_THRESHOLD; a run it
+    stops still ends annealed, and a time budget alone is read as it is."""
+    watch = BudgetWatch(time_budget_s=100.0, max_tokens=1000.0)
+    assert watch.fraction(0.9, 0.0) == 0.0  # the seconds before the first token
+    assert watch.fraction(4.0, 33.0) == 0.033  # a slow first step: the time share 0.04
+    assert watch.note(2, 4.0, 33.0) is None and watch.clock() == "tokens"
+    assert watch.fraction(100.0, 500.0) == 1.0  # the clock's end: annealed
+    lead = LEAD_THRESHOLD * (1 - 0.5)  # where the clock takes over at half the tokens
+    assert watch.fraction(100.0 * (0.5 + lead) - 1e-6, 500.0) == 0.5
+    assert watch.fraction(100.0 * (0.5 + lead) + 0.1, 500.0) > 0.5
+    assert BudgetWatch(100.0, 0.0).fraction(0.9, 0.0) == pytest.approx(0.009)
+
+
+def test_step_times_do_not_change_a_run_the_tokens_govern(tmp_path: Path) -> None:
+    """Two runs of one config, one with a slow first step (4 % of the time budget, under the
+    token share after it plus LEAD_THRESHOLD): the same lr at every step, the same weights.
+    When any lead counted, the slow run's early steps took their lr from the clock, so an idle
+    machine's rerun of the README's main job trained another model than its first run."""
+    probe = _loop(tmp_path / "probe", _settings(tmp_path / "probe", max_steps=1), [])
+    probe.run()
+    per_step = probe.tokens
+
+    def run(first_step_s: float, name: str) -> tuple[list[float], list[torch.Tensor]]:
+        reads = [0]
+
+        def clock() -> float:  # the start, then two reads per step: the first step's end
+            reads[0] += 1  # is the third read, and that step takes first_step_s
+            return 1e-3 * reads[0] + (first_step_s if reads[0] >= 3 else 0.0)
+
+        budget = {"time_budget_s": 100.0, "max_tokens": 30 * per_step, "clock": clock}
+        loop = _loop(tmp_path / name, _settings(tmp_path / name, **budget), [])
+        lrs = _record_lrs(loop)
+        result = loop.run()
+        assert result.stopped_by == "token_budget"
+        assert result.schedule["schedule_clock"] == "tokens"
+        return lrs, [p.detach().clone() for p in loop.engine.module.parameters()]
+
+    fast_lrs, fast_weights = run(1e-3, "fast")
+    slow_lrs, slow_weights = run(4.0, "slow")
+    assert slow_lrs == fast_lrs
+    assert all(torch.equal(a, b) for a, b in zip(fast_weights, slow_weights, strict=True))

@@ -7,16 +7,30 @@ time_budget_s` tokens/s) hands the schedule to the clock: the same config then t
 schedule on a slower or busier machine, and its results differ from an idle machine's with
 nothing in the config to say why. `BudgetWatch` records when and how far the clock led, says
 so once in the log, and gives the run's `schedule_clock` tags, so such runs can be told apart.
+
+With both budgets, the clock takes the schedule only once it leads by `LEAD_THRESHOLD` of the
+budget (`clock_share`). If any lead counted, a slow first step (warm-up, a busy second) would
+put the time share a hair ahead for a few steps and change their lr by a few per cent: two
+runs of one config on an idle machine would train different models, both tagged
+`schedule_clock=tokens`. A run whose clock never leads by that much trains the token schedule
+exactly, whatever its step times.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The clock must lead the tokens by this share of the budget before the run counts as
-# clock-governed: a slow first step (warm-up, JIT) puts it a hair ahead for a few steps, and
-# the lr those steps see differs by less than this share of the peak.
+# The clock must lead the tokens by this share of the budget before it sets the lr: a slow
+# first step (warm-up, JIT) puts it a hair ahead for a few steps, which must not change the run.
 LEAD_THRESHOLD = 0.01
+
+
+def clock_share(by_time: float) -> float:
+    """The time share as the schedule reads it beside a token budget: 0 until the clock has
+    spent `LEAD_THRESHOLD` of the budget, then rising to 1 at the budget's end (so a run the
+    clock stops still ends annealed). It passes the token share only where the clock leads by
+    `LEAD_THRESHOLD` x (1 - token share) or more."""
+    return max(0.0, (by_time - LEAD_THRESHOLD) / (1.0 - LEAD_THRESHOLD))
 
 
 @dataclass
@@ -24,7 +38,7 @@ class BudgetWatch:
     time_budget_s: float | None
     max_tokens: float  # 0: no token budget
     max_lead: float = 0.0  # the largest lead of the time share over the token share
-    time_from_step: int = 0  # the first step at which the clock led by LEAD_THRESHOLD; 0: none
+    time_from_step: int = 0  # the first step whose lr the clock set (`clock_share`); 0: none
 
     def shares(self, seconds: float, tokens: float) -> tuple[float, float]:
         """(share of the time budget spent, share of the token budget spent); 0 without one."""
@@ -33,8 +47,12 @@ class BudgetWatch:
         return by_time, by_tokens
 
     def fraction(self, seconds: float, tokens: float) -> float:
-        """Share of the budget spent: of whichever budget is further along (0: none)."""
-        return max(self.shares(seconds, tokens))
+        """Share of the budget spent: of whichever budget is further along (0: none); beside a
+        token budget the clock counts only once it leads by `LEAD_THRESHOLD` (`clock_share`)."""
+        by_time, by_tokens = self.shares(seconds, tokens)
+        if self.time_budget_s and self.max_tokens:
+            return max(by_tokens, clock_share(by_time))
+        return max(by_time, by_tokens)
 
     def note(self, step: int, seconds: float, tokens: float) -> str | None:
         """Record the step about to be trained; returns the log line on the first step at
@@ -42,9 +60,8 @@ class BudgetWatch:
         if not (self.time_budget_s and self.max_tokens):
             return None
         by_time, by_tokens = self.shares(seconds, tokens)
-        lead = by_time - by_tokens
-        self.max_lead = max(self.max_lead, lead)
-        if lead < LEAD_THRESHOLD or self.time_from_step:
+        self.max_lead = max(self.max_lead, by_time - by_tokens)
+        if clock_share(by_time) <= by_tokens or self.time_from_step:
             return None
         self.time_from_step = step
         pace = self.max_tokens / self.time_budget_s
