@@ -216,8 +216,7 @@ def test_a_lead_under_the_threshold_leaves_the_token_schedule() -> None:
 def test_step_times_do_not_change_a_run_the_tokens_govern(tmp_path: Path) -> None:
     """Two runs of one config, one with a slow first step (4 % of the time budget, under the
     token share after it plus LEAD_THRESHOLD): the same lr at every step, the same weights.
-    When any lead counted, the slow run's early steps took their lr from the clock, so an idle
-    machine's rerun of the README's main job trained another model than its first run."""
+    When any lead counted, the slow run's next steps took their lr from the clock."""
     probe = _loop(tmp_path / "probe", _settings(tmp_path / "probe", max_steps=1), [])
     probe.run()
     per_step = probe.tokens

@@ -9,11 +9,11 @@ nothing in the config to say why. `BudgetWatch` records when and how far the clo
 so once in the log, and gives the run's `schedule_clock` tags, so such runs can be told apart.
 
 With both budgets, the clock takes the schedule only once it leads by `LEAD_THRESHOLD` of the
-budget (`clock_share`). If any lead counted, a slow first step (warm-up, a busy second) would
-put the time share a hair ahead for a few steps and change their lr by a few per cent: two
-runs of one config on an idle machine would train different models, both tagged
-`schedule_clock=tokens`. A run whose clock never leads by that much trains the token schedule
-exactly, whatever its step times.
+budget (`clock_share`). If any lead counted, a slow step (warm-up, a busy second) would put
+the time share a hair ahead and give the next steps a clock-set lr: two runs of one config on
+an idle machine would train different models, both tagged `schedule_clock=tokens`. A run
+whose clock never leads by that much trains the token schedule exactly, whatever its step
+times.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class BudgetWatch:
             return None
         by_time, by_tokens = self.shares(seconds, tokens)
         self.max_lead = max(self.max_lead, by_time - by_tokens)
-        if clock_share(by_time) <= by_tokens or self.time_from_step:
+        if self.fraction(seconds, tokens) <= by_tokens or self.time_from_step:
             return None
         self.time_from_step = step
         pace = self.max_tokens / self.time_budget_s
